@@ -1,0 +1,28 @@
+# Optional components. Each becomes an INTERFACE target only when its dependency is found, and
+# the headers that need it say so at the top. The core (sluice::sluice) needs only Threads.
+
+# zlib: gzip-compressed IDX files (sluice/io/idx.hpp).
+find_package(ZLIB QUIET)
+if(ZLIB_FOUND)
+  add_library(sluice_zlib INTERFACE)
+  add_library(sluice::zlib ALIAS sluice_zlib)
+  target_link_libraries(sluice_zlib INTERFACE sluice ZLIB::ZLIB)
+  target_compile_definitions(sluice_zlib INTERFACE SLUICE_WITH_ZLIB=1)
+endif()
+
+# libjpeg-turbo's TurboJPEG API: sluice/codec/jpeg.hpp.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(SLUICE_TURBOJPEG QUIET IMPORTED_TARGET libturbojpeg)
+endif()
+if(SLUICE_TURBOJPEG_FOUND)
+  add_library(sluice_jpeg INTERFACE)
+  add_library(sluice::jpeg ALIAS sluice_jpeg)
+  target_link_libraries(sluice_jpeg INTERFACE sluice PkgConfig::SLUICE_TURBOJPEG)
+  target_compile_definitions(sluice_jpeg INTERFACE SLUICE_WITH_TURBOJPEG=1)
+endif()
+
+# CUDA: see cmake/SluiceCuda.cmake (added by the GPU path).
+if(SLUICE_ENABLE_CUDA AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/SluiceCuda.cmake)
+  include(SluiceCuda)
+endif()

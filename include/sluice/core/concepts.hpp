@@ -1,0 +1,126 @@
+// sluice/core/concepts.hpp — what a sampler, a record reader, a codec and a stage are.
+//
+// Concepts are opt-in by tag: a type is a sampler because it declares
+// `using sampler_concept = sluice::sampler_tag;`, not because it happens to have a member called
+// `at`. That keeps unrelated types from matching by accident and lets the pipe operator report a
+// misplaced stage in words instead of a page of substitution failures.
+//
+//   sampler        size(epoch) samples this epoch; at(epoch, position) -> sample id, a pure
+//                  function (thread-safe, O(1) or O(log n)); optional prepare(epoch), called once
+//                  on one thread before an epoch starts (for samplers that must materialise).
+//   record_reader  size(); record(i) -> byte view valid while the reader lives (zero copy into
+//                  the mapping where the format allows); label(i) -> class label or -1;
+//                  path() for error messages. record(i) may throw sluice::format_error.
+//   codec          output_bytes() the fixed size of a decoded sample; decode(in, out, ctx)
+//                  writes exactly output_bytes() bytes into caller-given memory.
+//   sample         what collate accepts: an id and a label, and either bytes() (copied once) or
+//                  size_bytes() + write_into(dst, ctx) (written in place, e.g. decoded straight
+//                  into the batch slot).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+namespace sluice {
+
+struct sampler_tag {};
+struct reader_tag {};
+struct codec_tag {};
+struct sample_stage_tag {};  // per-sample stage: read, cache, decode, map
+struct batch_stage_tag {};   // per-batch stage: pin, to_device
+
+// Everything a stage may need to know about the sample it is processing. Random augmentation
+// must draw only from counter_rng(seed, epoch, id) so output does not depend on the worker.
+struct sample_context {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t id = 0;        // sample id (index in the dataset)
+  std::uint64_t position = 0;  // position in this epoch's order
+};
+
+// The sampler's output type: a sample id, distinct from a plain integer so that a stage which
+// needs records cannot be handed ids by mistake.
+struct sample_id {
+  std::uint64_t value = 0;
+  friend constexpr bool operator==(sample_id, sample_id) = default;
+};
+
+// A record as a reader hands it out: a view into the reader's memory, its label, and where it
+// came from (for error messages). Valid while the reader lives.
+struct record_view {
+  std::uint64_t id = 0;
+  std::span<const std::byte> data;
+  std::int64_t label = -1;
+  std::string_view origin;  // the reader's path
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return data; }
+};
+
+template <class S>
+concept sampler = requires(const S& s, std::uint64_t epoch, std::uint64_t pos) {
+  typename S::sampler_concept;
+  requires std::same_as<typename S::sampler_concept, sampler_tag>;
+  { s.size(epoch) } -> std::convertible_to<std::size_t>;
+  { s.at(epoch, pos) } -> std::convertible_to<std::uint64_t>;
+};
+
+template <class S>
+concept preparing_sampler = sampler<S> && requires(S& s, std::uint64_t epoch) { s.prepare(epoch); };
+
+template <class R>
+concept record_reader = requires(const R& r, std::size_t i) {
+  typename R::reader_concept;
+  requires std::same_as<typename R::reader_concept, reader_tag>;
+  { r.size() } -> std::convertible_to<std::size_t>;
+  { r.record(i) } -> std::convertible_to<std::span<const std::byte>>;
+  { r.label(i) } -> std::convertible_to<std::int64_t>;
+  { r.path() } -> std::convertible_to<std::string_view>;
+};
+
+template <class C>
+concept codec = requires(const C& c, std::span<const std::byte> in, std::span<std::byte> out,
+                         const sample_context& ctx) {
+  typename C::codec_concept;
+  requires std::same_as<typename C::codec_concept, codec_tag>;
+  { c.output_bytes() } -> std::convertible_to<std::size_t>;
+  c.decode(in, out, ctx);
+};
+
+template <class S>
+concept bytes_sample = requires(const S& s) {
+  { s.id } -> std::convertible_to<std::uint64_t>;
+  { s.label } -> std::convertible_to<std::int64_t>;
+  { s.bytes() } -> std::convertible_to<std::span<const std::byte>>;
+};
+
+template <class S>
+concept deferred_sample = requires(const S& s, std::span<std::byte> dst, const sample_context& ctx) {
+  { s.id } -> std::convertible_to<std::uint64_t>;
+  { s.label } -> std::convertible_to<std::int64_t>;
+  { s.size_bytes() } -> std::convertible_to<std::size_t>;
+  s.write_into(dst, ctx);
+};
+
+// What collate accepts.
+template <class S>
+concept sample = bytes_sample<S> || deferred_sample<S>;
+
+// A per-sample stage: declares its tag and a name, and is callable on its input with a context.
+template <class T>
+concept sample_stage = requires {
+  typename T::stage_concept;
+  requires std::same_as<typename T::stage_concept, sample_stage_tag>;
+  { T::name } -> std::convertible_to<std::string_view>;
+};
+
+template <class T>
+concept batch_stage = requires {
+  typename T::stage_concept;
+  requires std::same_as<typename T::stage_concept, batch_stage_tag>;
+  { T::name } -> std::convertible_to<std::string_view>;
+};
+
+}  // namespace sluice
