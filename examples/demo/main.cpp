@@ -56,7 +56,8 @@ struct options {
   bool full = false;
   bool quick = false;
   bool plot = true;
-  std::string only;  // "uniform" or "balanced": run one
+  std::string only;  // "uniform", "balanced" or "deferred": run one
+  std::size_t deferred = 0;  // > 0: a third run, uniform then class-balanced from this epoch (1-based)
 };
 
 [[noreturn]] void usage(int rc) {
@@ -73,7 +74,9 @@ struct options {
       "                     0 with --full)\n"
       "  --imbalance X      largest/smallest class size in the long-tailed set (100)\n"
       "  --full             train on the whole balanced training set instead (one run, uniform)\n"
-      "  --only uniform|balanced   one of the two runs\n"
+      "  --only uniform|balanced|deferred   one of the runs\n"
+      "  --deferred E       also run 'deferred': uniform, then class-balanced from epoch E on\n"
+      "                     (deferred re-sampling); the drift monitor sees the switch\n"
       "  --loader-delay-us N  busy-wait N us per sample in the loader (an expensive decode stand-in,\n"
       "                     to see stalls and the advisor react)\n"
       "  --quick            softmax regression, 2 epochs, 2,000 test images: a smoke test\n"
@@ -101,6 +104,7 @@ options parse(int argc, char** argv) {
     else if (a == "--lr") o.lr = std::stof(next());
     else if (a == "--momentum") o.momentum = std::stof(next());
     else if (a == "--seed") o.seed = std::stoull(next());
+    else if (a == "--deferred") o.deferred = std::stoul(next());
     else if (a == "--shift") o.shift = std::stol(next());
     else if (a == "--loader-delay-us") o.loader_delay_us = static_cast<unsigned>(std::stoul(next()));
     else if (a == "--model") {
@@ -113,7 +117,7 @@ options parse(int argc, char** argv) {
     else if (a == "--no-plot") o.plot = false;
     else if (a == "--only") {
       o.only = next();
-      if (o.only != "uniform" && o.only != "balanced") usage(2);
+      if (o.only != "uniform" && o.only != "balanced" && o.only != "deferred") usage(2);
     } else if (a == "-h" || a == "--help") usage(0);
     else { std::fprintf(stderr, "sluice-demo: unknown option %s\n", a.c_str()); usage(2); }
   }
@@ -243,10 +247,11 @@ void busy_wait_us(unsigned us) {
 }
 
 // Measures the gradient noise scale at the trained weights: |G_B|^2 at two batch sizes, from
-// batches drawn by the run's own sampler (so it is the noise of the gradient this run follows).
+// batches drawn by the run's own sampler in the epoch just trained (so it is the noise of the
+// gradient this run follows). Unaugmented images: the measurement needs no pipeline.
 template <class Sampler>
 diag::noise_scale_verdict measure_noise_scale(demo::model& m, const Sampler& sampler, const sluice::io::idx_reader& train,
-                                             std::size_t batch, std::size_t measurements) {
+                                             std::size_t batch, std::size_t measurements, std::uint64_t epoch) {
   const std::size_t b_small = std::max<std::size_t>(8, batch / 4), b_big = batch * 8;
   diag::noise_scale_estimator est({.b_small = static_cast<double>(b_small), .b_big = static_cast<double>(b_big)});
   const std::size_t d = train.record_bytes();
@@ -255,7 +260,7 @@ diag::noise_scale_verdict measure_noise_scale(demo::model& m, const Sampler& sam
   std::uint64_t pos = 0;
   auto draw = [&](std::size_t n) {
     for (std::size_t i = 0; i < n; ++i, ++pos) {
-      const auto id = static_cast<std::size_t>(sampler.at(1'000'000, pos % sampler.size(1'000'000)));
+      const auto id = static_cast<std::size_t>(sampler.at(epoch, pos % sampler.size(epoch)));
       auto rec = train.record(id);
       for (std::size_t k = 0; k < d; ++k) x[i * d + k] = static_cast<float>(static_cast<std::uint8_t>(rec[k])) * (1.0f / 255.0f);
       y[i] = train.label(id);
@@ -412,7 +417,7 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     run.epochs.push_back(std::move(rec));
     if (e == 0) {  // early in training, where the choice of batch size matters most
       auto s = trace.scope("noise_scale");
-      run.noise = measure_noise_scale(model, sampler_copy, train, o.batch, o.quick ? 4 : 24);
+      run.noise = measure_noise_scale(model, sampler_copy, train, o.batch, o.quick ? 4 : 24, e);
       std::printf("      gradient noise scale after epoch 1: %s\n", run.noise.message.c_str());
     }
   }
@@ -504,19 +509,19 @@ void write_plot(const options& o, const std::vector<run_record>& runs) {
        "set multiplot layout 1,2 title 'sluice-demo: long-tailed Fashion-MNIST, uniform vs class-balanced sampling'\n"
        "set title 'loss per epoch'\nset xrange [0.5:" << o.epochs + 0.5 << "]\nset xlabel 'epoch'\nset ylabel 'cross-entropy'\nset key top right\nset grid\n"
        "plot ";
-  const char* colors[] = {"#1f77b4", "#d62728"};
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c"};
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto col = 2 + 3 * i;
-    g << (i ? ", " : "") << "'curves.dat' using 1:" << col << " with linespoints lc rgb '" << colors[i % 2]
+    g << (i ? ", " : "") << "'curves.dat' using 1:" << col << " with linespoints lc rgb '" << colors[i % 3]
       << "' dt 2 title '" << runs[i].name << " train', 'curves.dat' using 1:" << col + 1
-      << " with linespoints lc rgb '" << colors[i % 2] << "' title '" << runs[i].name << " test'";
+      << " with linespoints lc rgb '" << colors[i % 3] << "' title '" << runs[i].name << " test'";
   }
   g << "\nset title 'test accuracy per class (last epoch)'\nset xlabel ''\nset ylabel 'accuracy'\nset yrange [0:1.15]\nset ytics 0,0.2,1\n"
        "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8 border -1\n"
        "set autoscale x\nset boxwidth 0.9\nset xtics rotate by -30\nset key top right\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     g << (i ? ", " : "") << "'per_class.dat' using " << 2 + i << (i == 0 ? ":xtic(1)" : "") << " lc rgb '"
-      << colors[i % 2] << "' title '" << runs[i].name << "'";
+      << colors[i % 3] << "' title '" << runs[i].name << "'";
   }
   g << "\nunset multiplot\n";
   g.close();
@@ -575,6 +580,12 @@ int main(int argc, char** argv) try {
   if (!o.full && o.only != "uniform")
     runs.push_back(train_run("balanced", demo::balanced_sampler_name, demo::make_balanced(labels, o.seed), train, test, o,
                              trace, epochs_csv));
+  if (!o.full && (o.deferred > 0 || o.only == "deferred") && (o.only.empty() || o.only == "deferred")) {
+    const std::size_t at = o.deferred > 0 ? o.deferred : (o.epochs + 1) / 2 + 1;
+    runs.push_back(train_run("deferred", "uniform, class-balanced from epoch " + std::to_string(at),
+                             demo::switching_sampler(demo::uniform_subset(labels, o.seed), demo::make_balanced(labels, o.seed), at - 1),
+                             train, test, o, trace, epochs_csv));
+  }
   epochs_csv.close();
 
   std::printf("\n%-9s %9s %9s %9s %10s %8s %12s %9s %8s\n", "run", "test loss", "accuracy", "bal.acc", "best bal.", "stall",
@@ -590,18 +601,24 @@ int main(int argc, char** argv) try {
     std::printf("%-9s %9.3f %9.3f %9.3f %10.3f %6.1f %% %12.0f %9.2f %8.1f\n", r.name.c_str(), l.test.loss, l.test.accuracy,
                 l.test.balanced_accuracy, best, 100 * stall, sps, l.balance.class_std, r.seconds);
   }
-  if (runs.size() == 2) {
-    std::printf("\nper-class test accuracy (last epoch)\n%-10s %6s %9s %9s %7s\n", "class", "train", "uniform", "balanced", "gain");
+  if (!runs.empty()) {
+    std::printf("\nper-class test accuracy (last epoch)\n%-10s %6s", "class", "train");
+    for (const auto& r : runs) std::printf(" %9s", r.name.c_str());
+    std::printf("\n");
     for (std::size_t c = 0; c < demo::classes; ++c) {
-      const double u = runs[0].epochs.back().test.per_class[c], b = runs[1].epochs.back().test.per_class[c];
-      std::printf("%-10s %6zu %9.3f %9.3f %+7.3f\n", demo::class_names[c], kept[c], u, b, b - u);
+      std::printf("%-10s %6zu", demo::class_names[c], kept[c]);
+      for (const auto& r : runs) std::printf(" %9.3f", r.epochs.back().test.per_class[c]);
+      std::printf("\n");
     }
-    const double gain = runs[1].epochs.back().test.balanced_accuracy - runs[0].epochs.back().test.balanced_accuracy;
-    std::printf("\nclass-balanced sampling changes balanced test accuracy by %+.1f points (%.3f -> %.3f)%s\n", 100 * gain,
-                runs[0].epochs.back().test.balanced_accuracy, runs[1].epochs.back().test.balanced_accuracy,
-                files.stand_in ? " [stand-in data]" : "");
-    std::printf("(the test set is balanced, 1,000 images a class, so balanced accuracy equals accuracy here)\n");
   }
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    if (runs[0].name != "uniform") break;
+    const double u = runs[0].epochs.back().test.balanced_accuracy, b = runs[i].epochs.back().test.balanced_accuracy;
+    std::printf("%s sampling changes balanced test accuracy by %+.1f points over uniform (%.3f -> %.3f)%s\n",
+                runs[i].name == "balanced" ? "\nclass-balanced" : runs[i].name.c_str(), 100 * (b - u), u, b,
+                files.stand_in ? " [stand-in data]" : "");
+  }
+  if (runs.size() >= 2 && !o.quick) std::printf("(the test set is balanced, 1,000 images a class: balanced accuracy equals accuracy)\n");
 
   trace.write(o.out + "/trace.json");
   write_report(o, files, kept, runs, trace);

@@ -72,6 +72,27 @@ class minimal_class_balanced {
   std::uint64_t seed_;
 };
 
+// Uniform for epochs before `switch_epoch`, then class-balanced: deferred re-sampling (Cao et al.,
+// 2019, "LDAM-DRW"): learn features from the natural distribution first, rebalance late.
+template <class First, class Then>
+class switching_sampler {
+ public:
+  using sampler_concept = sluice::sampler_tag;
+  switching_sampler(First a, Then b, std::uint64_t switch_epoch)
+      : a_(std::move(a)), b_(std::move(b)), switch_(switch_epoch) {}
+  [[nodiscard]] std::size_t size(std::uint64_t e) const { return e < switch_ ? a_.size(e) : b_.size(e); }
+  [[nodiscard]] std::uint64_t at(std::uint64_t e, std::uint64_t pos) const { return e < switch_ ? a_.at(e, pos) : b_.at(e, pos); }
+  void prepare(std::uint64_t e) {
+    if constexpr (requires { b_.prepare(e); }) { if (e >= switch_) b_.prepare(e); }
+    if constexpr (requires { a_.prepare(e); }) { if (e < switch_) a_.prepare(e); }
+  }
+
+ private:
+  First a_;
+  Then b_;
+  std::uint64_t switch_;
+};
+
 #if DEMO_HAS_SLUICE_CLASS_BALANCED
 inline constexpr const char* balanced_sampler_name = "sluice::class_balanced (inverse frequency)";
 inline auto make_balanced(std::span<const std::int64_t> labels, std::uint64_t seed) {
