@@ -39,7 +39,7 @@ namespace diag = sluice::diag;
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string out = "sluice-demo-out";
+  std::string out = "out/demo";
   std::size_t epochs = 6;
   bool epochs_set = false;
   std::size_t batch = 64;
@@ -65,7 +65,7 @@ struct options {
       "usage: sluice-demo [options]\n"
       "  --data DIR         Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist);\n"
       "                     a generated stand-in is used when they are missing\n"
-      "  --out DIR          where report.json, trace.json, epochs.csv, plot.png go (sluice-demo-out)\n"
+      "  --out DIR          where report.json, trace.json, epochs.csv, plot.png go (out/demo)\n"
       "  --epochs N         epochs per run (6; --quick: 2)\n"
       "  --model mlp|softmax  one hidden layer of --hidden units (128), or softmax regression\n"
       "  --hidden N  --batch N (64)  --lr X (0.05, cosine-decayed to 0)  --momentum X (0.9)  --seed N (7)\n"
