@@ -349,9 +349,7 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
       last_end = clock_type::now();
       trace.complete("train_step", t0, last_end);
       if (steps % 4 == 0) {
-        const auto s = loader.stats();
-        trace.counter("ready_batches", static_cast<double>(s.ready_batches), last_end);
-        trace.counter("bytes_in_flight", static_cast<double>(s.bytes_in_flight), last_end);
+        diag::record_pipeline_counters(trace, loader.stats(), last_end);
       }
       if (steps % 8 == 0) progress(tty, name, e, steps, total_batches, loss_sum / static_cast<double>(steps));
     }
