@@ -188,6 +188,29 @@ inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::st
   return a * b;
 }
 
+struct npy_layout {
+  npy_header header;
+  std::uint64_t row_bytes = 0;
+  std::uint64_t rows = 0;
+};
+
+// Parses the header and checks that the data the shape implies is exactly what the file holds.
+inline npy_layout describe_npy(std::span<const std::byte> file, const std::string& path) {
+  npy_layout l;
+  l.header = parse_npy_header(file, path);
+  if (l.header.shape.empty()) throw format_error(path, {}, "0-d array (shape ()) has no rows to serve as records");
+  l.row_bytes = l.header.dtype.item_bytes;
+  for (std::size_t d = 1; d < l.header.shape.size(); ++d) l.row_bytes = checked_mul(l.row_bytes, l.header.shape[d], path);
+  l.rows = l.header.shape[0];
+  const std::uint64_t want = checked_mul(l.rows, l.row_bytes, path);
+  const std::uint64_t have = file.size() - l.header.data_offset;
+  if (want != have)
+    throw format_error(path, {file_position::npos, l.header.data_offset},
+                       "shape says " + std::to_string(want) + " data bytes but the file holds " + std::to_string(have) +
+                           (want > have ? " (truncated)" : " (trailing bytes)"));
+  return l;
+}
+
 }  // namespace detail
 
 class npy_reader {
@@ -195,18 +218,10 @@ class npy_reader {
   using reader_concept = reader_tag;
 
   explicit npy_reader(std::string path, npy_options opt = {}) : file_(std::move(path), opt.map) {
-    header_ = detail::parse_npy_header(file_.bytes(), file_.path());
-    if (header_.shape.empty())
-      throw format_error(file_.path(), {}, "0-d array (shape ()) has no rows to serve as records");
-    row_bytes_ = header_.dtype.item_bytes;
-    for (std::size_t d = 1; d < header_.shape.size(); ++d) row_bytes_ = detail::checked_mul(row_bytes_, header_.shape[d], file_.path());
-    rows_ = header_.shape[0];
-    const std::uint64_t want = detail::checked_mul(rows_, row_bytes_, file_.path());
-    const std::uint64_t have = file_.size() - header_.data_offset;
-    if (want != have)
-      throw format_error(file_.path(), {file_position::npos, header_.data_offset},
-                         "shape says " + std::to_string(want) + " data bytes but the file holds " + std::to_string(have) +
-                             (want > have ? " (truncated)" : " (trailing bytes)"));
+    auto l = detail::describe_npy(file_.bytes(), file_.path());
+    header_ = std::move(l.header);
+    row_bytes_ = l.row_bytes;
+    rows_ = l.rows;
     if (!opt.labels_path.empty()) load_labels(opt.labels_path, opt.map);
   }
 
