@@ -7,7 +7,8 @@
 // stable (it pairs one under-full and one over-full column at a time; leftovers are exactly full).
 //
 // Guarantees
-//   * P(draw == i) = w[i] / sum(w), up to double rounding in the build (tested by chi-square).
+//   * P(draw == i) = w[i] / sum(w), up to double rounding in the build and the 2^-32 resolution
+//     of each column's keep/alias split (tested by chi-square). At most 2^32 - 1 weights.
 //   * `weighted::at(epoch, pos)` is a pure function of (seed, epoch, pos): the draw uses
 //     counter_rng keyed on exactly those, so any worker may compute any position, and an epoch can
 //     be resumed at any position. Thread-safe (const, no shared state).
@@ -23,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +43,8 @@ class alias_table {
   void build(std::span<const double> weights) {
     const std::size_t n = weights.size();
     if (n == 0) throw usage_error("sluice: alias_table needs at least one weight");
+    if (n > std::numeric_limits<std::uint32_t>::max())
+      throw usage_error("sluice: alias_table holds at most 2^32 - 1 weights");
     double total = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double w = weights[i];
@@ -54,62 +58,70 @@ class alias_table {
     total_ = total;
     // scaled[i] = n * p_i; columns below 1 are "small", at or above 1 are "large".
     std::vector<double> scaled(n);
-    std::vector<std::uint64_t> small, large;
+    std::vector<std::uint32_t> small, large;
     small.reserve(n);
     large.reserve(n);
     const double scale = static_cast<double>(n) / total;
     for (std::size_t i = 0; i < n; ++i) {
       scaled[i] = weights[i] * scale;
-      (scaled[i] < 1.0 ? small : large).push_back(i);
+      (scaled[i] < 1.0 ? small : large).push_back(static_cast<std::uint32_t>(i));
     }
     while (!small.empty() && !large.empty()) {
-      const std::uint64_t s = small.back(), l = large.back();
+      const std::uint32_t s = small.back(), l = large.back();
       small.pop_back();
-      columns_[s] = column{scaled[s], l};
+      columns_[s] = make_column(scaled[s], s, l);
       scaled[l] = (scaled[l] + scaled[s]) - 1.0;  // l gave 1 - scaled[s] of its mass to column s
       if (scaled[l] < 1.0) {
         large.pop_back();
         small.push_back(l);
       }
     }
-    // Whatever is left is full up to rounding error: keep itself with probability 1.
-    for (std::uint64_t i : large) columns_[i] = column{1.0, i};
-    for (std::uint64_t i : small) columns_[i] = column{1.0, i};
+    // Whatever is left is full up to rounding error: it is its own alias, so it keeps itself.
+    for (std::uint32_t i : large) columns_[i] = column{0, i};
+    for (std::uint32_t i : small) columns_[i] = column{0, i};
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return columns_.size(); }
   [[nodiscard]] double total_weight() const noexcept { return total_; }
 
-  // One draw from two uniform numbers: u64 picks the column, coin in [0,1) decides keep/alias.
-  [[nodiscard]] std::uint64_t draw(std::uint64_t u64, double coin) const noexcept {
-    const auto i = static_cast<std::uint64_t>(
-        (static_cast<unsigned __int128>(u64) * columns_.size()) >> 64);
-    const column& c = columns_[i];
-    return coin < c.keep_probability ? i : c.alias;
+  // One draw from two random words: `pick` chooses the column (multiply-shift), the top 32 bits
+  // of `coin` decide keep or alias. A column is 8 bytes, so 10^6 weights take 8 MB.
+  [[nodiscard]] std::uint64_t draw(std::uint64_t pick, std::uint64_t coin) const noexcept {
+    const auto i = static_cast<std::size_t>(
+        (static_cast<unsigned __int128>(pick) * columns_.size()) >> 64);
+    const column c = columns_[i];
+    return static_cast<std::uint32_t>(coin >> 32) < c.keep_threshold ? i : c.alias;
   }
   template <class Rng>
   [[nodiscard]] std::uint64_t draw(Rng& rng) const noexcept {
-    const std::uint64_t a = rng();
-    const double coin = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-    return draw(a, coin);
+    const std::uint64_t pick = rng();
+    return draw(pick, rng());
   }
 
-  // Probability that a draw returns i (from the table itself, for tests and for cache admission).
+// Probability that a draw returns i (from the table itself, for tests and for cache admission).
   [[nodiscard]] std::vector<double> probabilities() const {
     std::vector<double> p(columns_.size(), 0.0);
     const double inv_n = 1.0 / static_cast<double>(columns_.size());
     for (std::size_t i = 0; i < columns_.size(); ++i) {
-      p[i] += columns_[i].keep_probability * inv_n;
-      p[columns_[i].alias] += (1.0 - columns_[i].keep_probability) * inv_n;
+      const double keep = columns_[i].alias == i ? 1.0 : columns_[i].keep_threshold * 0x1.0p-32;
+      p[i] += keep * inv_n;
+      p[columns_[i].alias] += (1.0 - keep) * inv_n;
     }
     return p;
   }
 
  private:
+  // Keeps itself when the coin's top 32 bits are below keep_threshold (probability
+  // keep_threshold / 2^32, so each column's split is exact to 2^-32); a full column is its own alias.
   struct column {
-    double keep_probability = 1.0;
-    std::uint64_t alias = 0;
+    std::uint32_t keep_threshold = 0;
+    std::uint32_t alias = 0;
   };
+  static column make_column(double keep, std::uint32_t self, std::uint32_t alias) noexcept {
+    const double t = std::round(keep * 0x1.0p32);
+    if (t >= 0x1.0p32) return column{0, self};
+    return column{static_cast<std::uint32_t>(t), alias};
+  }
   std::vector<column> columns_;
   double total_ = 0;
 };
