@@ -31,7 +31,7 @@ const std::vector<double>& weights_1m() {
 }  // namespace
 
 static void BM_weighted_at(benchmark::State& state) {
-  sluice::weighted s(weights_1m(), {.seed = 1});
+  sluice::sample::weighted s(weights_1m(), {.seed = 1});
   std::uint64_t pos = 0;
   for (auto _ : state) benchmark::DoNotOptimize(s.at(3, pos++));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
@@ -42,7 +42,7 @@ BENCHMARK(BM_weighted_at);
 // cache miss a 10^6-entry table costs on a random column.
 static void BM_weighted_at_small_table(benchmark::State& state) {
   std::vector<double> w(weights_1m().begin(), weights_1m().begin() + 1000);
-  sluice::weighted s(w, {.seed = 1});
+  sluice::sample::weighted s(w, {.seed = 1});
   std::uint64_t pos = 0;
   for (auto _ : state) benchmark::DoNotOptimize(s.at(3, pos++));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
@@ -50,7 +50,7 @@ static void BM_weighted_at_small_table(benchmark::State& state) {
 BENCHMARK(BM_weighted_at_small_table);
 
 static void BM_alias_table_draw(benchmark::State& state) {
-  sluice::alias_table t(weights_1m());
+  sluice::sample::alias_table t(weights_1m());
   sluice::counter_rng rng(1, 2, 3);
   for (auto _ : state) benchmark::DoNotOptimize(t.draw(rng));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
@@ -68,7 +68,7 @@ BENCHMARK(BM_std_discrete);
 
 static void BM_alias_build(benchmark::State& state) {
   for (auto _ : state) {
-    sluice::alias_table t(weights_1m());
+    sluice::sample::alias_table t(weights_1m());
     benchmark::DoNotOptimize(t.size());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 1'000'000);

@@ -79,7 +79,7 @@ BENCHMARK(BM_hits_permutation_weighted)->Iterations(1)->Unit(benchmark::kMillise
 namespace {
 struct long_tail_case {
   std::vector<std::int64_t> labels = long_tail_labels();
-  sluice::class_balanced<> sampler{labels, {}, {.seed = 5}};
+  sluice::sample::class_balanced<> sampler{labels, {}, {.seed = 5}};
   std::uint64_t n() const { return labels.size(); }
   std::uint64_t bytes_half() const { return n() * item_bytes / 2; }
 };

@@ -17,8 +17,8 @@
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/class_weights.hpp"
 
-namespace ss = sluice;
-namespace cw = sluice::class_weight;
+namespace ss = sluice::sample;
+namespace cw = sluice::sample;
 
 static_assert(sluice::sampler<ss::weighted>);
 static_assert(sluice::preparing_sampler<ss::weighted>);
@@ -150,38 +150,38 @@ TEST_CASE("weighted without replacement: each id at most once, heavier ids inclu
 
 TEST_CASE("class weights: the rules' formulas and masses") {
   std::vector<std::uint64_t> counts{1000, 100, 10, 1, 0};
-  auto inv = cw::weights(counts, cw::inverse_frequency{});
+  auto inv = cw::class_weights(counts, cw::inverse_frequency{});
   CHECK(inv[0] == doctest::Approx(1e-3));
   CHECK(inv[4] == 0.0);
-  auto mass_inv = cw::mass(counts, cw::inverse_frequency{});
+  auto mass_inv = cw::class_mass(counts, cw::inverse_frequency{});
   for (int c = 0; c < 4; ++c) CHECK(mass_inv[c] == doctest::Approx(0.25));
   CHECK(mass_inv[4] == 0.0);
 
-  auto lg = cw::weights(counts, cw::inverse_log{});
+  auto lg = cw::class_weights(counts, cw::inverse_log{});
   CHECK(lg[1] == doctest::Approx(1.0 / std::log(101.0)));
 
   // effective number: E_n = (1 - b^n)/(1 - b); weight 1/E_n
   cw::effective_number en{0.99};
-  auto ew = cw::weights(counts, en);
+  auto ew = cw::class_weights(counts, en);
   for (int c = 0; c < 4; ++c) {
     const double n = static_cast<double>(counts[c]);
     CHECK(ew[c] == doctest::Approx((1 - 0.99) / (1 - std::pow(0.99, n))));
   }
   CHECK(ew[3] == doctest::Approx(1.0));  // one sample: E_1 = 1
   // beta -> 1 approaches class-balanced, beta = 0 is instance-balanced (weight 1 each).
-  auto m_near1 = cw::mass(counts, cw::effective_number{0.999999});
+  auto m_near1 = cw::class_mass(counts, cw::effective_number{0.999999});
   CHECK(m_near1[0] / m_near1[3] == doctest::Approx(1.0).epsilon(0.01));
-  auto w0 = cw::weights(counts, cw::effective_number{0.0});
+  auto w0 = cw::class_weights(counts, cw::effective_number{0.0});
   CHECK(w0[0] == doctest::Approx(1.0));
   CHECK(w0[2] == doctest::Approx(1.0));
   CHECK_THROWS_AS((void)cw::effective_number{1.0}.weight(3), sluice::usage_error);
 
   // power family: mass ∝ n^q
-  auto m_sqrt = cw::mass(counts, cw::power{0.5});
+  auto m_sqrt = cw::class_mass(counts, cw::power{0.5});
   CHECK(m_sqrt[0] / m_sqrt[2] == doctest::Approx(std::sqrt(100.0)));
-  auto m_inst = cw::mass(counts, cw::power{1.0});
+  auto m_inst = cw::class_mass(counts, cw::power{1.0});
   CHECK(m_inst[0] / m_inst[1] == doctest::Approx(10.0));
-  auto m_bal = cw::mass(counts, cw::power{0.0});
+  auto m_bal = cw::class_mass(counts, cw::power{0.0});
   CHECK(m_bal[0] == doctest::Approx(m_bal[3]));
 
   // schedule: q goes 1 -> 0 over 4 epochs, then stays at 0

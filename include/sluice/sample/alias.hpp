@@ -16,7 +16,7 @@
 //     throw usage_error at construction.
 //
 //   std::vector<double> w = ...;                       // one weight per sample id
-//   sluice::weighted s{w, {.seed = 7}};        // size(epoch) == w.size() by default
+//   sluice::sample::weighted s{w, {.seed = 7}};        // size(epoch) == w.size() by default
 //   std::uint64_t id = s.at(/*epoch=*/3, /*pos=*/41);  // same answer on every thread, every run
 #pragma once
 
@@ -33,7 +33,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
 
-namespace sluice {
+namespace sluice::sample {
 
 class alias_table {
  public:
@@ -207,4 +207,4 @@ class weighted {
   std::uint64_t prepared_epoch_ = ~std::uint64_t{0};
 };
 
-}  // namespace sluice
+}  // namespace sluice::sample

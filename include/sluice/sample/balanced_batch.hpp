@@ -16,7 +16,7 @@
 //   * at(epoch, pos) is pure in (seed, epoch, pos): O(log classes) a draw, thread-safe, resumable.
 //   * Class shares come from any class_weighting rule (default: balanced, inverse_frequency).
 //
-//   sluice::balanced_batch s{labels, sluice::class_weight::inverse_frequency{}, {.seed = 1, .batch = 64}};
+//   sluice::sample::balanced_batch s{labels, sluice::sample::inverse_frequency{}, {.seed = 1, .batch = 64}};
 #pragma once
 
 #include <algorithm>
@@ -32,7 +32,7 @@
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/class_weights.hpp"
 
-namespace sluice {
+namespace sluice::sample {
 
 struct balanced_batch_options {
   std::uint64_t seed = 0;
@@ -40,7 +40,7 @@ struct balanced_batch_options {
   std::uint64_t batches_per_epoch = 0;  // 0: ceil(labelled samples / batch)
 };
 
-template <class_weight::rule Rule = class_weight::inverse_frequency>
+template <class_weighting Rule = inverse_frequency>
 class balanced_batch {
  public:
   using sampler_concept = sampler_tag;
@@ -89,7 +89,7 @@ class balanced_batch {
     return c;
   }
   void build(std::uint64_t epoch) {
-    shares_ = class_weight::mass(std::span<const std::uint64_t>(index_.counts), rule_, epoch);
+    shares_ = class_mass(std::span<const std::uint64_t>(index_.counts), rule_, epoch);
     cdf_.resize(shares_.size());
     double acc = 0;
     for (std::size_t c = 0; c < shares_.size(); ++c) cdf_[c] = acc += shares_[c];
@@ -108,4 +108,4 @@ class balanced_batch {
   std::uint64_t table_epoch_ = 0;
 };
 
-}  // namespace sluice
+}  // namespace sluice::sample

@@ -15,7 +15,7 @@
 //     table in prepare(epoch); at() for an epoch that was not prepared then throws usage_error.
 //
 //   std::vector<std::int64_t> labels = ...;
-//   sluice::class_balanced s{labels, sluice::class_weight::effective_number{0.999}, {.seed = 7}};
+//   sluice::sample::class_balanced s{labels, sluice::sample::effective_number{0.999}, {.seed = 7}};
 //   auto tier = sluice::tier::weighted{1 << 30, s.sample_probabilities()};  // weight-aware cache
 #pragma once
 
@@ -31,7 +31,7 @@
 #include "sluice/sample/alias.hpp"
 #include "sluice/sample/class_weights.hpp"
 
-namespace sluice {
+namespace sluice::sample {
 
 namespace detail {
 // Sample ids grouped by class: members of class c are ids[offsets[c] .. offsets[c+1]).
@@ -61,7 +61,7 @@ struct class_balanced_options {
   std::uint64_t samples_per_epoch = 0;  // 0: the number of labelled samples
 };
 
-template <class_weight::rule Rule = class_weight::inverse_frequency>
+template <class_weighting Rule = inverse_frequency>
 class class_balanced {
  public:
   using sampler_concept = sampler_tag;
@@ -116,4 +116,4 @@ class class_balanced {
   std::uint64_t table_epoch_ = 0;
 };
 
-}  // namespace sluice
+}  // namespace sluice::sample

@@ -14,11 +14,11 @@
 //                           `epochs` epochs, then held: instance-balanced first, balanced later
 //                           (the progressive schedule of Kang et al., ICLR 2020, done on q)
 // A class with n = 0 gets weight 0 (it has no samples to draw).
-// Every rule (namespace sluice::class_weight) is a small value type with `double weight(std::uint64_t n, std::uint64_t epoch)`;
+// Every rule (namespace sluice::sample) is a small value type with `double weight(std::uint64_t n, std::uint64_t epoch)`;
 // `epoch_dependent` says whether samplers must rebuild their tables each epoch.
 //
-//   auto counts = sluice::count_labels(labels);                             // per-class counts
-//   auto w = sluice::class_weight::weights(counts, sluice::class_weight::effective_number{0.999});
+//   auto counts = sluice::sample::count_labels(labels);          // per-class counts
+//   auto w = sluice::sample::class_weights(counts, sluice::sample::effective_number{0.999});
 //   // w[c] is the weight of each sample of class c; mass c = counts[c] * w[c]
 #pragma once
 
@@ -32,9 +32,7 @@
 
 #include "sluice/core/error.hpp"
 
-namespace sluice {
-
-namespace class_weight {
+namespace sluice::sample {
 
 struct inverse_frequency {
   static constexpr bool epoch_dependent = false;
@@ -89,14 +87,14 @@ struct power_schedule {
 };
 
 template <class R>
-concept rule = requires(const R& r, std::uint64_t n, std::uint64_t epoch) {
+concept class_weighting = requires(const R& r, std::uint64_t n, std::uint64_t epoch) {
   { r.weight(n, epoch) } -> std::convertible_to<double>;
   { R::epoch_dependent } -> std::convertible_to<bool>;
 };
 
 // Per-sample weight of each class under a rule.
-template <rule R>
-std::vector<double> weights(std::span<const std::uint64_t> counts, const R& rule,
+template <class_weighting R>
+std::vector<double> class_weights(std::span<const std::uint64_t> counts, const R& rule,
                                   std::uint64_t epoch = 0) {
   std::vector<double> w(counts.size());
   for (std::size_t c = 0; c < counts.size(); ++c) w[c] = rule.weight(counts[c], epoch);
@@ -104,8 +102,8 @@ std::vector<double> weights(std::span<const std::uint64_t> counts, const R& rule
 }
 
 // Share of the draws each class gets under a rule (sums to 1).
-template <rule R>
-std::vector<double> mass(std::span<const std::uint64_t> counts, const R& rule,
+template <class_weighting R>
+std::vector<double> class_mass(std::span<const std::uint64_t> counts, const R& rule,
                                std::uint64_t epoch = 0) {
   std::vector<double> m(counts.size());
   double total = 0;
@@ -127,8 +125,6 @@ inline std::vector<double> normalize_per_sample(std::vector<double> weights,
   return weights;
 }
 
-}  // namespace class_weight
-
 // Per-class counts from labels (label -1, "none", is ignored; labels must be < 2^31).
 inline std::vector<std::uint64_t> count_labels(std::span<const std::int64_t> labels) {
   std::vector<std::uint64_t> counts;
@@ -144,4 +140,4 @@ inline std::vector<std::uint64_t> count_labels(std::span<const std::int64_t> lab
   return counts;
 }
 
-}  // namespace sluice
+}  // namespace sluice::sample
