@@ -252,3 +252,220 @@ TEST_CASE("cache stage under threads: every sample gets its own bytes while entr
   CHECK(s.evictions > 0);
   CHECK(s.bytes <= 64 * 32);
 }
+
+// ------------------------------------------------------------------ depth and worker policies
+#include <chrono>
+
+#include "../../bench/policy/pipeline_sim.hpp"
+#include "sluice/policy/depth.hpp"
+#include "sluice/policy/workers.hpp"
+#include "sluice/sluice.hpp"
+
+static_assert(sluice::depth_policy<sluice::depth::utilization_rule>);
+static_assert(sluice::depth_policy<sluice::depth::adaptive>);
+static_assert(sluice::depth_policy<sluice::with_workers<sluice::depth::adaptive>>);
+
+namespace {
+sluice::depth_signal signal(std::size_t depth, double wait_ms, double busy_ms, std::size_t ready,
+                            std::size_t workers = 2, std::size_t batch_bytes = 1 << 20) {
+  return {0, static_cast<std::uint64_t>(wait_ms * 1e6), static_cast<std::uint64_t>(busy_ms * 1e6), ready, depth,
+          workers, batch_bytes};
+}
+// Feeds `n` batches produced by `make(i, depth)` and returns the depths after each.
+template <class P, class F>
+std::vector<std::size_t> drive(P& p, std::size_t n, F make) {
+  std::size_t d = std::clamp<std::size_t>(p.initial_depth(), 1, p.max_depth());
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    d = std::clamp<std::size_t>(p.update(make(i, d)), 1, p.max_depth());
+    out.push_back(d);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("utilization_rule: >85 % -> 1, <60 % -> 3, else 2, from the wait fraction") {
+  sluice::depth::utilization_rule r({.window = 4, .source = sluice::depth::utilization_source::wait_fraction});
+  CHECK_FALSE(r.uses_nvml());
+  CHECK(r.depth_for(0.95) == 1);
+  CHECK(r.depth_for(0.86) == 1);
+  CHECK(r.depth_for(0.85) == 2);
+  CHECK(r.depth_for(0.70) == 2);
+  CHECK(r.depth_for(0.60) == 2);
+  CHECK(r.depth_for(0.59) == 3);
+  // utilisation 9/(9+1) = 0.9 over a window -> 1; 5/(5+5) = 0.5 -> 3; 7/10 -> 2
+  auto run = [&](double wait, double busy) {
+    return drive(r, 4, [&](std::size_t, std::size_t d) { return signal(d, wait, busy, 0); }).back();
+  };
+  CHECK(run(1, 9) == 1);
+  CHECK(run(5, 5) == 3);
+  CHECK(run(3, 7) == 2);
+  CHECK(r.last_utilization() == doctest::Approx(0.7));
+  // Automatic source: NVML when the library loads, else the wait fraction; never throws.
+  sluice::depth::utilization_rule automatic;
+  MESSAGE("NVML available: " << automatic.uses_nvml());
+}
+
+TEST_CASE("adaptive: grows while the consumer waits and the producer can fill the queue") {
+  sluice::depth::adaptive a({.initial = 2, .max = 16, .window = 8});
+  // 20 % stall, and the queue was full (ready >= depth) once per window: depth is what is short.
+  auto ds = drive(a, 400, [](std::size_t i, std::size_t d) {
+    return i % 8 == 0 ? signal(d, 0, 10, d) : signal(d, 2.5, 10, 0);
+  });
+  CHECK(ds.back() == 16);
+  CHECK(std::is_sorted(ds.begin(), ds.end()));  // only grew
+}
+
+TEST_CASE("adaptive: does not grow when the producer is slower on average (queue never fills)") {
+  sluice::depth::adaptive a({.initial = 2, .window = 8});
+  auto ds = drive(a, 2000, [](std::size_t, std::size_t d) { return signal(d, 5, 10, 0); });
+  CHECK(ds.back() == 2);
+  CHECK(a.changes() == 0);
+}
+
+TEST_CASE("adaptive: shrinks when the queue stays full, down to 1") {
+  sluice::depth::adaptive a({.initial = 8, .window = 8});
+  auto ds = drive(a, 2000, [](std::size_t, std::size_t d) { return signal(d, 0, 10, d + 1); });
+  CHECK(ds.back() == 1);
+  CHECK(std::is_sorted(ds.rbegin(), ds.rend()));  // only shrank
+}
+
+TEST_CASE("adaptive: never exceeds the RAM budget, and obeys it at once when batches grow") {
+  // Budget 6 MiB, 1 MiB batches, 2 workers: (depth + 2) * 1 MiB <= 6 MiB -> depth <= 4.
+  sluice::depth::adaptive a({.initial = 2, .max = 16, .ram_budget_bytes = 6 << 20, .window = 8});
+  std::size_t peak = 0;
+  auto ds = drive(a, 1000, [&](std::size_t i, std::size_t d) {
+    peak = std::max(peak, d);
+    return i % 8 == 0 ? signal(d, 0, 10, d) : signal(d, 5, 10, 0);
+  });
+  CHECK(peak <= 4);
+  CHECK(ds.back() == 4);
+  // Batches double in size: the cap falls to 1 ((1 + 2) * 2 MiB = 6 MiB) on the next batch.
+  CHECK(a.update(signal(4, 5, 10, 0, 2, 2 << 20)) == 1);
+}
+
+TEST_CASE("adaptive: at a boundary it does not oscillate (hysteresis, dwell, growing shrink patience)") {
+  // A stationary boundary: below depth 5 the consumer stalls 20 % with a queue that fills at
+  // times; at 5 and above it never waits and the queue stays full — so a naive controller would
+  // flip between 4 and 5 on almost every window (5000 windows here).
+  sluice::depth::adaptive a({.initial = 2, .max = 16, .window = 8});
+  std::uint64_t changes_first_half = 0;
+  drive(a, 40000, [&](std::size_t i, std::size_t d) {
+    if (i == 20000) changes_first_half = a.changes();
+    if (d >= 5) return signal(d, 0, 10, d + 1);
+    return i % 8 == 0 ? signal(d, 0, 10, d) : signal(d, 2.5, 10, 0);
+  });
+  const std::uint64_t second_half = a.changes() - changes_first_half;
+  MESSAGE("depth changes: " << changes_first_half << " in the first 20000 batches, " << second_half
+                            << " in the next 20000; shrink patience now " << a.shrink_patience_windows()
+                            << " windows");
+  CHECK(a.changes() < 100);                        // vs ~5000 for a controller without hysteresis
+  CHECK(second_half <= changes_first_half);        // and the probing slows down, not up
+  CHECK(a.shrink_patience_windows() > 4);          // undone shrinks doubled the patience
+}
+
+TEST_CASE("adaptive in the simulated loader: stall <= 5 % with no more memory than the smallest fixed depth that gets there") {
+  sluice_sim::scenario sc;  // consumer 10 ms (cv 0.3), producer 18 ms a batch (cv 0.6), 2 workers
+  sc.batches = 20000;
+  std::size_t smallest_ok_peak = 0;
+  for (std::size_t d = 1; d <= 16 && smallest_ok_peak == 0; ++d) {
+    sluice::depth::fixed f{d};
+    auto r = sluice_sim::simulate(f, sc);
+    if (r.stall_fraction <= 0.05) smallest_ok_peak = r.peak_batches_alive;
+  }
+  REQUIRE(smallest_ok_peak > 0);
+  sluice::depth::adaptive a;
+  auto r = sluice_sim::simulate(a, sc);
+  MESSAGE("adaptive stall " << r.stall_fraction << " peak " << r.peak_batches_alive << " (fixed needs "
+                            << smallest_ok_peak << ")");
+  CHECK(r.stall_fraction <= 0.05);
+  CHECK(r.peak_batches_alive <= smallest_ok_peak);
+}
+
+TEST_CASE("worker autotune: adds workers while producer-bound, removes them when the consumer never waits") {
+  sluice::workers::autotune t({.min = 1, .max = 8, .window = 8});
+  std::size_t w = 2;
+  for (int i = 0; i < 80; ++i) w = t.update(signal(2, 5, 10, 0, w));  // u = 0.67, queue empty
+  CHECK(w == 8);
+  sluice::workers::autotune u({.min = 1, .max = 8, .window = 8, .remove_windows = 2});
+  w = 6;
+  for (int i = 0; i < 400; ++i) w = u.update(signal(2, 0, 10, 3, w));  // never waits
+  CHECK(w == 1);
+  // Inside the band: hold.
+  sluice::workers::autotune h({.window = 8});
+  w = 3;
+  for (int i = 0; i < 400; ++i) w = h.update(signal(2, 1.3, 10, 0, w));  // u = 0.885
+  CHECK(w == 3);
+  CHECK(h.changes() == 0);
+}
+
+TEST_CASE("worker autotune in the simulated loader: utilisation lands near the band with few workers") {
+  sluice_sim::scenario sc;
+  sc.producer = {40, 0.5};  // one worker gives 25 % of what the consumer needs
+  sc.workers = 1;
+  sc.batches = 20000;
+  sluice::with_workers p{sluice::depth::fixed{2}, sluice::workers::autotune{}};
+  auto r = sluice_sim::simulate(p, sc);
+  MESSAGE("workers " << r.final_workers << " (mean " << r.mean_workers << "), utilisation " << r.utilization);
+  CHECK(r.final_workers >= 4);   // at least the throughput-matching count
+  CHECK(r.final_workers <= 8);   // and not all it may use
+  CHECK(r.utilization > 0.70);  // the rest is depth 2's share: the tuner leaves bursts to depth
+  CHECK(p.workers.changes() < 40);
+}
+
+namespace {
+struct mem_reader {
+  using reader_concept = sluice::reader_tag;
+  std::vector<std::byte> data;
+  std::size_t rb = 16;
+  mem_reader(std::size_t n, std::size_t record_bytes) : data(n * record_bytes), rb(record_bytes) {
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i / rb * 31 + i % rb) & 0xff);
+  }
+  std::size_t size() const { return data.size() / rb; }
+  std::span<const std::byte> record(std::size_t i) const { return {data.data() + i * rb, rb}; }
+  std::int64_t label(std::size_t i) const { return static_cast<std::int64_t>(i % 10); }
+  std::string_view path() const { return "memory"; }
+};
+template <class L>
+std::pair<std::vector<std::uint64_t>, std::uint64_t> digest(L& loader, std::uint64_t epoch) {
+  std::vector<std::uint64_t> ids;
+  std::uint64_t h = 1469598103934665603ull;
+  for (auto& b : loader.epoch(epoch)) {
+    for (auto x : b.bytes()) h = (h ^ static_cast<std::uint8_t>(x)) * 1099511628211ull;
+    for (auto id : b.ids()) ids.push_back(id);
+  }
+  return {ids, h};
+}
+}  // namespace
+
+TEST_CASE("loader: a cache stage changes nothing in the batches and hits from the second epoch") {
+  mem_reader r(2000, 32);
+  auto plain = sluice::from(sluice::sample::shuffle(2000, {.seed = 3})) | sluice::read(r) |
+               sluice::collate({.batch = 50}) | sluice::prefetch(2, {.workers = 2});
+  auto t = sluice::tier::minio(2000 * 32);
+  auto cached = sluice::from(sluice::sample::shuffle(2000, {.seed = 3})) | sluice::read(r) | sluice::cache(t) |
+                sluice::collate({.batch = 50}) | sluice::prefetch(2, {.workers = 2});
+  for (std::uint64_t e = 0; e < 2; ++e) CHECK(digest(plain, e) == digest(cached, e));
+  auto s = t.stats();
+  CHECK(s.hits >= 2000);  // the whole second epoch (the size probe may add a lookup)
+  CHECK(s.entries == 2000);
+}
+
+TEST_CASE("loader: the worker tuner changes active workers; batches stay identical") {
+  mem_reader r(1200, 16);
+  auto slow = [](sluice::record_view v) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));  // a producer-bound pipeline
+    return v;
+  };
+  auto fixed = sluice::from(sluice::sample::shuffle(1200, {.seed = 5})) | sluice::read(r) | sluice::map(slow) |
+               sluice::collate({.batch = 10}) | sluice::prefetch(2, {.workers = 1});
+  auto tuned = sluice::from(sluice::sample::shuffle(1200, {.seed = 5})) | sluice::read(r) | sluice::map(slow) |
+               sluice::collate({.batch = 10}) |
+               sluice::prefetch(sluice::with_workers{sluice::depth::fixed{2}, sluice::workers::autotune({.window = 4})},
+                                {.workers = 1, .max_workers = 4});
+  auto a = digest(fixed, 0);
+  auto b = digest(tuned, 0);
+  CHECK(a == b);
+  CHECK(tuned.depth_policy().workers.changes() > 0);
+  CHECK(tuned.stats().workers > 1);
+}
