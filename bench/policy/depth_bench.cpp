@@ -5,8 +5,10 @@
 //                  2 workers, 20,000 batches of 1 MiB. Simulated time: exact and noise-free, but a
 //                  model (no CPU contention, no policy cost).
 // BM_depth_real/*  the real loader (ticket ring, real threads) with sleeping stages: a map stage
-//                  sleeps lognormal(7.2 ms, cv 0.6) per batch (batch of 1 sample, 64 KiB), the
-//                  consumer sleeps lognormal(4 ms, cv 0.3) per step; 2 workers, 1,500 batches.
+//                  sleeps lognormal(3.6 ms, cv 0.6) per batch (batch of 1 sample, 64 KiB), the
+//                  consumer sleeps lognormal(2 ms, cv 0.3) per step; 2 workers, 3,000 batches
+//                  (the same 1.8 : 1 producer/consumer ratio as the model). sleep_for overshoots
+//                  by ~0.05-0.1 ms here, so real producer and consumer times run a little long.
 //                  Measured by the loader's own stats (wait, busy, step mean/std, peak bytes);
 //                  wall-clock, so subject to the machine's scheduling noise.
 // Counters: step_ms (mean interval between batches), jitter_ms (its std), utilization
@@ -49,7 +51,7 @@ void report_sim(benchmark::State& state, Policy make) {
 struct blob_reader {
   using reader_concept = sluice::reader_tag;
   std::vector<std::byte> data = std::vector<std::byte>(64 << 10);
-  std::size_t n = 1500;
+  std::size_t n = 3000;
   std::size_t size() const { return n; }
   std::span<const std::byte> record(std::size_t) const { return data; }
   std::int64_t label(std::size_t) const { return 0; }
@@ -69,7 +71,7 @@ template <class Policy>
 void report_real(benchmark::State& state, Policy make) {
   static const blob_reader reader;
   auto producer = [](sluice::record_view v, const sluice::sample_context& ctx) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(lognormal_ms(7.2, 0.6, 1, ctx.id)));
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(lognormal_ms(3.6, 0.6, 1, ctx.id)));
     return v;
   };
   sluice::pipeline_stats st{};
@@ -80,7 +82,7 @@ void report_real(benchmark::State& state, Policy make) {
     std::uint64_t k = 0;
     for (auto& b : loader.epoch(0)) {
       benchmark::DoNotOptimize(b.size());
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(lognormal_ms(4.0, 0.3, 2, k++)));
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(lognormal_ms(2.0, 0.3, 2, k++)));
     }
     st = loader.stats();
   }

@@ -13,7 +13,7 @@
 //   fraction busy / (busy + wait) over the window.
 //
 // depth::adaptive — a controller that holds the consumer's stall fraction (wait / (wait + busy))
-//   under `target_stall` (default 5 %) with the smallest depth; it decides once per window of
+//   under `target_stall` (default 4 %, a margin under the usual 5 % goal) with the smallest depth; it decides once per window of
 //   `window` batches, on everything measured since its last change:
 //   grow   by 1 when the stall is clearly above target — estimate minus confidence_z standard
 //          errors (ratio estimator) above it, so a depth that sits just under target is not
@@ -187,7 +187,7 @@ struct adaptive_options {
   std::size_t initial = 2;
   std::size_t max = 16;
   std::uint64_t ram_budget_bytes = 0;  // 0: no budget beyond max
-  double target_stall = 0.05;          // the stall fraction the controller holds depth under
+  double target_stall = 0.04;          // the stall fraction the controller holds depth under
   std::uint64_t window = 32;           // batches between decisions (and the dwell after a change)
   double confidence_z = 1.5;           // grow only when stall - z * error > target
   std::uint64_t shrink_windows = 4;    // consecutive full-queue windows before a shrink
