@@ -15,7 +15,10 @@
 # A machine without a GPU (CI, every dev box) still builds everything here: device detection happens
 # at run time and GPU tests report "Skipped" (see tests/cuda/device).
 
-set(SLUICE_HAS_NVCC OFF)
+option(SLUICE_GPU_CHECKS
+  "Build only the GPU tests and benchmarks (plain executables; no doctest or Google Benchmark needed): bench/gpu_check.sh"
+  OFF)
+set(SLUICE_HAS_NVCC OFF CACHE INTERNAL "nvcc can compile sluice's .cu files")
 find_package(CUDAToolkit QUIET)
 if(NOT CUDAToolkit_FOUND)
   message(STATUS "sluice: no CUDA toolkit found; sluice::cuda is not built (the host backend stands in)")
@@ -43,7 +46,7 @@ if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES "90-real;75-virtual")
   endif()
   enable_language(CUDA)
-  set(SLUICE_HAS_NVCC ON)
+  set(SLUICE_HAS_NVCC ON CACHE INTERNAL "nvcc can compile sluice's .cu files")
   message(STATUS "sluice: nvcc ${CMAKE_CUDA_COMPILER_VERSION} enabled for .cu files (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "sluice: no nvcc; sluice's .cu tests and benchmarks are skipped")
@@ -55,3 +58,22 @@ function(sluice_cuda_sources target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr -Xcompiler=-Wall>)
 endfunction()
+
+# SLUICE_GPU_CHECKS: the device tests and GPU benchmarks without the rest of the suite, for a GPU
+# machine that has the CUDA toolkit but maybe no test or benchmark library. Added at the end of the
+# top-level directory (deferred), where enable_testing() and sluice_dev_flags belong.
+function(sluice_add_gpu_checks)
+  enable_testing()
+  if(NOT TARGET sluice_dev_flags)
+    include(SluiceWarnings)
+  endif()
+  if(NOT TARGET sluice_gpu_test_transfer)
+    add_subdirectory(${PROJECT_SOURCE_DIR}/tests/cuda/device ${PROJECT_BINARY_DIR}/gpu_checks/tests)
+  endif()
+  if(NOT TARGET sluice_gpu_bench)
+    add_subdirectory(${PROJECT_SOURCE_DIR}/bench/gpu ${PROJECT_BINARY_DIR}/gpu_checks/bench)
+  endif()
+endfunction()
+if(SLUICE_GPU_CHECKS)
+  cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL sluice_add_gpu_checks)
+endif()

@@ -50,7 +50,7 @@ bool normalize_matches(std::size_t n, std::size_t offset, int channels, cudaStre
   std::vector<std::uint8_t> in(n);
   for (auto& v : in) v = static_cast<std::uint8_t>(g() & 0xff);
   sluice::normalize_params p{channels};
-  for (int c = 0; c < channels; ++c) p.set(c, 100.0f + 13.7f * c, 0.05f + 0.37f * c);  // large outputs: fp16 overflows
+  for (int c = 0; c < channels; ++c) p.set(c, 100.0f + 13.7f * c, 0.002f + 0.37f * c);  // channel 0 reaches 77500: fp16 overflows
   std::vector<Out> expect(n);
   sluice::normalize(std::span<const std::uint8_t>(in), std::span<Out>(expect), p);
 
