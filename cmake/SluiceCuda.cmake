@@ -60,20 +60,10 @@ function(sluice_cuda_sources target)
 endfunction()
 
 # SLUICE_GPU_CHECKS: the device tests and GPU benchmarks without the rest of the suite, for a GPU
-# machine that has the CUDA toolkit but maybe no test or benchmark library. Added at the end of the
-# top-level directory (deferred), where enable_testing() and sluice_dev_flags belong.
-function(sluice_add_gpu_checks)
-  enable_testing()
-  if(NOT TARGET sluice_dev_flags)
-    include(SluiceWarnings)
-  endif()
-  if(NOT TARGET sluice_gpu_test_transfer)
-    add_subdirectory(${PROJECT_SOURCE_DIR}/tests/cuda/device ${PROJECT_BINARY_DIR}/gpu_checks/tests)
-  endif()
-  if(NOT TARGET sluice_gpu_bench)
-    add_subdirectory(${PROJECT_SOURCE_DIR}/bench/gpu ${PROJECT_BINARY_DIR}/gpu_checks/bench)
-  endif()
-endfunction()
+# machine that has the CUDA toolkit but maybe no test or benchmark library (bench/gpu_check.sh).
+# Added here, before sluice_dev_flags exists: these builds go without the warning flags.
 if(SLUICE_GPU_CHECKS)
-  cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL sluice_add_gpu_checks)
+  enable_testing()
+  add_subdirectory(${PROJECT_SOURCE_DIR}/tests/cuda/device ${PROJECT_BINARY_DIR}/gpu_checks/tests)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/bench/gpu ${PROJECT_BINARY_DIR}/gpu_checks/bench)
 endif()

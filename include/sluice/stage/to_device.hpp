@@ -17,6 +17,12 @@
 //   - Before a worker writes a slot's pinned memory again it waits (on the host, in the worker)
 //     for the slot's previous copy out of it; it has normally finished long before.
 //   - The device pool is capped (cap_bytes) and trimmed like the pinned pool (block_pool rules).
+//     Each ring slot holds at most one block, so a cap of (max depth + max workers) x batch bytes
+//     always suffices; below that a batch fails with a usage_error naming the cap. Blocks are
+//     freed only when the pool shrinks at an epoch boundary (cudaFree may synchronise the device
+//     there, once per epoch at most); never in steady state.
+//   - Without a GPU, constructing the stage throws sluice::cuda::cuda_error with the runtime's
+//     reason (build without sluice::cuda for the host backend).
 // Without the runtime, "device" memory is host memory from a host pool and the copy is a memcpy:
 // the same pipeline builds, runs and is tested anywhere, with device_data() pointing at the copy.
 //
