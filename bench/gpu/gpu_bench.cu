@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
   const double copy_per_batch_s = raw_s / batches;
   const int probe_iters = 1 << 16;
   const double probe_s = run_spin(5, probe_iters, spin_out, consumer.get()) / 5;
-  const int iters = std::max(1, static_cast<int>(probe_iters * copy_per_batch_s / probe_s));
+  const int iters = static_cast<int>(std::clamp(probe_iters * copy_per_batch_s / probe_s, 1.0, 1e9));
   double copy_s = 1e30, compute_s = 1e30, both_s = 1e30;
   for (int r = 0; r < 3; ++r) {
     copy_s = std::min(copy_s, run_stage(batch_bytes, batches, pinned, consumer.get(), 0, spin_out));
