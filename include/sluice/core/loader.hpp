@@ -28,6 +28,10 @@
 //   using slot_state = T;                       per-slot state, default-constructed with the ring
 //   void* allocate(std::size_t bytes);          slot storage (e.g. pinned); the first stage that
 //   void deallocate(void* p, std::size_t bytes);  provides it owns every slot's host memory
+//   void before_fill(detail::slot_base&, T&);   worker thread, before the slot's storage is
+//                                               (re)allocated and written (e.g. wait for the
+//                                               previous async copy out of it); may throw -> the
+//                                               batch fails, as does a throwing allocate()
 //   void on_filled(detail::slot_base&, T&);     worker thread, after collate filled the slot
 //                                               (e.g. issue the async copy); may throw -> the
 //                                               batch fails like a stage error
