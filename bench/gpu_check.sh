@@ -129,6 +129,8 @@ if [[ -z "$NVCC" ]]; then
 fi
 export CUDACXX="$NVCC"
 export PATH="$(dirname "$NVCC"):$PATH"
+CUDA_HOME_GUESS="$(cd "$(dirname "$NVCC")/.." && pwd)"
+export LD_LIBRARY_PATH="$CUDA_HOME_GUESS/lib64:$CUDA_HOME_GUESS/lib:${LD_LIBRARY_PATH:-}"
 NVCC_VERSION="$("$NVCC" --version | grep -o 'release [0-9.]*' | head -n 1 || echo unknown)"
 CMAKE_BIN="$(command -v cmake || true)"
 [[ -n "$CMAKE_BIN" ]] && CMAKE_VERSION="$("$CMAKE_BIN" --version | head -n 1)"

@@ -56,7 +56,9 @@ function(sluice_cuda_sources target)
   target_link_libraries(${target} PRIVATE sluice::cuda)
   # sluice::cuda links the shared runtime (CUDA::cudart); nvcc targets would add the static one
   # too. One runtime per process: use the shared one everywhere.
-  set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+  # CMake gives CXX targets a run path to libcudart but not CUDA-language ones: add it, so the
+  # executables start on machines whose loader does not know the toolkit's lib directory.
+  set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
   # Last -std wins for nvcc, so this overrides whatever CMake chose.
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr -Xcompiler=-Wall>)
