@@ -13,7 +13,7 @@
 //                  path() for error messages. record(i) may throw sluice::format_error.
 //   codec          output_bytes() the fixed size of a decoded sample; decode(in, out, ctx)
 //                  writes exactly output_bytes() bytes into caller-given memory.
-//   sample         what collate accepts: an id and a label, and either bytes() (copied once) or
+//   collatable     what collate accepts: an id and a label, and either bytes() (copied once) or
 //                  size_bytes() + write_into(dst, ctx) (written in place, e.g. decoded straight
 //                  into the batch slot).
 #pragma once
@@ -106,7 +106,7 @@ concept deferred_sample = requires(const S& s, std::span<std::byte> dst, const s
 
 // What collate accepts.
 template <class S>
-concept sample = bytes_sample<S> || deferred_sample<S>;
+concept collatable = bytes_sample<S> || deferred_sample<S>;
 
 // A per-sample stage: declares its tag and a name, and is callable on its input with a context.
 template <class T>

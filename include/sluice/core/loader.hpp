@@ -1,0 +1,655 @@
+// sluice/core/loader.hpp — the running pipeline: workers, the ring of batch slots, the consumer.
+//
+// How it runs (the shape every guarantee below follows from):
+//  * A batch is a ticket. Batch k of an epoch covers positions [start + k*B, start + (k+1)*B) of
+//    the sampler's order, and the sampler maps a position to a sample id by a pure function of
+//    (seed, epoch, position). Whichever worker claims ticket k computes exactly the same batch.
+//  * Workers claim tickets in order (under the ring's mutex, once per batch), run the fused
+//    per-sample function for each sample of the batch straight into slot k % C, and mark it ready.
+//  * The consumer takes batches k = 0, 1, 2, ... in order; the batch handle returns its slot when
+//    dropped. The ring has C = max_depth + max_workers slots; a worker may start batch k only
+//    while fewer than depth + workers batches are alive (being filled, ready, or held by the
+//    consumer). A slow consumer therefore stops the workers; memory never grows.
+//
+// Guarantees:
+//  * Determinism: same sampler, seed and epoch -> bit-identical batches for any worker count.
+//  * Bounded memory: batches alive <= depth + workers <= C; bytes in flight are reported.
+//  * No allocation in steady state: slots and their label/id arrays are allocated on first use.
+//  * Errors reach the consumer: a stage's exception is stored in the slot and rethrown by the
+//    consumer's next() for that batch, as stage_error(stage, sample id, cause) with the original
+//    nested. Batches before it are delivered normally. With on_error::skip the sample is dropped
+//    from its batch (which is then smaller) and counted.
+//  * Clean stop: destroying the loader (or starting another epoch) cancels the running epoch;
+//    workers check between samples, so the destructor returns within about one sample's work.
+//    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "sluice/core/batch.hpp"
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/pipeline.hpp"
+#include "sluice/core/stats.hpp"
+#include "sluice/policy/depth_fixed.hpp"
+
+namespace sluice {
+
+enum class on_error : std::uint8_t { raise, skip };
+
+struct loader_options {
+  std::size_t workers = 2;       // worker threads at the start
+  std::size_t max_workers = 0;   // threads spawned (0: = workers); set_workers() moves within it
+  std::uint64_t seed = 0;        // for augmentation: sample_context.seed
+  on_error errors = on_error::raise;
+};
+
+// Where an interrupted epoch stands: restoring it yields exactly the batches not yet delivered.
+struct loader_state {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t position = 0;  // samples of the epoch's order already delivered
+};
+
+namespace detail {
+
+struct empty_state {};
+template <class S>
+struct slot_state_of {
+  using type = empty_state;
+};
+template <class S>
+  requires requires { typename S::slot_state; }
+struct slot_state_of<S> {
+  using type = typename S::slot_state;
+};
+
+template <class S>
+concept provides_storage = requires(S& s, std::size_t n, void* p) {
+  { s.allocate(n) } -> std::convertible_to<void*>;
+  s.deallocate(p, n);
+};
+
+enum class slot_status : std::uint8_t { free, filling, ready, failed, held };
+
+template <class... BatchStages>
+struct slot : slot_base {
+  slot_status status = slot_status::free;
+  std::exception_ptr error;
+  std::tuple<typename slot_state_of<BatchStages>::type...> states;
+  std::unique_ptr<std::int64_t[]> label_store;
+  std::unique_ptr<std::uint64_t[]> id_store;
+};
+
+template <class BChain, depth_policy Depth>
+class ring;
+
+template <class SampleChain, class... BatchStages, depth_policy Depth>
+class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
+    : public ring_base,
+      public std::enable_shared_from_this<ring<batch_chain<SampleChain, BatchStages...>, Depth>> {
+  using slot_type = slot<BatchStages...>;
+  static constexpr std::size_t n_stages = SampleChain::stage_count;
+
+ public:
+  ring(batch_chain<SampleChain, BatchStages...> chain, Depth depth, loader_options opt)
+      : chain_(std::move(chain)), depth_policy_(std::move(depth)), opt_(opt) {
+    if (opt_.workers == 0) throw usage_error("sluice: prefetch: workers must be at least 1");
+    if (opt_.max_workers < opt_.workers) opt_.max_workers = opt_.workers;
+    max_depth_ = std::max<std::size_t>(1, depth_policy_.max_depth());
+    depth_ = std::clamp<std::size_t>(depth_policy_.initial_depth(), 1, max_depth_);
+    active_workers_ = opt_.workers;
+    capacity_ = max_depth_ + opt_.max_workers;
+    slots_ = std::make_unique<slot_type[]>(capacity_);
+    for (std::size_t i = 0; i < capacity_; ++i) slots_[i].stage_state = &slots_[i].states;
+    counters_ = std::make_unique<worker_counters<n_stages>[]>(opt_.max_workers);
+    sample_bytes_in_ = chain_.collate.options().sample_bytes;
+  }
+  ring(const ring&) = delete;
+  ring& operator=(const ring&) = delete;
+
+  ~ring() {
+    shutdown();
+    for (std::size_t i = 0; i < capacity_; ++i) {
+      auto& s = slots_[i];
+      for_each_stage([&](auto& st, auto& state) {
+        if constexpr (requires { st.on_destroy(s, state); }) st.on_destroy(s, state);
+      }, s);
+      if (s.data != nullptr) free_storage(s.data, s.storage_bytes);
+    }
+  }
+
+  // Stops and joins every worker. Idempotent; called by the loader's destructor.
+  void shutdown() noexcept {
+    {
+      std::lock_guard lk(m_);
+      stop_.store(true, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_relaxed);
+    }
+    cv_work_.notify_all();
+    cv_ready_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+  // Starts (or restarts) an epoch run at `start` samples into the epoch's order.
+  void begin_epoch(std::uint64_t epoch, std::uint64_t start) {
+    std::unique_lock lk(m_);
+    generation_.fetch_add(1, std::memory_order_relaxed);  // cancels a running epoch
+    active_ = false;
+    cv_work_.notify_all();
+    cv_idle_.wait(lk, [&] { return filling_ == 0; });  // no worker touches the sampler now
+    for (std::size_t i = 0; i < capacity_; ++i) {      // drop what the old run prepared
+      auto& s = slots_[i];
+      if (s.status == slot_status::ready || s.status == slot_status::failed) {
+        s.status = slot_status::free;
+        s.error = nullptr;
+        --live_;
+      }
+    }
+    if constexpr (preparing_sampler<typename SampleChain::sampler_type>) chain_.chain.sampler_.prepare(epoch);
+    const std::uint64_t n = chain_.chain.sampler_.size(epoch);
+    if (start > n) throw usage_error("sluice: resume position " + std::to_string(start) +
+                                     " is past the end of epoch " + std::to_string(epoch) +
+                                     " (" + std::to_string(n) + " samples)");
+    epoch_ = epoch;
+    start_ = start;
+    total_ = n;
+    const std::uint64_t b = chain_.collate.batch_size();
+    const std::uint64_t rem = n - start;
+    num_batches_ = chain_.collate.options().drop_last ? rem / b : (rem + b - 1) / b;
+    next_ticket_ = 0;
+    delivered_ = 0;
+    if (sample_bytes_in_ == 0 && num_batches_ > 0) {
+      lk.unlock();
+      probe_sample_size();  // workers are idle: no active run
+      lk.lock();
+    }
+    slot_bytes_ = chain_.collate.output_bytes(sample_bytes_in_) * b;
+    clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
+    ++epochs_;
+    active_ = true;
+    if (threads_.empty()) {
+      threads_.reserve(opt_.max_workers);
+      for (std::size_t w = 0; w < opt_.max_workers; ++w) threads_.emplace_back([this, w] { worker_main(w); });
+    }
+    cv_work_.notify_all();
+  }
+
+  // Cancels the running epoch (the trainer left the loop early). Batches already held stay valid.
+  void end_epoch() {
+    std::lock_guard lk(m_);
+    if (!active_) return;
+    generation_.fetch_add(1, std::memory_order_relaxed);
+    active_ = false;
+    for (std::size_t i = 0; i < capacity_; ++i) {
+      auto& s = slots_[i];
+      if (s.status == slot_status::ready || s.status == slot_status::failed) {
+        s.status = slot_status::free;
+        s.error = nullptr;
+        --live_;
+      }
+    }
+    cv_work_.notify_all();
+  }
+
+  // The next batch in order, or an empty handle at the end of the epoch.
+  batch next() {
+    const std::uint64_t t_request = now_ns();
+    clock_.on_request(t_request);
+    std::unique_lock lk(m_);
+    if (!active_ || delivered_ >= num_batches_) {
+      active_ = false;
+      return {};
+    }
+    const std::uint64_t k = delivered_;
+    auto& s = slots_[k % capacity_];
+    const std::size_t ready_now = count_ready_locked();
+    auto is_mine = [&] {
+      return (s.status == slot_status::ready || s.status == slot_status::failed) && s.index == k;
+    };
+    if (!is_mine()) {
+      if (s.status == slot_status::held || consumer_held_ >= depth_ + active_workers_)
+        throw usage_error("sluice: the trainer holds " + std::to_string(consumer_held_) +
+                          " batches and the ring cannot prepare batch " + std::to_string(k) +
+                          " until one is released; drop (or reset()) batches before asking for more, "
+                          "or raise the prefetch depth (ring slots: " + std::to_string(capacity_) + ")");
+      cv_ready_.wait(lk, [&] { return is_mine() || stop_.load(std::memory_order_relaxed); });
+      if (!is_mine()) return {};
+    }
+    const std::uint64_t t_receive = now_ns();
+    if (s.status == slot_status::failed) {
+      std::exception_ptr e = std::exchange(s.error, nullptr);
+      s.status = slot_status::free;
+      --live_;
+      generation_.fetch_add(1, std::memory_order_relaxed);
+      active_ = false;
+      cv_work_.notify_all();
+      lk.unlock();
+      std::rethrow_exception(e);
+    }
+    s.status = slot_status::held;
+    ++consumer_held_;
+    ++delivered_;
+    delivered_total_ += 1;
+    samples_total_ += s.count;
+    skipped_total_ += s.skipped;
+    clock_.on_receive(t_request, t_receive);
+    depth_signal sig{k, t_receive - t_request, clock_pending_busy(t_request), ready_now, depth_,
+                     active_workers_, slot_bytes_};
+    std::size_t nd = std::clamp<std::size_t>(depth_policy_.update(sig), 1, max_depth_);
+    if (nd != depth_) {
+      depth_ = nd;
+      cv_work_.notify_all();
+    }
+    last_receive_ns_ = t_receive;
+    lk.unlock();
+    for_each_stage([&](auto& st, auto& state) {
+      if constexpr (requires { st.on_deliver(s, state); }) st.on_deliver(s, state);
+    }, s);
+    return batch(this->shared_from_this(), &s);
+  }
+
+  void release(slot_base& base) noexcept override {
+    auto& s = static_cast<slot_type&>(base);
+    for_each_stage([&](auto& st, auto& state) {
+      if constexpr (requires { st.on_release(s, state); }) st.on_release(s, state);
+    }, s);
+    {
+      std::lock_guard lk(m_);
+      s.status = slot_status::free;
+      --live_;
+      --consumer_held_;
+    }
+    cv_work_.notify_all();
+  }
+
+  // Changes the number of active workers (within max_workers). Order and content of batches do
+  // not change: a ticket's batch does not depend on which worker fills it.
+  void set_workers(std::size_t n) {
+    std::lock_guard lk(m_);
+    active_workers_ = std::clamp<std::size_t>(n, 1, opt_.max_workers);
+    cv_work_.notify_all();
+  }
+
+  [[nodiscard]] loader_state state() const {
+    std::lock_guard lk(m_);
+    return {opt_.seed, epoch_, start_ + std::min<std::uint64_t>(delivered_ * chain_.collate.batch_size(), total_ - start_)};
+  }
+  [[nodiscard]] std::uint64_t batches_in_epoch() const {
+    std::lock_guard lk(m_);
+    return num_batches_;
+  }
+
+  [[nodiscard]] pipeline_stats stats() const {
+    pipeline_stats s;
+    std::lock_guard lk(m_);
+    s.epochs = epochs_;
+    s.batches = delivered_total_;
+    s.samples = samples_total_;
+    s.skipped = skipped_total_;
+    clock_.fill(s);
+    s.stages.resize(n_stages + 1);
+    for (std::size_t i = 0; i < n_stages; ++i) s.stages[i].name = SampleChain::stage_names[i];
+    s.stages[n_stages].name = "collate";
+    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+      const auto& c = counters_[w];
+      s.worker_busy_ns += c.busy_ns.get();
+      s.worker_wait_ns += c.wait_ns.get();
+      for (std::size_t i = 0; i <= n_stages; ++i) {
+        s.stages[i].busy_ns += c.stage_ns[i].get();
+        s.stages[i].calls += c.stage_calls[i].get();
+      }
+    }
+    s.depth = depth_;
+    s.workers = active_workers_;
+    s.capacity = capacity_;
+    s.batch_bytes = slot_bytes_;
+    s.bytes_in_flight = live_ * slot_bytes_;
+    s.peak_batches_in_flight = peak_live_;
+    s.peak_bytes_in_flight = peak_live_ * slot_bytes_;
+    s.ready_batches = count_ready_locked();
+    return s;
+  }
+
+  [[nodiscard]] batch_chain<SampleChain, BatchStages...>& chain() noexcept { return chain_; }
+  [[nodiscard]] Depth& depth_policy() noexcept { return depth_policy_; }
+
+ private:
+  template <class F>
+  void for_each_stage(F&& f, slot_type& s) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states)), ...);
+    }(std::index_sequence_for<BatchStages...>{});
+  }
+
+  std::uint64_t clock_pending_busy(std::uint64_t t_request) const noexcept {
+    return last_receive_ns_ != 0 && t_request > last_receive_ns_ ? t_request - last_receive_ns_ : 0;
+  }
+
+  std::size_t count_ready_locked() const noexcept {
+    std::size_t r = 0;
+    for (std::size_t i = 0; i < capacity_; ++i) r += slots_[i].status == slot_status::ready;
+    return r;
+  }
+
+  void* allocate_storage(std::size_t bytes) {
+    void* p = nullptr;
+    bool done = false;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((!done && [&] {
+         if constexpr (provides_storage<std::tuple_element_t<I, std::tuple<BatchStages...>>>) {
+           p = std::get<I>(chain_.batch_stages).allocate(bytes);
+           done = true;
+         }
+         return true;
+       }()), ...);
+    }(std::index_sequence_for<BatchStages...>{});
+    if (!done) p = ::operator new(bytes, std::align_val_t{cache_line});
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void free_storage(void* p, std::size_t bytes) noexcept {
+    bool done = false;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((!done && [&] {
+         if constexpr (provides_storage<std::tuple_element_t<I, std::tuple<BatchStages...>>>) {
+           std::get<I>(chain_.batch_stages).deallocate(p, bytes);
+           done = true;
+         }
+         return true;
+       }()), ...);
+    }(std::index_sequence_for<BatchStages...>{});
+    if (!done) ::operator delete(p, std::align_val_t{cache_line});
+  }
+
+  // Learns the size of one sample from the first that succeeds (the first of the epoch's order,
+  // or the next ones under on_error::skip). Runs on the consumer's thread with no worker active.
+  void probe_sample_size() {
+    const auto& sampler = chain_.chain.sampler_;
+    const std::uint64_t limit = std::min<std::uint64_t>(total_, start_ + 64);
+    for (std::uint64_t pos = start_; pos < limit; ++pos) {
+      const std::uint64_t id = sampler.at(epoch_, pos);
+      sample_context ctx{opt_.seed, epoch_, id, pos};
+      try {
+        auto smp = chain_.chain.apply(id, ctx);
+        sample_bytes_in_ = collate_stage::input_bytes(smp);
+        if (sample_bytes_in_ == 0)
+          throw stage_error("collate", id, "sample has 0 bytes; collate needs fixed-size, non-empty samples");
+        return;
+      } catch (...) {
+        if (opt_.errors == on_error::raise) throw;
+      }
+    }
+    throw stage_error("collate", 0, "no sample among the first 64 of the epoch could be read to learn the sample size");
+  }
+
+  void worker_main(std::size_t w) {
+    std::vector<std::byte> scratch;
+    std::uint64_t sample_counter = 0;
+    std::unique_lock lk(m_);
+    for (;;) {
+      const bool had_work = active_ && next_ticket_ < num_batches_ && w < active_workers_;
+      const std::uint64_t t_wait = now_ns();
+      cv_work_.wait(lk, [&] { return stop_.load(std::memory_order_relaxed) || can_claim(w); });
+      if (stop_.load(std::memory_order_relaxed)) return;
+      if (had_work) counters_[w].wait_ns.add(now_ns() - t_wait);
+      const std::uint64_t k = next_ticket_++;
+      const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
+      auto& s = slots_[k % capacity_];
+      s.status = slot_status::filling;
+      ++live_;
+      ++filling_;
+      peak_live_ = std::max(peak_live_, live_);
+      const std::uint64_t epoch = epoch_, first = start_ + k * chain_.collate.batch_size();
+      const std::uint64_t last = std::min<std::uint64_t>(first + chain_.collate.batch_size(), total_);
+      lk.unlock();
+
+      const std::uint64_t t0 = now_ns();
+      bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
+      counters_[w].busy_ns.add(now_ns() - t0);
+      if (ok) {
+        for_each_stage([&](auto& st, auto& state) {
+          if constexpr (requires { st.on_filled(s, state); }) {
+            try {
+              st.on_filled(s, state);
+            } catch (...) {
+              try {
+                throw_stage_error(std::decay_t<decltype(st)>::name, s.count ? s.ids[0] : 0);
+              } catch (...) {
+                s.error = std::current_exception();
+              }
+            }
+          }
+        }, s);
+      }
+
+      lk.lock();
+      --filling_;
+      if (filling_ == 0) cv_idle_.notify_all();
+      if (generation_.load(std::memory_order_relaxed) != gen || !ok) {  // cancelled
+        s.status = slot_status::free;
+        s.error = nullptr;
+        --live_;
+        cv_work_.notify_all();
+        continue;
+      }
+      s.status = s.error ? slot_status::failed : slot_status::ready;
+      cv_ready_.notify_all();
+    }
+  }
+
+  bool can_claim(std::size_t w) const noexcept {
+    return active_ && w < active_workers_ && next_ticket_ < num_batches_ &&
+           live_ < depth_ + active_workers_ && slots_[next_ticket_ % capacity_].status == slot_status::free;
+  }
+
+  // Fills slot `s` with batch k. Returns false if the run was cancelled meanwhile.
+  bool fill(slot_type& s, std::size_t w, std::uint64_t k, std::uint64_t epoch, std::uint64_t first,
+            std::uint64_t last, std::uint64_t gen, std::vector<std::byte>& scratch,
+            std::uint64_t& sample_counter) {
+    const std::size_t b = chain_.collate.batch_size();
+    const std::size_t in_bytes = sample_bytes_in_;
+    const std::size_t out_bytes = chain_.collate.output_bytes(in_bytes);
+    if (s.data == nullptr || s.storage_bytes != out_bytes * b) {  // warm-up only
+      if (s.data != nullptr) free_storage(s.data, s.storage_bytes);
+      s.data = nullptr;
+      s.storage_bytes = out_bytes * b;
+      s.data = static_cast<std::byte*>(allocate_storage(s.storage_bytes));
+    }
+    if (!s.label_store) {
+      s.label_store = std::make_unique<std::int64_t[]>(b);
+      s.id_store = std::make_unique<std::uint64_t[]>(b);
+      s.labels = s.label_store.get();
+      s.ids = s.id_store.get();
+    }
+    s.index = k;
+    s.epoch = epoch;
+    s.first_position = first;
+    s.sample_bytes = out_bytes;
+    s.type = chain_.collate.output();
+    s.count = 0;
+    s.skipped = 0;
+    s.error = nullptr;
+    s.device_data = nullptr;
+    auto& ctr = counters_[w];
+    const auto& sampler = chain_.chain.sampler_;
+    std::uint64_t local_stage_ns[n_stages + 1] = {};
+    std::uint64_t timed = 0, samples = 0, skipped = 0;
+    for (std::uint64_t pos = first; pos < last; ++pos) {
+      if (generation_.load(std::memory_order_relaxed) != gen) return false;
+      std::uint64_t id = 0;
+      try {
+        id = sampler.at(epoch, pos);
+        sample_context ctx{opt_.seed, epoch, id, pos};
+        std::byte* dst = s.data + s.count * out_bytes;
+        if ((sample_counter++ % stage_timing_stride) == 0) {
+          ++timed;
+          auto smp = chain_.chain.template apply<true>(id, ctx, local_stage_ns);
+          const std::uint64_t t0 = now_ns();
+          write_sample(smp, in_bytes, dst, ctx, scratch);
+          local_stage_ns[n_stages] += now_ns() - t0;
+          s.labels[s.count] = static_cast<std::int64_t>(smp.label);
+        } else {
+          auto smp = chain_.chain.apply(id, ctx);
+          write_sample(smp, in_bytes, dst, ctx, scratch);
+          s.labels[s.count] = static_cast<std::int64_t>(smp.label);
+        }
+        s.ids[s.count] = id;
+        ++s.count;
+        ++samples;
+      } catch (...) {
+        if (opt_.errors == on_error::skip) {
+          ++s.skipped;
+          ++skipped;
+          continue;
+        }
+        s.error = std::current_exception();
+        break;
+      }
+    }
+    ctr.samples.add(samples);
+    ctr.skipped.add(skipped);
+    for (std::size_t i = 0; i <= n_stages; ++i) {
+      ctr.stage_ns[i].add(local_stage_ns[i] * stage_timing_stride);
+      ctr.stage_calls[i].add(samples + (i < n_stages ? skipped : 0));
+    }
+    (void)timed;
+    return true;
+  }
+
+  template <class Smp>
+  SLUICE_ALWAYS_INLINE void write_sample(const Smp& smp, std::size_t in_bytes, std::byte* dst,
+                                         const sample_context& ctx, std::vector<std::byte>& scratch) const {
+    try {
+      chain_.collate.write(smp, in_bytes, dst, ctx, scratch);
+    } catch (...) {
+      throw_stage_error("collate", ctx.id);
+    }
+  }
+
+  batch_chain<SampleChain, BatchStages...> chain_;
+  Depth depth_policy_;
+  loader_options opt_;
+  std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
+  std::unique_ptr<slot_type[]> slots_;
+  std::unique_ptr<worker_counters<n_stages>[]> counters_;
+  std::vector<std::thread> threads_;
+
+  mutable std::mutex m_;
+  std::condition_variable cv_work_, cv_ready_, cv_idle_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> generation_{0};
+  bool active_ = false;
+  std::uint64_t epoch_ = 0, start_ = 0, total_ = 0, num_batches_ = 0, next_ticket_ = 0, delivered_ = 0;
+  std::size_t live_ = 0, peak_live_ = 0, filling_ = 0, consumer_held_ = 0;
+  std::size_t sample_bytes_in_ = 0, slot_bytes_ = 0;
+  std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
+  std::uint64_t last_receive_ns_ = 0;
+  consumer_clock clock_;
+};
+
+}  // namespace detail
+
+// The running pipeline. Move-only; destroying it stops the workers (promptly, mid-epoch too).
+template <class BChain, depth_policy Depth = depth::fixed>
+class loader {
+  using ring_type = detail::ring<BChain, Depth>;
+
+ public:
+  class epoch_range;
+
+  loader(BChain chain, Depth depth, loader_options opt)
+      : ring_(std::make_shared<ring_type>(std::move(chain), std::move(depth), opt)) {}
+  loader(loader&&) noexcept = default;
+  loader& operator=(loader&& o) noexcept {
+    if (this != &o) {
+      if (ring_) ring_->shutdown();
+      ring_ = std::move(o.ring_);
+    }
+    return *this;
+  }
+  ~loader() {
+    if (ring_) ring_->shutdown();
+  }
+
+  // The batches of epoch `e` in order: `for (auto& b : loader.epoch(e))`.
+  [[nodiscard]] epoch_range epoch(std::uint64_t e) { return epoch_range(ring_.get(), e, 0); }
+  // Resumes an interrupted epoch where `state()` said it stood.
+  [[nodiscard]] epoch_range resume(const loader_state& st) {
+    return epoch_range(ring_.get(), st.epoch, st.position);
+  }
+  // Where the current epoch stands (delivered batches count as consumed).
+  [[nodiscard]] loader_state state() const { return ring_->state(); }
+  [[nodiscard]] pipeline_stats stats() const { return ring_->stats(); }
+  void set_workers(std::size_t n) { ring_->set_workers(n); }
+  [[nodiscard]] auto& sampler() noexcept { return ring_->chain().chain.sampler_; }
+  [[nodiscard]] Depth& depth_policy() noexcept { return ring_->depth_policy(); }
+
+  class epoch_range {
+   public:
+    class iterator {
+     public:
+      using value_type = batch;
+      using difference_type = std::ptrdiff_t;
+      iterator() = default;
+      explicit iterator(ring_type* r) : ring_(r) { advance(); }
+      batch& operator*() noexcept { return current_; }
+      batch* operator->() noexcept { return &current_; }
+      iterator& operator++() {
+        current_.reset();  // free the slot before waiting for the next batch
+        advance();
+        return *this;
+      }
+      void operator++(int) { ++*this; }
+      friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.current_; }
+
+     private:
+      void advance() { current_ = ring_->next(); }
+      ring_type* ring_ = nullptr;
+      batch current_;
+    };
+
+    epoch_range(ring_type* r, std::uint64_t e, std::uint64_t start) : ring_(r), epoch_(e), start_(start) {}
+    epoch_range(const epoch_range&) = delete;
+    epoch_range& operator=(const epoch_range&) = delete;
+    ~epoch_range() {
+      if (started_) ring_->end_epoch();
+    }
+    iterator begin() {
+      if (started_) throw usage_error("sluice: an epoch range can be iterated once; call loader.epoch(e) again");
+      started_ = true;
+      ring_->begin_epoch(epoch_, start_);
+      return iterator(ring_);
+    }
+    std::default_sentinel_t end() const noexcept { return {}; }
+    // Number of batches this run yields (known once begun).
+    [[nodiscard]] std::uint64_t size() const { return ring_->batches_in_epoch(); }
+
+   private:
+    ring_type* ring_;
+    std::uint64_t epoch_, start_;
+    bool started_ = false;
+  };
+
+ private:
+  std::shared_ptr<ring_type> ring_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,101 @@
+// sluice/io/fixed_records.hpp — raw arrays as they are: records back to back, labels beside.
+//
+// Many datasets already sit on disk as one flat array (a NumPy tofile(), a memory dump): record i
+// is bytes [header + i*record_bytes, header + (i+1)*record_bytes). This reader maps such a file
+// and hands out views, with labels from a second flat file (int64, int32 or uint8 each), so no
+// conversion step is needed.
+//
+//   sluice::io::fixed_records r{"images.u8", {.record_bytes = 3 * 64 * 64,
+//                                             .labels_path = "labels.i64"}};
+//
+// Checked at open: the data size (after the header) is a whole number of records, and the labels
+// file holds exactly one label per record.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/io/mapped_file.hpp"
+
+namespace sluice::io {
+
+enum class label_type : std::uint8_t { i64, i32, u8 };
+
+struct fixed_records_options {
+  std::size_t record_bytes = 0;
+  std::string labels_path{};            // empty: no labels (label(i) == -1)
+  io::label_type label_type = label_type::i64;
+  std::size_t header_bytes = 0;         // bytes to skip at the start of the data file
+  map_options map{.advice = access::random};
+};
+
+class fixed_records {
+ public:
+  using reader_concept = reader_tag;
+
+  fixed_records(std::string data_path, fixed_records_options o)
+      : data_(std::move(data_path), o.map), record_bytes_(o.record_bytes), header_(o.header_bytes), ltype_(o.label_type) {
+    const std::string& p = data_.path();
+    if (record_bytes_ == 0) throw usage_error("sluice: fixed_records: record_bytes must be set");
+    if (data_.size() < header_)
+      throw format_error(p, {.offset = 0}, "file is " + std::to_string(data_.size()) + " bytes, shorter than its " +
+                                               std::to_string(header_) + "-byte header");
+    const std::size_t body = data_.size() - header_;
+    if (body % record_bytes_ != 0)
+      throw format_error(p, {.record = body / record_bytes_, .offset = header_ + body / record_bytes_ * record_bytes_},
+                         "file size is not a whole number of " + std::to_string(record_bytes_) +
+                             "-byte records (last record truncated: " + std::to_string(body % record_bytes_) + " bytes)");
+    count_ = body / record_bytes_;
+    if (!o.labels_path.empty()) {
+      labels_ = mapped_file(o.labels_path, {.advice = access::willneed});
+      const std::size_t lb = label_bytes();
+      if (labels_.size() != count_ * lb)
+        throw format_error(labels_.path(), {.offset = 0},
+                           "labels file holds " + std::to_string(labels_.size() / lb) + " labels (" +
+                               std::to_string(labels_.size()) + " bytes) for " + std::to_string(count_) + " records in '" + p + "'");
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  [[nodiscard]] std::string_view path() const noexcept { return data_.path(); }
+  [[nodiscard]] std::size_t record_bytes() const noexcept { return record_bytes_; }
+  [[nodiscard]] const mapped_file& file() const noexcept { return data_; }
+
+  [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
+    if (i >= count_) throw format_error(data_.path(), {.record = i}, "record index past the last record");
+    return {data_.data() + header_ + i * record_bytes_, record_bytes_};
+  }
+  [[nodiscard]] std::int64_t label(std::size_t i) const noexcept {
+    if (labels_.empty() || i >= count_) return -1;
+    const std::byte* p = labels_.data() + i * label_bytes();
+    switch (ltype_) {
+      case label_type::i64: { std::int64_t v; std::memcpy(&v, p, 8); return v; }
+      case label_type::i32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
+      case label_type::u8: return static_cast<std::int64_t>(static_cast<std::uint8_t>(*p));
+    }
+    return -1;
+  }
+  [[nodiscard]] std::vector<std::int64_t> labels() const {
+    std::vector<std::int64_t> v(count_);
+    for (std::size_t i = 0; i < count_; ++i) v[i] = label(i);
+    return v;
+  }
+
+ private:
+  [[nodiscard]] std::size_t label_bytes() const noexcept {
+    return ltype_ == label_type::i64 ? 8 : ltype_ == label_type::i32 ? 4 : 1;
+  }
+  mapped_file data_;
+  mapped_file labels_;
+  std::size_t record_bytes_, header_;
+  io::label_type ltype_;
+  std::size_t count_ = 0;
+};
+
+}  // namespace sluice::io

@@ -1,0 +1,62 @@
+// sluice/stage/read.hpp — `read(reader)`: sample id -> record view, zero copy.
+//
+// The first stage after the sampler in most pipelines. It asks the reader for record `id` and
+// hands on a view into the reader's memory (the mapping): no byte is copied here; collate copies
+// each sample once, into the batch.
+//
+//   auto shard = sluice::io::shard_reader{"train.sluice"};
+//   auto loader = sluice::from(sampler) | sluice::read(shard) | sluice::collate({.batch = 256})
+//               | sluice::prefetch(2);
+//
+// An lvalue reader is referenced (it must outlive the pipeline, like a container under a view);
+// an rvalue reader is moved into the stage and owned by it. A sample id outside the reader is an
+// error naming the reader's file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+
+namespace sluice {
+
+template <record_reader Reader>
+class read_stage {
+ public:
+  using stage_concept = sample_stage_tag;
+  static constexpr std::string_view name = "read";
+
+  explicit read_stage(const Reader& r) noexcept : reader_(&r) {}
+  explicit read_stage(std::shared_ptr<const Reader> owned) noexcept
+      : owned_(std::move(owned)), reader_(owned_.get()) {}
+
+  record_view operator()(sample_id id, const sample_context&) const {
+    if (id.value >= reader_->size())
+      throw format_error(std::string(reader_->path()), {.record = id.value},
+                         "sample id is past the last record (the file has " +
+                             std::to_string(reader_->size()) + " records)");
+    return record_view{id.value, reader_->record(static_cast<std::size_t>(id.value)),
+                       reader_->label(static_cast<std::size_t>(id.value)), reader_->path()};
+  }
+  [[nodiscard]] const Reader& reader() const noexcept { return *reader_; }
+
+ private:
+  std::shared_ptr<const Reader> owned_;
+  const Reader* reader_;
+};
+
+template <record_reader Reader>
+read_stage<Reader> read(const Reader& r) {
+  return read_stage<Reader>(r);
+}
+template <record_reader Reader>
+  requires(!std::is_lvalue_reference_v<Reader>)
+read_stage<Reader> read(Reader&& r) {
+  return read_stage<Reader>(std::make_shared<const Reader>(std::move(r)));
+}
+
+}  // namespace sluice
