@@ -270,7 +270,7 @@ def main():
             for w in (0, 2):
                 jobs.append(("raw", "libtorch data API", w, (lambda w=w: run_program([libtorch_prog, rec, lab, str(w), secs]))))
         if have(sluice_prog):
-            for w in (0, 1, 2):
+            for w in (1, 2):  # sluice's workers are threads beside the consumer; 1 is its least
                 jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
     if "jpeg" in groups:
         decoders = ["pil"]
