@@ -153,7 +153,8 @@ class sample_chain {
   }
 };
 
-template <sampler Sampler>
+template <class Sampler>
+  requires sampler<std::decay_t<Sampler>>
 sample_chain<std::decay_t<Sampler>> from(Sampler&& s) {
   return sample_chain<std::decay_t<Sampler>>(std::forward<Sampler>(s), {});
 }

@@ -46,7 +46,12 @@ class counter_rng {
   constexpr double uniform() noexcept { return static_cast<double>((*this)() >> 11) * 0x1.0p-53; }
   // Uniform integer in [0, n) by Lemire's multiply-shift (bias < n / 2^64, negligible here).
   constexpr std::uint64_t below(std::uint64_t n) noexcept {
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>((*this)()) * n) >> 64);
+#if defined(__SIZEOF_INT128__)
+    __extension__ using u128 = unsigned __int128;
+    return static_cast<std::uint64_t>((static_cast<u128>((*this)()) * n) >> 64);
+#else
+    return (*this)() % n;
+#endif
   }
 
  private:

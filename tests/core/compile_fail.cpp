@@ -1,0 +1,43 @@
+// Pipelines that must not compile; tests/core/CMakeLists.txt compiles this with one -D at a time
+// and checks the diagnostics name both stages. With no -D it must compile (the control).
+#include <sluice/sluice.hpp>
+
+namespace {
+struct mem_reader {
+  using reader_concept = sluice::reader_tag;
+  std::size_t size() const { return 1; }
+  std::span<const std::byte> record(std::size_t) const { return {}; }
+  std::int64_t label(std::size_t) const { return 0; }
+  std::string_view path() const { return "mem"; }
+};
+// A stand-in decoder stage that, like the real one, takes records only.
+struct decode_stage {
+  using stage_concept = sluice::sample_stage_tag;
+  static constexpr std::string_view name = "decode";
+  sluice::record_view operator()(sluice::record_view r, const sluice::sample_context&) const { return r; }
+};
+struct pin_stage {
+  using stage_concept = sluice::batch_stage_tag;
+  static constexpr std::string_view name = "pin";
+};
+}  // namespace
+
+int main() {
+  mem_reader r;
+  sluice::sample::sequential s{1};
+#if defined(DECODE_AFTER_FROM)
+  auto p = sluice::from(s) | decode_stage{};
+#elif defined(BATCH_STAGE_BEFORE_COLLATE)
+  auto p = sluice::from(s) | sluice::read(r) | pin_stage{};
+#elif defined(SAMPLE_STAGE_AFTER_COLLATE)
+  auto p = sluice::from(s) | sluice::read(r) | sluice::collate({.batch = 1}) | sluice::read(r);
+#elif defined(COLLATE_IDS)
+  auto p = sluice::from(s) | sluice::collate({.batch = 1});
+#elif defined(PREFETCH_BEFORE_COLLATE)
+  auto p = sluice::from(s) | sluice::read(r) | sluice::prefetch(2);
+#else
+  auto p = sluice::from(s) | sluice::read(r) | decode_stage{} | sluice::collate({.batch = 1}) | pin_stage{} |
+           sluice::prefetch(2);
+#endif
+  (void)p;
+}

@@ -1,0 +1,175 @@
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sluice/io/crc32c.hpp"
+#include "sluice/io/fixed_records.hpp"
+#include "sluice/io/mapped_file.hpp"
+#include "sluice/io/shard.hpp"
+#include "test_util.hpp"
+
+using namespace sluice;
+using sluice_test::temp_dir;
+
+namespace {
+std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+std::string write_shard(const temp_dir& d, std::size_t n, bool checksums = true) {
+  std::string p = d.file("s.sluice");
+  io::shard_writer w(p, {.checksums = checksums});
+  for (std::size_t i = 0; i < n; ++i) {
+    auto rec = sluice_test::random_bytes(10 + i % 50, i);
+    w.add(rec, static_cast<std::int64_t>(i % 10));
+  }
+  w.finish();
+  return p;
+}
+
+template <class F>
+std::string format_error_text(F&& f) {
+  try {
+    f();
+  } catch (const format_error& e) {
+    return e.what();
+  }
+  return "no format_error";
+}
+}  // namespace
+
+TEST_CASE("crc32c: known vector, both paths agree, chaining") {
+  CHECK(io::crc32c(as_bytes("123456789")) == 0xe3069283u);
+  CHECK(io::crc32c_portable(as_bytes("123456789")) == 0xe3069283u);
+  auto data = sluice_test::random_bytes(10007, 1);
+  CHECK(io::crc32c(data) == io::crc32c_portable(data));
+  std::span<const std::byte> all(data);
+  CHECK(io::crc32c(all.subspan(5000), io::crc32c(all.first(5000))) == io::crc32c(all));
+  CHECK(io::crc32c({}) == 0u);
+}
+
+TEST_CASE("mapped file: contents, empty file, missing file") {
+  temp_dir d;
+  sluice_test::write_file(d.file("a"), std::string("hello"));
+  io::mapped_file f(d.file("a"), {.advice = io::access::sequential, .populate = true});
+  CHECK(f.size() == 5);
+  CHECK(std::memcmp(f.data(), "hello", 5) == 0);
+  CHECK(f.advise(io::access::random));
+  sluice_test::write_file(d.file("e"), std::string());
+  io::mapped_file e(d.file("e"));
+  CHECK(e.empty());
+  try {
+    io::mapped_file m(d.file("missing"));
+    FAIL("no exception");
+  } catch (const io_error& err) {
+    CHECK(std::string(err.what()).find("missing") != std::string::npos);
+  }
+}
+
+TEST_CASE("shard: round trip of records and labels, 64-byte aligned") {
+  temp_dir d;
+  auto p = write_shard(d, 300);
+  io::shard_reader r(p);
+  REQUIRE(r.size() == 300);
+  CHECK(r.has_checksums());
+  for (std::size_t i = 0; i < 300; ++i) {
+    auto want = sluice_test::random_bytes(10 + i % 50, i);
+    auto got = r.record(i);
+    REQUIRE(got.size() == want.size());
+    CHECK(std::memcmp(got.data(), want.data(), want.size()) == 0);
+    CHECK(r.label(i) == static_cast<std::int64_t>(i % 10));
+    CHECK(reinterpret_cast<std::uintptr_t>(got.data()) % 64 == 0);
+  }
+  CHECK(r.verify_all() == 300);
+  CHECK_FALSE(std::filesystem::exists(p + ".partial"));
+}
+
+TEST_CASE("shard: an unfinished writer leaves no file behind") {
+  temp_dir d;
+  {
+    io::shard_writer w(d.file("x.sluice"));
+    w.add(sluice_test::random_bytes(10, 1), 1);
+  }
+  CHECK_FALSE(std::filesystem::exists(d.file("x.sluice")));
+  CHECK_FALSE(std::filesystem::exists(d.file("x.sluice.partial")));
+}
+
+TEST_CASE("shard: bad files give format_error naming file, place and cause") {
+  temp_dir d;
+  auto p = write_shard(d, 20);
+  const auto good = sluice_test::read_file(p);
+  auto bad = d.file("bad.sluice");
+  auto with = [&](std::vector<std::byte> bytes) {
+    sluice_test::write_file(bad, bytes);
+    return format_error_text([&] { io::shard_reader r(bad); (void)r.verify_all(); });
+  };
+  SUBCASE("empty") { CHECK(with({}).find("shorter than the 64-byte shard header") != std::string::npos); }
+  SUBCASE("wrong magic") {
+    auto b = good;
+    b[0] = std::byte{'X'};
+    auto t = with(b);
+    CHECK(t.find("wrong magic") != std::string::npos);
+    CHECK(t.find("bad.sluice") != std::string::npos);
+  }
+  SUBCASE("header checksum") {
+    auto b = good;
+    b[16] ^= std::byte{1};  // record count
+    CHECK(with(b).find("header checksum mismatch") != std::string::npos);
+  }
+  SUBCASE("truncated") {
+    auto b = good;
+    b.resize(b.size() - 30);
+    CHECK(with(b).find("truncated") != std::string::npos);
+  }
+  SUBCASE("record checksum") {
+    auto b = good;
+    b[64 + 3] ^= std::byte{0xff};  // first record's payload
+    auto t = with(b);
+    CHECK(t.find("record 0") != std::string::npos);
+    CHECK(t.find("record checksum mismatch") != std::string::npos);
+  }
+  SUBCASE("index checksum") {
+    auto b = good;
+    b[b.size() - 10] ^= std::byte{1};
+    CHECK(with(b).find("index checksum mismatch") != std::string::npos);
+  }
+  SUBCASE("random garbage") {
+    for (std::uint64_t seed = 0; seed < 50; ++seed) {
+      auto t = with(sluice_test::random_bytes(200 + seed * 7, seed));
+      CHECK(t.find("bad file") != std::string::npos);
+    }
+  }
+  SUBCASE("a huge claimed count is refused before any allocation") {
+    auto b = good;
+    // Forge a header with count = 2^60 and a valid header CRC.
+    std::uint64_t huge = 1ull << 60;
+    std::memcpy(b.data() + 16, &huge, 8);
+    std::uint32_t c = io::crc32c(std::span<const std::byte>(b.data(), 40));
+    std::memcpy(b.data() + 40, &c, 4);
+    CHECK(with(b).find("index would run past the end") != std::string::npos);
+  }
+}
+
+TEST_CASE("fixed records: views, labels of three widths, size checks") {
+  temp_dir d;
+  auto data = sluice_test::random_bytes(12 * 100, 3);
+  sluice_test::write_file(d.file("x.u8"), data);
+  std::vector<std::byte> l64(100 * 8), l8(100);
+  for (int i = 0; i < 100; ++i) {
+    std::int64_t v = i * 3 - 7;
+    std::memcpy(l64.data() + i * 8, &v, 8);
+    l8[i] = static_cast<std::byte>(i);
+  }
+  sluice_test::write_file(d.file("y.i64"), l64);
+  sluice_test::write_file(d.file("y.u8"), l8);
+  io::fixed_records r(d.file("x.u8"), {.record_bytes = 12, .labels_path = d.file("y.i64")});
+  CHECK(r.size() == 100);
+  CHECK(std::memcmp(r.record(42).data(), data.data() + 42 * 12, 12) == 0);
+  CHECK(r.label(5) == 8);
+  io::fixed_records r8(d.file("x.u8"), {.record_bytes = 12, .labels_path = d.file("y.u8"), .label_type = io::label_type::u8});
+  CHECK(r8.label(99) == 99);
+  auto t = format_error_text([&] { io::fixed_records bad(d.file("x.u8"), {.record_bytes = 11}); });
+  CHECK(t.find("not a whole number of 11-byte records") != std::string::npos);
+  t = format_error_text([&] { io::fixed_records bad(d.file("x.u8"), {.record_bytes = 12, .labels_path = d.file("y.u8")}); });
+  CHECK(t.find("labels file holds 12 labels") != std::string::npos);
+}

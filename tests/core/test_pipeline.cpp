@@ -1,0 +1,402 @@
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "sluice/sluice.hpp"
+#include "test_util.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+
+namespace {
+// Records of `rb` bytes; record i is filled with bytes derived from i, label i % 10.
+struct mem_reader {
+  using reader_concept = reader_tag;
+  std::vector<std::byte> data;
+  std::size_t rb = 16;
+  mem_reader(std::size_t n, std::size_t record_bytes) : data(n * record_bytes), rb(record_bytes) {
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i / rb * 31 + i % rb) & 0xff);
+  }
+  std::size_t size() const { return data.size() / rb; }
+  std::span<const std::byte> record(std::size_t i) const { return {data.data() + i * rb, rb}; }
+  std::int64_t label(std::size_t i) const { return static_cast<std::int64_t>(i % 10); }
+  std::string_view path() const { return "memory"; }
+};
+
+std::uint64_t fnv(std::uint64_t h, std::span<const std::byte> b) {
+  for (auto x : b) h = (h ^ static_cast<std::uint8_t>(x)) * 1099511628211ull;
+  return h;
+}
+
+struct epoch_digest {
+  std::vector<std::uint64_t> ids;
+  std::uint64_t hash = 1469598103934665603ull;
+  std::size_t batches = 0;
+};
+
+template <class L>
+epoch_digest digest(L& loader, std::uint64_t epoch) {
+  epoch_digest d;
+  for (auto& b : loader.epoch(epoch)) {
+    ++d.batches;
+    d.hash = fnv(d.hash, b.bytes());
+    for (auto id : b.ids()) d.ids.push_back(id);
+    for (auto l : b.labels()) d.hash = d.hash * 31 + static_cast<std::uint64_t>(l);
+  }
+  return d;
+}
+
+// A sample type that counts how it is copied and moved through the chain.
+struct lifecycle_counts {
+  std::atomic<int> copies{0}, moves{0}, destroyed{0}, constructed{0};
+};
+lifecycle_counts g_life;
+struct lifecycle_sample {
+  std::uint64_t id = 0;
+  std::int64_t label = 0;
+  std::span<const std::byte> data;
+  lifecycle_sample(std::uint64_t i, std::int64_t l, std::span<const std::byte> d) : id(i), label(l), data(d) { ++g_life.constructed; }
+  lifecycle_sample(const lifecycle_sample& o) : id(o.id), label(o.label), data(o.data) { ++g_life.copies; }
+  lifecycle_sample(lifecycle_sample&& o) noexcept : id(o.id), label(o.label), data(o.data) { ++g_life.moves; }
+  ~lifecycle_sample() { ++g_life.destroyed; }
+  std::span<const std::byte> bytes() const { return data; }
+};
+}  // namespace
+
+TEST_CASE("collate writes each sample once, in order, with labels and ids") {
+  mem_reader r(1000, 16);
+  auto loader = from(sample::sequential(1000)) | read(r) | collate({.batch = 64}) | prefetch(2, {.workers = 2});
+  std::size_t k = 0, total = 0;
+  for (auto& b : loader.epoch(0)) {
+    CHECK(b.index() == k);
+    CHECK(b.size() == (k < 15 ? 64u : 1000u - 15 * 64));
+    CHECK(b.sample_bytes() == 16);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const std::uint64_t id = k * 64 + i;
+      CHECK(b.ids()[i] == id);
+      CHECK(b.labels()[i] == static_cast<std::int64_t>(id % 10));
+      CHECK(std::memcmp(b.sample(i).data(), r.record(id).data(), 16) == 0);
+    }
+    total += b.size();
+    ++k;
+  }
+  CHECK(k == 16);
+  CHECK(total == 1000);
+
+  auto dropped = from(sample::sequential(1000)) | read(r) | collate({.batch = 64, .drop_last = true}) | prefetch(2);
+  CHECK(digest(dropped, 0).batches == 15);
+}
+
+TEST_CASE("determinism: bit-identical batches for 1, 2, 4 and 8 workers") {
+  mem_reader r(3000, 48);
+  std::vector<epoch_digest> runs;
+  for (std::size_t w : {1u, 2u, 4u, 8u}) {
+    auto loader = from(sample::shuffle(3000, {.seed = 11})) | read(r) |
+                  map([](record_view v, const sample_context& ctx) {
+                    // a little "augmentation" that depends only on (seed, epoch, id)
+                    counter_rng g(ctx.seed, ctx.epoch, ctx.id);
+                    v.label += static_cast<std::int64_t>(g.below(3)) * 100;
+                    return v;
+                  }) |
+                  collate({.batch = 100}) | prefetch(3, {.workers = w, .seed = 5});
+    runs.push_back(digest(loader, 4));
+  }
+  for (auto& d : runs) {
+    CHECK(d.hash == runs[0].hash);
+    CHECK(d.ids == runs[0].ids);
+  }
+  std::vector<std::uint64_t> sorted = runs[0].ids;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::uint64_t i = 0; i < sorted.size(); ++i) REQUIRE(sorted[i] == i);  // each sample once
+}
+
+TEST_CASE("collate to float32 with per-channel normalisation") {
+  mem_reader r(10, 6);  // 2 pixels x 3 channels, HWC
+  auto loader = from(sample::sequential(10)) | read(r) |
+                collate({.batch = 4, .output = dtype::f32, .scale = 1.0f, .mean = {1.f, 2.f, 3.f},
+                         .std = {2.f, 4.f, 8.f}, .channels = 3}) |
+                prefetch(1, {.workers = 1});
+  for (auto& b : loader.epoch(0)) {
+    auto f = b.data<float>();
+    CHECK(b.sample_bytes() == 24);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      auto src = r.record(b.ids()[i]);
+      for (std::size_t e = 0; e < 6; ++e) {
+        const float m[3] = {1, 2, 3}, s[3] = {2, 4, 8};
+        CHECK(f[i * 6 + e] == doctest::Approx((static_cast<float>(static_cast<std::uint8_t>(src[e])) - m[e % 3]) / s[e % 3]));
+      }
+    }
+    CHECK_THROWS_AS((void)b.data<std::uint8_t>(), usage_error);
+  }
+}
+
+TEST_CASE("bounded memory: a stalled consumer stops the workers") {
+  mem_reader r(4000, 64);
+  std::atomic<std::size_t> processed{0};
+  const std::size_t depth = 2, workers = 3, batch = 50;
+  auto loader = from(sample::sequential(4000)) | read(r) | map([&](record_view v) {
+                  processed.fetch_add(1, std::memory_order_relaxed);
+                  return v;
+                }) |
+                collate({.batch = batch}) | prefetch(depth, {.workers = workers});
+  std::size_t k = 0;
+  for (auto& b : loader.epoch(0)) {
+    (void)b;
+    if (k < 6) std::this_thread::sleep_for(20ms);  // the trainer is slow: workers must stop
+    // Samples produced never exceed the batches delivered plus depth + workers (+ the one in hand).
+    CHECK(processed.load() <= (k + 1 + depth + workers) * batch);
+    auto s = loader.stats();
+    CHECK(s.peak_batches_in_flight <= depth + workers);
+    CHECK(s.bytes_in_flight <= (depth + workers) * batch * 64);
+    if (++k == 10) break;
+  }
+  auto s = loader.stats();
+  CHECK(s.peak_batches_in_flight <= depth + workers);
+  CHECK(s.peak_batches_in_flight >= 2);
+  CHECK(s.batch_bytes == batch * 64);
+}
+
+TEST_CASE("holding more batches than the ring has slots is a usage error, not a hang") {
+  mem_reader r(1000, 8);
+  auto loader = from(sample::sequential(1000)) | read(r) | collate({.batch = 10}) | prefetch(1, {.workers = 1});
+  std::vector<batch> kept;
+  bool threw = false;
+  try {
+    auto range = loader.epoch(0);
+    for (auto& b : range) kept.push_back(std::move(b));
+  } catch (const usage_error& e) {
+    threw = true;
+    CHECK(std::string(e.what()).find("holds 2 batches") != std::string::npos);
+  }
+  CHECK(threw);
+  CHECK(kept.size() == 2);
+}
+
+TEST_CASE("batches kept by the trainer stay valid after the loader is gone") {
+  mem_reader r(100, 8);
+  std::vector<batch> kept;
+  {
+    auto loader = from(sample::sequential(100)) | read(r) | collate({.batch = 10}) | prefetch(4, {.workers = 2});
+    auto range = loader.epoch(0);
+    auto it = range.begin();
+    kept.push_back(std::move(*it));
+    ++it;
+    kept.push_back(std::move(*it));
+  }
+  CHECK(kept[0].ids()[0] == 0);
+  CHECK(kept[1].ids()[0] == 10);
+  CHECK(std::memcmp(kept[1].sample(3).data(), r.record(13).data(), 8) == 0);
+}
+
+TEST_CASE("an exception in a stage reaches the consumer naming the stage, the sample and the cause") {
+  mem_reader r(1000, 8);
+  for (std::size_t w : {1u, 4u}) {
+    auto loader = from(sample::sequential(1000)) | read(r) | map([](record_view v) {
+                    if (v.id == 123) throw std::runtime_error("pixel decoder exploded");
+                    return v;
+                  }) |
+                  collate({.batch = 50}) | prefetch(2, {.workers = w});
+    std::size_t delivered = 0;
+    try {
+      for (auto& b : loader.epoch(0)) delivered += b.size();
+      FAIL("no exception");
+    } catch (const stage_error& e) {
+      CHECK(e.stage() == "map");
+      CHECK(e.sample_id() == 123);
+      CHECK(std::string(e.what()).find("pixel decoder exploded") != std::string::npos);
+      CHECK_THROWS_WITH_AS(std::rethrow_if_nested(e), "pixel decoder exploded", std::runtime_error);
+    }
+    CHECK(delivered == 100);  // batches 0 and 1 arrived; batch 2 holds sample 123
+  }
+}
+
+TEST_CASE("a reader's format_error names the file and record through the pipeline") {
+  sluice_test::temp_dir d;
+  std::string p = d.file("t.sluice");
+  {
+    io::shard_writer w(p);
+    for (int i = 0; i < 50; ++i) w.add(sluice_test::random_bytes(32, i), i % 3);
+    w.finish();
+  }
+  auto bytes = sluice_test::read_file(p);
+  io::shard_reader probe(p);
+  auto rec = probe.record(17);
+  const auto off = static_cast<std::size_t>(rec.data() - probe.file().data());
+  bytes[off] ^= std::byte{0x55};
+  sluice_test::write_file(p, bytes);
+  io::shard_reader bad(p);
+  auto loader = from(sample::sequential(50)) | read(bad) | collate({.batch = 8}) | prefetch(2);
+  try {
+    for (auto& b : loader.epoch(0)) (void)b;
+    FAIL("no exception");
+  } catch (const stage_error& e) {
+    CHECK(e.stage() == "read");
+    CHECK(e.sample_id() == 17);
+    std::string w = e.what();
+    CHECK(w.find("t.sluice") != std::string::npos);
+    CHECK(w.find("record 17") != std::string::npos);
+    CHECK(w.find("checksum mismatch") != std::string::npos);
+  }
+  // The skip policy drops the bad record and counts it.
+  auto skipping = from(sample::sequential(50)) | read(bad) | collate({.batch = 8}) | prefetch(2, {.errors = on_error::skip});
+  std::size_t n = 0, skipped = 0;
+  for (auto& b : skipping.epoch(0)) {
+    n += b.size();
+    skipped += b.skipped();
+    for (auto id : b.ids()) CHECK(id != 17);
+  }
+  CHECK(n == 49);
+  CHECK(skipped == 1);
+  CHECK(skipping.stats().skipped == 1);
+}
+
+TEST_CASE("destroying a loader mid-epoch with full queues and busy workers returns promptly") {
+  mem_reader r(100000, 32);
+  double worst_ms = 0;
+  for (int cycle = 0; cycle < 60; ++cycle) {
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      auto loader = from(sample::shuffle(100000, {.seed = static_cast<std::uint64_t>(cycle)})) | read(r) |
+                    map([](record_view v) {
+                      if (v.id % 64 == 0) std::this_thread::sleep_for(50us);  // busy workers
+                      return v;
+                    }) |
+                    collate({.batch = 128}) | prefetch(4, {.workers = 3});
+      auto range = loader.epoch(0);
+      auto it = range.begin();
+      for (int i = 0; i < cycle % 5; ++i) ++it;
+      std::this_thread::sleep_for(std::chrono::milliseconds(cycle % 3));  // let the ring fill
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    worst_ms = std::max(worst_ms, ms);
+  }
+  // A generous bound: a hang or a wait for the whole epoch would take far longer.
+  CHECK(worst_ms < 2000.0);
+}
+
+TEST_CASE("resume: a restored loader yields exactly the batches not yet delivered") {
+  mem_reader r(2000, 16);
+  auto make = [&] { return from(sample::shuffle(2000, {.seed = 3})) | read(r) | collate({.batch = 64}) | prefetch(2, {.seed = 3}); };
+  auto full_loader = make();
+  auto full = digest(full_loader, 2);
+
+  auto first = make();
+  std::vector<std::uint64_t> ids;
+  loader_state saved;
+  {
+    std::size_t k = 0;
+    for (auto& b : first.epoch(2)) {
+      for (auto id : b.ids()) ids.push_back(id);
+      if (++k == 7) {
+        saved = first.state();
+        break;
+      }
+    }
+  }
+  CHECK(saved.epoch == 2);
+  CHECK(saved.position == 7 * 64);
+  auto second = make();
+  for (auto& b : second.resume(saved))
+    for (auto id : b.ids()) ids.push_back(id);
+  CHECK(ids == full.ids);
+}
+
+TEST_CASE("epochs differ, repeat exactly, and an abandoned epoch does not disturb the next") {
+  mem_reader r(500, 8);
+  auto loader = from(sample::shuffle(500, {.seed = 1})) | read(r) | collate({.batch = 32}) | prefetch(2, {.workers = 2});
+  auto e0 = digest(loader, 0);
+  {
+    std::size_t k = 0;
+    for (auto& b : loader.epoch(1)) {
+      (void)b;
+      if (++k == 3) break;
+    }
+  }
+  auto e0_again = digest(loader, 0);
+  auto e1 = digest(loader, 1);
+  CHECK(e0.hash == e0_again.hash);
+  CHECK(e0.ids != e1.ids);
+  CHECK(loader.stats().epochs == 4);
+}
+
+TEST_CASE("changing the worker count mid-epoch changes neither order nor content") {
+  mem_reader r(3000, 16);
+  auto make = [&] {
+    return from(sample::shuffle(3000, {.seed = 2})) | read(r) | collate({.batch = 50}) |
+           prefetch(2, {.workers = 1, .max_workers = 4});
+  };
+  auto ref_loader = make();
+  auto ref = digest(ref_loader, 0);
+  auto loader = make();
+  epoch_digest d;
+  std::size_t k = 0;
+  for (auto& b : loader.epoch(0)) {
+    ++d.batches;
+    d.hash = fnv(d.hash, b.bytes());
+    for (auto id : b.ids()) d.ids.push_back(id);
+    for (auto l : b.labels()) d.hash = d.hash * 31 + static_cast<std::uint64_t>(l);
+    loader.set_workers(1 + (k++ % 4));
+  }
+  CHECK(d.hash == ref.hash);
+  CHECK(d.ids == ref.ids);
+}
+
+TEST_CASE("stats: stage names and counts, stall fraction, waits") {
+  mem_reader r(1000, 16);
+  auto loader = from(sample::sequential(1000)) | read(r) | map([](record_view v) { return v; }) |
+                collate({.batch = 100}) | prefetch(2, {.workers = 2});
+  for (auto& b : loader.epoch(0)) {
+    (void)b;
+    std::this_thread::sleep_for(1ms);
+  }
+  auto s = loader.stats();
+  REQUIRE(s.stages.size() == 3);
+  CHECK(s.stages[0].name == "read");
+  CHECK(s.stages[1].name == "map");
+  CHECK(s.stages[2].name == "collate");
+  CHECK(s.stages[0].calls == 1000);
+  CHECK(s.stages[2].calls == 1000);
+  CHECK(s.samples == 1000);
+  CHECK(s.batches == 10);
+  CHECK(s.stall_fraction >= 0.0);
+  CHECK(s.stall_fraction <= 1.0);
+  CHECK(s.consumer_busy_ns >= 9 * 1'000'000ull);  // nine measured steps of >= 1 ms
+  CHECK(s.step_mean_ns >= 1e6);
+  CHECK(s.wait_p50_ns <= s.wait_p95_ns);
+  CHECK(s.wait_p95_ns <= s.wait_max_ns);
+  CHECK(s.capacity == 4);
+}
+
+TEST_CASE("samples move through the chain: never copied") {
+  mem_reader r(200, 8);
+  g_life.copies = 0;
+  {
+    auto loader = from(sample::sequential(200)) | read(r) |
+                  map([](record_view v) { return lifecycle_sample(v.id, v.label, v.data); }) |
+                  map([](lifecycle_sample s) { return s; }) | collate({.batch = 20}) | prefetch(2);
+    std::size_t n = 0;
+    for (auto& b : loader.epoch(0)) n += b.size();
+    CHECK(n == 200);
+  }
+  CHECK(g_life.copies.load() == 0);
+  CHECK(g_life.constructed.load() + g_life.moves.load() == g_life.destroyed.load());
+}
+
+TEST_CASE("empty dataset and empty resume give no batches") {
+  mem_reader r(0, 8);
+  auto loader = from(sample::sequential(0)) | read(r) | collate({.batch = 4, .sample_bytes = 8}) | prefetch(2);
+  CHECK(digest(loader, 0).batches == 0);
+  mem_reader r2(10, 8);
+  auto l2 = from(sample::sequential(10)) | read(r2) | collate({.batch = 4}) | prefetch(2);
+  CHECK(digest(l2, 0).batches == 3);
+  std::size_t n = 0;
+  for (auto& b : l2.resume({.epoch = 0, .position = 10})) n += b.size();
+  CHECK(n == 0);
+  CHECK_THROWS_AS(l2.resume({.epoch = 0, .position = 11}).begin(), usage_error);
+}
