@@ -142,8 +142,8 @@ class JpegDataset:
         raw = self.pack[self.offsets[i]:self.offsets[i + 1]]
         if self.decoder == "pil":
             from PIL import Image
-            img = Image.open(io.BytesIO(raw.tobytes()))
-            img = torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1).contiguous()
+            # HWC uint8 as decoded (what sluice's codec writes too); no permute, no float.
+            img = torch.from_numpy(np.array(Image.open(io.BytesIO(raw.tobytes())).convert("RGB")))
         else:
             import torchvision.io
             img = torchvision.io.decode_jpeg(torch.from_numpy(np.array(raw)))

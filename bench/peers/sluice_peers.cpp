@@ -8,6 +8,15 @@
 //   sluice_peers raw records.u8 labels.i64 <workers> <seconds>
 //       sluice's pipeline: shuffle sampler -> read(fixed_records) -> collate(256) -> prefetch.
 //
+//   sluice_peers jpeg images.jpgpack images.offsets images.labels <workers> <seconds>
+//       shuffle -> read(packed JPEGs) -> decode (TurboJPEG, 64x64 RGB, HWC uint8) -> collate(256)
+//       -> prefetch; needs codec/jpeg.hpp (sluice::jpeg).
+//
+//   sluice_peers weighted weights.f64 <seconds>
+//       the alias-method weighted sampler: build its table over the weights, then draw as many
+//       ids as there are weights; repeated; draws/s including the build (as torch's
+//       WeightedRandomSampler, which rebuilds its cumulative table on every pass).
+//
 // Every mode prints "samples_per_s <rate>" (and a checksum so the work cannot be optimised away).
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -30,6 +39,14 @@
 #include <vector>
 
 #include "sluice/sluice.hpp"
+#if __has_include("sluice/sample/alias.hpp")
+#  include "sluice/sample/alias.hpp"
+#  define SLUICE_PEERS_HAVE_WEIGHTED 1
+#endif
+#if defined(SLUICE_WITH_TURBOJPEG) && __has_include("sluice/codec/jpeg.hpp")
+#  include "sluice/codec/jpeg.hpp"
+#  define SLUICE_PEERS_HAVE_JPEG 1
+#endif
 
 namespace {
 
@@ -127,6 +144,82 @@ int raw(const char* records_path, const char* labels_path, std::size_t workers, 
   return time_loader(loader, seconds);
 }
 
+#ifdef SLUICE_PEERS_HAVE_JPEG
+// The packed JPEG set as a sluice record reader: record i is bytes [off[i], off[i+1]) of the pack.
+class packed_jpegs {
+ public:
+  using reader_concept = sluice::reader_tag;
+  packed_jpegs(const char* pack, const char* offsets, const char* labels)
+      : pack_(pack), offsets_(offsets), labels_(labels) {
+    count_ = offsets_.size() / 8 - 1;
+    if (offsets_.size() % 8 != 0 || offsets_.size() < 16 || labels_.size() != count_ * 8)
+      throw sluice::format_error(offsets, {.offset = 0}, "offsets and labels do not describe the same images");
+    if (offset(count_) > pack_.size())
+      throw sluice::format_error(offsets, {.record = count_}, "last offset is past the end of the pack");
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  [[nodiscard]] std::string_view path() const noexcept { return pack_.path(); }
+  [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
+    const std::uint64_t a = offset(i), b = offset(i + 1);
+    if (a > b || b > pack_.size()) throw sluice::format_error(std::string(pack_.path()), {.record = i}, "bad offsets");
+    return {pack_.data() + a, b - a};
+  }
+  [[nodiscard]] std::int64_t label(std::size_t i) const noexcept {
+    std::int64_t v;
+    std::memcpy(&v, labels_.data() + i * 8, 8);
+    return v;
+  }
+
+ private:
+  [[nodiscard]] std::uint64_t offset(std::size_t i) const noexcept {
+    std::uint64_t v;
+    std::memcpy(&v, offsets_.data() + i * 8, 8);
+    return v;
+  }
+  sluice::io::mapped_file pack_, offsets_, labels_;
+  std::size_t count_ = 0;
+};
+
+// A record that decodes itself straight into its batch slot (collate's deferred sample).
+struct jpeg_sample {
+  std::uint64_t id;
+  std::int64_t label;
+  std::span<const std::byte> encoded;
+  const sluice::codecs::jpeg* codec;
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return codec->output_bytes(); }
+  void write_into(std::span<std::byte> dst, const sluice::sample_context& ctx) const { codec->decode(encoded, dst, ctx); }
+};
+
+int jpeg(const char* pack, const char* offsets, const char* labels, std::size_t workers, double seconds) {
+  const packed_jpegs reader{pack, offsets, labels};
+  const sluice::codecs::jpeg codec{{.width = 64, .height = 64}};
+  auto loader = sluice::from(sluice::sample::shuffle{reader.size(), {.seed = 7}}) | sluice::read(reader) |
+                sluice::map([&codec](sluice::record_view r) { return jpeg_sample{r.id, r.label, r.data, &codec}; }) |
+                sluice::collate({.batch = batch_size, .drop_last = true}) |
+                sluice::prefetch(2, {.workers = workers});
+  return time_loader(loader, seconds);
+}
+#endif
+
+#ifdef SLUICE_PEERS_HAVE_WEIGHTED
+int weighted(const char* weights_path, double seconds) {
+  std::size_t bytes = 0;
+  const auto* w = reinterpret_cast<const double*>(map_whole(weights_path, bytes));
+  const std::span<const double> weights(w, bytes / sizeof(double));
+  std::uint64_t draws = 0, checksum = 0;
+  auto start = bench_clock::now();
+  for (std::uint64_t epoch = 0; seconds_since(start) < seconds; ++epoch) {
+    const sluice::sample::weighted sampler{weights, {.seed = 7}};
+    const std::size_t n = sampler.size(epoch);
+    for (std::size_t pos = 0; pos < n; ++pos) checksum += sampler.at(epoch, pos);
+    draws += n;
+  }
+  std::printf("samples_per_s %.1f\nchecksum %llu\n", static_cast<double>(draws) / seconds_since(start),
+              static_cast<unsigned long long>(checksum));
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -134,9 +227,28 @@ int main(int argc, char** argv) try {
   if (mode == "roofline" && argc == 5) return roofline(argv[2], argv[3], std::atof(argv[4]));
   if (mode == "raw" && argc == 6)
     return raw(argv[2], argv[3], static_cast<std::size_t>(std::atoi(argv[4])), std::atof(argv[5]));
+#ifdef SLUICE_PEERS_HAVE_JPEG
+  if (mode == "jpeg" && argc == 7)
+    return jpeg(argv[2], argv[3], argv[4], static_cast<std::size_t>(std::atoi(argv[5])), std::atof(argv[6]));
+#else
+  if (mode == "jpeg") {
+    std::fprintf(stderr, "sluice_peers: built without codec/jpeg.hpp or TurboJPEG\n");
+    return 3;
+  }
+#endif
+#ifdef SLUICE_PEERS_HAVE_WEIGHTED
+  if (mode == "weighted" && argc == 4) return weighted(argv[2], std::atof(argv[3]));
+#else
+  if (mode == "weighted") {
+    std::fprintf(stderr, "sluice_peers: built without sample/alias.hpp\n");
+    return 3;
+  }
+#endif
   std::fprintf(stderr,
                "usage: %s roofline records.u8 labels.i64 <seconds>\n"
-               "       %s raw records.u8 labels.i64 <workers> <seconds>\n", argv[0], argv[0]);
+               "       %s raw records.u8 labels.i64 <workers> <seconds>\n"
+               "       %s jpeg images.jpgpack images.offsets images.labels <workers> <seconds>\n"
+               "       %s weighted weights.f64 <seconds>\n", argv[0], argv[0], argv[0], argv[0]);
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "sluice_peers: %s\n", e.what());
