@@ -22,6 +22,21 @@
 //  * Clean stop: destroying the loader (or starting another epoch) cancels the running epoch;
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
+//
+// Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
+// time (a stage defines only what it needs):
+//   using slot_state = T;                       per-slot state, default-constructed with the ring
+//   void* allocate(std::size_t bytes);          slot storage (e.g. pinned); the first stage that
+//   void deallocate(void* p, std::size_t bytes);  provides it owns every slot's host memory
+//   void on_filled(detail::slot_base&, T&);     worker thread, after collate filled the slot
+//                                               (e.g. issue the async copy); may throw -> the
+//                                               batch fails like a stage error
+//   void on_deliver(detail::slot_base&, T&);    consumer thread, before the batch is handed out
+//   void on_release(detail::slot_base&, T&);    the thread dropping the batch, before the slot
+//                                               is reused (e.g. record an event)
+//   void on_destroy(detail::slot_base&, T&);    when the ring is destroyed (free device memory)
+// slot_base carries device_data and ready_event for a device copy; batch::device_data() and
+// batch::ready_event() expose them to the trainer.
 #pragma once
 
 #include <algorithm>
