@@ -9,12 +9,18 @@
 //
 //   mpirun -np 4 mpi_sharded --dir /tmp/run [--records 1003] [--batch 32] [--seed 7] [--epoch 0]
 //                            [--tail pad|drop] [--step-us 0]
+//                            [--tag NAME] [--stop-after BATCHES] [--resume CHECKPOINT_FILE]
 //
 // Rank 0 writes the dataset into --dir (records of 8 bytes holding their own index, and int64
 // labels with a long-tailed class distribution) unless it is already there. Every rank writes
 // the ids it received to <dir>/ids.w<world>.r<rank>.txt ("batches B" then one "position id" line
 // a sample); rank 0 writes the all-reduced histogram to <dir>/summary.w<world>.txt. The checker
 // (mpi_sharded_check) verifies those files across runs with different world sizes.
+//
+// Resume across a change of world size: --stop-after K stops every rank after K batches and rank 0
+// writes the checkpoint — one number, the global position start + world * (samples each rank
+// consumed) — to <dir>/checkpoint.<tag>.txt; a later run with --resume that file (any world size)
+// starts the epoch there. --tag names a run's files (ids.<tag>.w<world>.r<rank>.txt).
 #include <mpi.h>
 
 #include <chrono>
@@ -36,7 +42,8 @@ namespace {
 constexpr int num_classes = 10;
 
 struct options {
-  std::string dir;
+  std::string dir, tag, resume;
+  std::uint64_t stop_after = 0;
   std::uint64_t records = 1003, batch = 32, seed = 7, epoch = 0, step_us = 0;
   sluice::sample::tail tail = sluice::sample::tail::pad;
 };
@@ -51,6 +58,9 @@ options parse(int argc, char** argv) {
     else if (k == "--seed") o.seed = std::stoull(v);
     else if (k == "--epoch") o.epoch = std::stoull(v);
     else if (k == "--step-us") o.step_us = std::stoull(v);
+    else if (k == "--tag") o.tag = v;
+    else if (k == "--stop-after") o.stop_after = std::stoull(v);
+    else if (k == "--resume") o.resume = v;
     else if (k == "--tail") o.tail = v == "drop" ? sluice::sample::tail::drop : sluice::sample::tail::pad;
     else throw sluice::usage_error("mpi_sharded: unknown option " + k);
   }
@@ -106,15 +116,23 @@ int run(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   const std::string dir = o.dir;
+  const std::string tag = o.tag.empty() ? std::string() : "." + o.tag;
+  std::uint64_t start = 0;
+  if (!o.resume.empty()) {
+    std::ifstream cp(o.resume);
+    std::string word;
+    if (!(cp >> word >> start) || word != "global_position")
+      throw sluice::format_error(o.resume, {.offset = 0}, "not a checkpoint (expected 'global_position N')");
+  }
   const sluice::io::fixed_records reader{dir + "/records.u8", {.record_bytes = 8, .labels_path = dir + "/labels.i64"}};
   auto loader = sluice::from(sluice::sample::distributed{sluice::sample::shuffle{reader.size(), {.seed = o.seed}},
-                                                          me.distributed({.tail = o.tail})}) |
+                                                          me.distributed({.tail = o.tail, .start = start})}) |
                 sluice::read(reader) | sluice::collate({.batch = o.batch}) | sluice::prefetch(2, {.workers = 1});
 
   std::vector<std::int64_t> histogram(num_classes, 0);
-  std::ofstream ids(dir + "/ids.w" + std::to_string(me.world) + ".r" + std::to_string(me.rank) + ".txt");
+  std::ofstream ids(dir + "/ids" + tag + ".w" + std::to_string(me.world) + ".r" + std::to_string(me.rank) + ".txt");
   std::string lines;
-  std::uint64_t batches = 0, j = 0;
+  std::uint64_t batches = 0, j = 0, consumed = 0;
   for (auto& b : loader.epoch(o.epoch)) {
     ++batches;
     for (std::size_t i = 0; i < b.size(); ++i, ++j) {
@@ -123,9 +141,20 @@ int run(int argc, char** argv) {
       if (content != b.ids()[i]) throw sluice::error("mpi_sharded: record content does not match its id");
       const auto label = b.labels()[i];
       if (label >= 0 && label < num_classes) ++histogram[static_cast<std::size_t>(label)];
-      lines += std::to_string(me.rank + me.world * j) + " " + std::to_string(b.ids()[i]) + "\n";
+      lines += std::to_string(start + me.rank + me.world * j) + " " + std::to_string(b.ids()[i]) + "\n";
     }
     if (o.step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.step_us));  // a training step
+    consumed = loader.state().position;
+    if (o.stop_after != 0 && batches == o.stop_after) break;
+  }
+  if (o.stop_after != 0) {
+    // Every rank must be at the same global position, or the checkpoint would lose samples.
+    const std::uint64_t g = loader.sampler().global_position(consumed);
+    std::uint64_t g_min = 0, g_max = 0;
+    MPI_Allreduce(&g, &g_min, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&g, &g_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (g_min != g_max) throw sluice::error("mpi_sharded: ranks stopped at different global positions");
+    if (me.is_main()) std::ofstream(dir + "/checkpoint" + tag + ".txt") << "global_position " << g << "\n";
   }
   ids << "batches " << batches << "\n" << lines;
   ids.close();
@@ -153,7 +182,7 @@ int run(int argc, char** argv) {
                 static_cast<unsigned long long>(b_min), static_cast<unsigned long long>(b_max),
                 total > 0 ? static_cast<double>(global_times[0]) / total : 0.0, worst_stall);
     std::printf("class histogram:");
-    std::ofstream summary(dir + "/summary.w" + std::to_string(me.world) + ".txt");
+    std::ofstream summary(dir + "/summary" + tag + ".w" + std::to_string(me.world) + ".txt");
     summary << "histogram";
     for (auto h : global_hist) {
       std::printf(" %lld", static_cast<long long>(h));
