@@ -572,10 +572,10 @@ int main(int argc, char** argv) try {
   epochs_csv << "run,epoch,train_loss,test_loss,test_accuracy,balanced_accuracy,stall_fraction,samples_per_second,"
                 "step_mean_ms,class_std,mean_within_batch_std,rss_bytes,minor_faults,major_faults,drift_shift_sigma\n";
   std::vector<run_record> runs;
-  if (o.only != "balanced")
+  if (o.only.empty() || o.only == "uniform")
     runs.push_back(train_run("uniform", "uniform (seeded shuffle of the kept images)", demo::uniform_subset(labels, o.seed),
                              train, test, o, trace, epochs_csv));
-  if (!o.full && o.only != "uniform")
+  if (!o.full && (o.only.empty() || o.only == "balanced"))
     runs.push_back(train_run("balanced", demo::balanced_sampler_name, demo::make_balanced(labels, o.seed), train, test, o,
                              trace, epochs_csv));
   if (!o.full && (o.deferred > 0 || o.only == "deferred") && (o.only.empty() || o.only == "deferred")) {
