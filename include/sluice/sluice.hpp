@@ -3,6 +3,7 @@
 // zlib, CUDA) are included explicitly from their own headers.
 #pragma once
 
+#include "sluice/codec/transform.hpp"
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/config.hpp"
@@ -14,12 +15,17 @@
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/fixed_records.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/npy.hpp"
+#include "sluice/io/record_index.hpp"
 #include "sluice/io/shard.hpp"
+#include "sluice/io/tfrecord.hpp"
+#include "sluice/io/wds_tar.hpp"
 #include "sluice/policy/depth_fixed.hpp"
 #include "sluice/sample/distributed.hpp"
 #include "sluice/sample/sequential.hpp"
 #include "sluice/sample/shuffle.hpp"
 #include "sluice/stage/collate.hpp"
+#include "sluice/stage/decode.hpp"
 #include "sluice/stage/map.hpp"
 #include "sluice/stage/prefetch.hpp"
 #include "sluice/stage/read.hpp"
