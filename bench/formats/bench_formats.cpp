@@ -230,7 +230,7 @@ void jpeg_pipeline(benchmark::State& st) {
   st.counters["single_thread_codec_per_s"] = single;
   st.counters["scaling_efficiency"] = rate / (single * workers);
 }
-BENCHMARK(jpeg_pipeline)->ArgNames({"workers"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(jpeg_pipeline)->ArgNames({"workers"})->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 
