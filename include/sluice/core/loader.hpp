@@ -277,6 +277,14 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
       depth_ = nd;
       cv_work_.notify_all();
     }
+    // A policy that also tunes the worker count (policy/workers.hpp) answers update_workers.
+    if constexpr (requires { depth_policy_.update_workers(sig); }) {
+      const std::size_t nw = std::clamp<std::size_t>(depth_policy_.update_workers(sig), 1, opt_.max_workers);
+      if (nw != active_workers_) {
+        active_workers_ = nw;
+        cv_work_.notify_all();
+      }
+    }
     last_receive_ns_ = t_receive;
     lk.unlock();
     for_each_stage([&](auto& st, auto& state) {

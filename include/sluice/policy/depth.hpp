@@ -1,0 +1,262 @@
+// sluice/policy/depth.hpp — prefetch-depth policies beyond depth::fixed: the classic
+// utilisation rule and an adaptive controller with a RAM budget.
+//
+// Interface (policy/depth_fixed.hpp): initial_depth(), max_depth(), and update(depth_signal)
+// called by the loader on the consumer's thread once per delivered batch; it returns the new
+// depth, which the loader clamps to [1, max_depth]. The ring holds at most depth + workers
+// batches, so a depth is also a memory bound of (depth + workers) * batch_bytes.
+//
+// depth::utilization_rule — the rule of thumb many trainers use: consumer (GPU) utilisation
+//   above 85 % -> depth 1, below 60 % -> depth 3, otherwise 2, decided once per window of
+//   batches. Utilisation is NVML's GPU utilisation when libnvidia-ml.so.1 loads at run time
+//   (dlopen; nothing to link, absent library -> fallback), else the consumer's measured busy
+//   fraction busy / (busy + wait) over the window.
+//
+// depth::adaptive — a controller that holds the consumer's stall fraction (wait / (wait + busy))
+//   under `target_stall` (default 4 %, a margin under the usual 5 % goal) with the smallest depth; it decides once per window of
+//   `window` batches, on everything measured since its last change:
+//   grow   by 1 when the stall is clearly above target — estimate minus confidence_z standard
+//          errors (ratio estimator) above it, so a depth that sits just under target is not
+//          pushed up by one unlucky window — AND the producer can fill the queue (some request
+//          since the change found >= depth batches ready: the stalls are bursts a deeper queue
+//          absorbs, not a producer slower on average, which depth cannot fix — the worker
+//          tuner's job);
+//   shrink by 1 when the queue stays full: for `shrink_windows` consecutive windows every request
+//          found >= 2 batches ready, and the stall's upper bound is under half the target;
+//   never  above the RAM budget: (depth + workers) * batch_bytes <= ram_budget_bytes (depth 1 is
+//          the floor even if one batch per worker already exceeds it);
+//   no oscillation: decisions only at window ends, a change restarts the window (dwell), grow and
+//          shrink need different evidence (hysteresis), and a shrink that has to be undone doubles
+//          the shrink patience (shrink_windows), so the number of changes over T batches is
+//          O(log T) even at a boundary.
+//   tf.data's autotuner only grows its buffers; this one gives memory back.
+//
+//   | sluice::prefetch(sluice::depth::adaptive{{.ram_budget_bytes = 2ull << 30}}, {.workers = 4})
+#pragma once
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "sluice/policy/depth_fixed.hpp"
+
+namespace sluice {
+
+namespace detail {
+
+struct nvml_utilization {  // layout of nvmlUtilization_t
+  unsigned gpu;
+  unsigned memory;
+};
+
+// NVML through dlopen: no link-time dependency; every failure reads as "not available".
+class nvml_probe {
+ public:
+  explicit nvml_probe(unsigned device_index = 0) {
+    handle_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) return;
+    auto init = reinterpret_cast<int (*)()>(::dlsym(handle_, "nvmlInit_v2"));
+    auto get = reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(handle_, "nvmlDeviceGetHandleByIndex_v2"));
+    util_ = reinterpret_cast<int (*)(void*, nvml_utilization*)>(::dlsym(handle_, "nvmlDeviceGetUtilizationRates"));
+    shutdown_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "nvmlShutdown"));
+    if (init == nullptr || get == nullptr || util_ == nullptr || init() != 0) {
+      close();
+      return;
+    }
+    initialised_ = true;
+    if (get(device_index, &device_) != 0) {
+      close();
+      return;
+    }
+    ok_ = true;
+  }
+  nvml_probe(const nvml_probe&) = delete;
+  nvml_probe& operator=(const nvml_probe&) = delete;
+  ~nvml_probe() { close(); }
+  [[nodiscard]] bool available() const noexcept { return ok_; }
+  // GPU utilisation in [0, 1] over NVML's last sample period, or nullopt.
+  [[nodiscard]] std::optional<double> utilization() const noexcept {
+    if (!ok_) return std::nullopt;
+    nvml_utilization u{};
+    if (util_(device_, &u) != 0) return std::nullopt;
+    return static_cast<double>(u.gpu) / 100.0;
+  }
+
+ private:
+  void close() noexcept {
+    if (initialised_ && shutdown_ != nullptr) shutdown_();
+    if (handle_ != nullptr) ::dlclose(handle_);
+    handle_ = nullptr;
+    ok_ = initialised_ = false;
+  }
+  void* handle_ = nullptr;
+  void* device_ = nullptr;
+  int (*util_)(void*, nvml_utilization*) = nullptr;
+  int (*shutdown_)() = nullptr;
+  bool initialised_ = false, ok_ = false;
+};
+
+// Sums over a window of batches.
+struct signal_window {
+  std::uint64_t batches = 0, wait_ns = 0, busy_ns = 0, empty_requests = 0, full_requests = 0;
+  std::size_t min_ready = ~std::size_t{0}, max_ready = 0;
+  double w2 = 0, wt = 0, t2 = 0;  // sums of wait^2, wait*total, total^2 (ms^2) for stall_error()
+  void add(const depth_signal& s) noexcept {
+    ++batches;
+    empty_requests += s.ready == 0;
+    full_requests += s.ready >= std::max<std::size_t>(1, s.depth);
+    const double w = static_cast<double>(s.wait_ns) * 1e-6, t = w + static_cast<double>(s.busy_ns) * 1e-6;
+    w2 += w * w;
+    wt += w * t;
+    t2 += t * t;
+    wait_ns += s.wait_ns;
+    busy_ns += s.busy_ns;
+    min_ready = std::min(min_ready, s.ready);
+    max_ready = std::max(max_ready, s.ready);
+  }
+  [[nodiscard]] double stall_fraction() const noexcept {
+    const double t = static_cast<double>(wait_ns) + static_cast<double>(busy_ns);
+    return t <= 0 ? 0.0 : static_cast<double>(wait_ns) / t;
+  }
+  // Standard error of stall_fraction() as a ratio estimator over the batches seen (batches are
+  // treated as independent, which understates it a little when stalls come in bursts).
+  [[nodiscard]] double stall_error() const noexcept {
+    const double total = (static_cast<double>(wait_ns) + static_cast<double>(busy_ns)) * 1e-6;
+    if (batches < 2 || total <= 0) return 1.0;
+    const double r = stall_fraction();
+    const double ss = std::max(0.0, w2 - 2 * r * wt + r * r * t2);
+    return std::sqrt(ss * static_cast<double>(batches) / static_cast<double>(batches - 1)) / total;
+  }
+  void reset() noexcept { *this = {}; }
+};
+
+}  // namespace detail
+
+namespace depth {
+
+enum class utilization_source : std::uint8_t { automatic, wait_fraction, nvml };
+
+struct utilization_rule_options {
+  double high = 0.85;           // above: depth 1
+  double low = 0.60;            // below: depth 3
+  std::uint64_t window = 16;    // batches a decision
+  utilization_source source = utilization_source::automatic;
+  unsigned gpu_index = 0;
+};
+
+class utilization_rule {
+ public:
+  explicit utilization_rule(utilization_rule_options o = {}) : opt_(o) {
+    if (opt_.source != utilization_source::wait_fraction) {
+      auto p = std::make_shared<detail::nvml_probe>(opt_.gpu_index);
+      if (p->available()) nvml_ = std::move(p);
+    }
+  }
+  // The rule itself, as a pure function.
+  [[nodiscard]] constexpr std::size_t depth_for(double utilization) const noexcept {
+    return utilization > opt_.high ? 1 : utilization < opt_.low ? 3 : 2;
+  }
+  [[nodiscard]] constexpr std::size_t initial_depth() const noexcept { return 2; }
+  [[nodiscard]] constexpr std::size_t max_depth() const noexcept { return 3; }
+  std::size_t update(const depth_signal& s) {
+    window_.add(s);
+    if (window_.batches < std::max<std::uint64_t>(1, opt_.window)) return s.depth;
+    std::optional<double> u;
+    if (nvml_) u = nvml_->utilization();
+    if (!u) u = 1.0 - window_.stall_fraction();
+    last_utilization_ = *u;
+    window_.reset();
+    return depth_for(*u);
+  }
+  [[nodiscard]] bool uses_nvml() const noexcept { return nvml_ != nullptr; }
+  [[nodiscard]] double last_utilization() const noexcept { return last_utilization_; }
+
+ private:
+  utilization_rule_options opt_;
+  std::shared_ptr<detail::nvml_probe> nvml_;
+  detail::signal_window window_;
+  double last_utilization_ = 1.0;
+};
+
+struct adaptive_options {
+  std::size_t initial = 2;
+  std::size_t max = 16;
+  std::uint64_t ram_budget_bytes = 0;  // 0: no budget beyond max
+  double target_stall = 0.04;          // the stall fraction the controller holds depth under
+  std::uint64_t window = 32;           // batches between decisions (and the dwell after a change)
+  double confidence_z = 1.5;           // grow only when stall - z * error > target
+  std::uint64_t shrink_windows = 4;    // consecutive full-queue windows before a shrink
+  std::uint64_t max_shrink_windows = 256;
+};
+
+class adaptive {
+ public:
+  explicit adaptive(adaptive_options o = {}) : opt_(o), patience_(std::max<std::uint64_t>(1, o.shrink_windows)) {
+    opt_.max = std::max<std::size_t>(1, opt_.max);
+    opt_.initial = std::clamp<std::size_t>(opt_.initial, 1, opt_.max);
+  }
+  [[nodiscard]] std::size_t initial_depth() const noexcept { return opt_.initial; }
+  [[nodiscard]] std::size_t max_depth() const noexcept { return opt_.max; }
+
+  std::size_t update(const depth_signal& s) {
+    const std::size_t d = std::max<std::size_t>(1, s.depth);
+    const std::size_t cap = budget_cap(s);
+    if (d > cap) return change(d, cap);  // a batch grew or workers were added: obey the budget now
+    since_change_.add(s);
+    window_.add(s);
+    if (window_.batches < std::max<std::uint64_t>(1, opt_.window)) return d;
+    const bool queue_stayed_full = window_.min_ready >= 2;  // no request in the window waited
+    window_.reset();
+    // Grow: stalls clearly above target (the estimate since the last change, minus z standard
+    // errors), and the producer filled the queue at least once, so depth is what is short.
+    const double stall = since_change_.stall_fraction();
+    const bool producer_can_fill = since_change_.max_ready >= d;
+    if (stall - opt_.confidence_z * since_change_.stall_error() > opt_.target_stall && producer_can_fill &&
+        d < cap) {
+      if (last_change_ < 0) patience_ = std::min(opt_.max_shrink_windows, patience_ * 2);  // undoing a shrink
+      return change(d, d + 1);
+    }
+    // Shrink: the queue stayed full for `patience_` windows in a row and the stall since the last
+    // change is well under target.
+    full_windows_ = queue_stayed_full ? full_windows_ + 1 : 0;
+    if (full_windows_ >= patience_ && d > 1 &&
+        stall + opt_.confidence_z * since_change_.stall_error() < opt_.target_stall / 2)
+      return change(d, d - 1);
+    return d;
+  }
+  // Largest depth the budget allows for this signal's batch size and workers.
+  [[nodiscard]] std::size_t budget_cap(const depth_signal& s) const noexcept {
+    if (opt_.ram_budget_bytes == 0 || s.batch_bytes == 0) return opt_.max;
+    const std::uint64_t batches = opt_.ram_budget_bytes / s.batch_bytes;
+    const std::uint64_t room = batches > s.workers ? batches - s.workers : 1;
+    return std::clamp<std::size_t>(static_cast<std::size_t>(room), 1, opt_.max);
+  }
+  [[nodiscard]] std::uint64_t changes() const noexcept { return changes_; }
+  [[nodiscard]] std::uint64_t shrink_patience_windows() const noexcept { return patience_; }
+
+ private:
+  std::size_t change(std::size_t from, std::size_t to) {
+    if (to != from) {
+      ++changes_;
+      last_change_ = to > from ? 1 : -1;
+    }
+    since_change_.reset();
+    window_.reset();
+    full_windows_ = 0;
+    return to;
+  }
+  adaptive_options opt_;
+  detail::signal_window since_change_, window_;
+  std::uint64_t patience_;
+  std::uint64_t full_windows_ = 0;
+  std::uint64_t changes_ = 0;
+  int last_change_ = 0;
+};
+
+}  // namespace depth
+}  // namespace sluice
