@@ -22,6 +22,25 @@
 //  * Clean stop: destroying the loader (or starting another epoch) cancels the running epoch;
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
+//
+// Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
+// time (a stage defines only what it needs):
+//   using slot_state = T;                       per-slot state, default-constructed with the ring
+//   void* allocate(std::size_t bytes);          slot storage (e.g. pinned); the first stage that
+//   void deallocate(void* p, std::size_t bytes);  provides it owns every slot's host memory
+//   void before_fill(detail::slot_base&, T&);   worker thread, before the slot's storage is
+//                                               (re)allocated and written (e.g. wait for the
+//                                               previous async copy out of it); may throw -> the
+//                                               batch fails, as does a throwing allocate()
+//   void on_filled(detail::slot_base&, T&);     worker thread, after collate filled the slot
+//                                               (e.g. issue the async copy); may throw -> the
+//                                               batch fails like a stage error
+//   void on_deliver(detail::slot_base&, T&);    consumer thread, before the batch is handed out
+//   void on_release(detail::slot_base&, T&);    the thread dropping the batch, before the slot
+//                                               is reused (e.g. record an event)
+//   void on_destroy(detail::slot_base&, T&);    when the ring is destroyed (free device memory)
+// slot_base carries device_data and ready_event for a device copy; batch::device_data() and
+// batch::ready_event() expose them to the trainer.
 #pragma once
 
 #include <algorithm>
@@ -432,7 +451,7 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
       const std::uint64_t t0 = now_ns();
       bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
       counters_[w].busy_ns.add(now_ns() - t0);
-      if (ok) {
+      if (ok && !s.error) {
         for_each_stage([&](auto& st, auto& state) {
           if constexpr (requires { st.on_filled(s, state); }) {
             try {
@@ -475,11 +494,37 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
     const std::size_t b = chain_.collate.batch_size();
     const std::size_t in_bytes = sample_bytes_in_;
     const std::size_t out_bytes = chain_.collate.output_bytes(in_bytes);
-    if (s.data == nullptr || s.storage_bytes != out_bytes * b) {  // warm-up only
-      if (s.data != nullptr) free_storage(s.data, s.storage_bytes);
-      s.data = nullptr;
-      s.storage_bytes = out_bytes * b;
-      s.data = static_cast<std::byte*>(allocate_storage(s.storage_bytes));
+    // Batch stages may need to act before the slot's storage is written again (to_device waits
+    // for the previous copy out of it), and the storage may come from a capped pool: a failure of
+    // either reaches the consumer as this batch's error instead of ending the worker thread.
+    std::string_view failing = "collate";
+    try {
+      for_each_stage([&](auto& st, auto& state) {
+        if constexpr (requires { st.before_fill(s, state); }) {
+          failing = std::decay_t<decltype(st)>::name;
+          st.before_fill(s, state);
+        }
+      }, s);
+      failing = "collate";
+      if (s.data == nullptr || s.storage_bytes != out_bytes * b) {  // warm-up only
+        if (s.data != nullptr) free_storage(s.data, s.storage_bytes);
+        s.data = nullptr;
+        s.storage_bytes = 0;
+        s.data = static_cast<std::byte*>(allocate_storage(out_bytes * b));
+        s.storage_bytes = out_bytes * b;
+      }
+    } catch (...) {
+      s.index = k;
+      s.epoch = epoch;
+      s.first_position = first;
+      s.count = 0;
+      s.skipped = 0;
+      try {
+        throw_stage_error(failing, first);
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+      return true;
     }
     if (!s.label_store) {
       s.label_store = std::make_unique<std::int64_t[]>(b);

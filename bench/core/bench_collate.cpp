@@ -1,0 +1,100 @@
+// Random-order gather-and-collate of 12,288-byte records (3x64x64 uint8) in batches of 256 from a
+// page-cache-resident file, through the sluice pipeline with 1 and 2 workers, beside the roofline
+// measured in the same binary: a plain memcpy gather of the same records, in the same order, into
+// one batch buffer (with 1 thread, and with 2 threads each gathering its own batches).
+//
+// Run: build/bench/core/sluice_bench_collate --benchmark_counters_tabular=true
+// Counters: samples/s (items_per_second) and bytes/s; bench/README.md keeps the figures.
+#include <benchmark/benchmark.h>
+
+#include <sluice/sluice.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace {
+constexpr std::size_t record_bytes = 3 * 64 * 64;
+constexpr std::size_t batch = 256;
+constexpr std::size_t records = 16384;  // 201 MB: larger than any cache, well inside RAM
+
+const std::string& data_path() {
+  static const std::string path = [] {
+    auto p = (std::filesystem::temp_directory_path() / "sluice-bench-collate.u8").string();
+    if (!std::filesystem::exists(p) || std::filesystem::file_size(p) != records * record_bytes) {
+      std::ofstream f(p, std::ios::binary | std::ios::trunc);
+      std::vector<char> rec(record_bytes);
+      for (std::size_t i = 0; i < records; ++i) {
+        for (std::size_t j = 0; j < record_bytes; j += 8) rec[j] = static_cast<char>(i + j);
+        f.write(rec.data(), static_cast<std::streamsize>(rec.size()));
+      }
+    }
+    return p;
+  }();
+  return path;
+}
+
+sluice::io::fixed_records& reader() {
+  static sluice::io::fixed_records r = [] {
+    sluice::io::fixed_records rr(data_path(), {.record_bytes = record_bytes, .map = {.advice = sluice::io::access::random, .populate = true}});
+    return rr;
+  }();
+  return r;
+}
+
+void BM_roofline_memcpy_gather(benchmark::State& state) {
+  const auto threads = static_cast<std::size_t>(state.range(0));
+  auto& r = reader();
+  sluice::sample::shuffle order(records, {.seed = 1});
+  std::vector<std::unique_ptr<std::byte[]>> bufs;
+  for (std::size_t t = 0; t < threads; ++t) bufs.emplace_back(new (std::align_val_t{64}) std::byte[batch * record_bytes]);
+  std::uint64_t epoch = 0;
+  for (auto _ : state) {
+    const std::size_t nb = records / batch;
+    auto work = [&](std::size_t t) {
+      for (std::size_t k = t; k < nb; k += threads) {
+        std::byte* dst = bufs[t].get();
+        for (std::size_t i = 0; i < batch; ++i) {
+          auto rec = r.record(order.at(epoch, k * batch + i));
+          std::memcpy(dst + i * record_bytes, rec.data(), record_bytes);
+        }
+        benchmark::DoNotOptimize(dst);
+        benchmark::ClobberMemory();
+      }
+    };
+    if (threads == 1) {
+      work(0);
+    } else {
+      std::vector<std::thread> ts;
+      for (std::size_t t = 0; t < threads; ++t) ts.emplace_back(work, t);
+      for (auto& t : ts) t.join();
+    }
+    ++epoch;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * records * record_bytes));
+}
+
+void BM_sluice_pipeline(benchmark::State& state) {
+  const auto workers = static_cast<std::size_t>(state.range(0));
+  auto& r = reader();
+  auto loader = sluice::from(sluice::sample::shuffle(records, {.seed = 1})) | sluice::read(r) |
+                sluice::collate({.batch = batch}) | sluice::prefetch(2, {.workers = workers});
+  std::uint64_t epoch = 0;
+  for (auto _ : state) {
+    for (auto& b : loader.epoch(epoch)) benchmark::DoNotOptimize(b.bytes().data());
+    ++epoch;
+  }
+  const auto s = loader.stats();
+  state.counters["stall"] = s.stall_fraction;
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * records * record_bytes));
+}
+}  // namespace
+
+BENCHMARK(BM_roofline_memcpy_gather)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_sluice_pipeline)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_MAIN();

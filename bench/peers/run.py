@@ -1,0 +1,380 @@
+#!/usr/bin/python3
+"""sluice side by side with the loaders a user would otherwise pick, on the same files, in one run.
+
+Usage (from the repository root, after building the peer programs):
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+    cmake --build build -j2 --target sluice_peers libtorch_peer
+    /usr/bin/python3 bench/peers/run.py --build build [--data /tmp/sluice-peers] [--seconds 3]
+
+It needs Debian's python3-torch, python3-numpy and python3-pil (and python3-torchvision for
+torchvision.io.decode_jpeg), which install for /usr/bin/python3, not for a python3 found first on
+PATH. The script writes the workload files once (reused when present and the same size), warms the
+page cache, then measures every loader for --seconds each, in --rounds interleaved rounds, and
+prints the best round of each with the ratio sluice/peer.
+
+Workload files (all little-endian, no header; the layout is the contract the C++ programs read):
+    records.u8     N fixed-size records of 3x64x64 uint8 (CHW), record i at byte i*12288
+    labels.i64     N int64 class labels, long-tailed: class c has ~ N_0 * 100^(-c/9) records
+                   (10 classes, imbalance factor 100), in a seeded random order
+    images.jpgpack M baseline JPEGs (64x64 RGB, quality 90), concatenated
+    images.offsets M+1 uint64 byte offsets into images.jpgpack: JPEG j is [off[j], off[j+1])
+    images.labels  M int64 labels, same long-tailed distribution
+    weights.f64    10^6 float64 sampling weights (for the weighted-sampler comparison)
+"""
+
+import argparse
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+RECORD_SHAPE = (3, 64, 64)
+RECORD_BYTES = 3 * 64 * 64
+BATCH = 256
+NUM_CLASSES = 10
+IMBALANCE = 100.0
+
+
+def long_tailed_labels(n, rng):
+    import numpy as np
+    share = IMBALANCE ** (-np.arange(NUM_CLASSES) / (NUM_CLASSES - 1))
+    counts = np.floor(share / share.sum() * n).astype(np.int64)
+    counts[0] += n - counts.sum()
+    labels = np.repeat(np.arange(NUM_CLASSES, dtype=np.int64), counts)
+    rng.shuffle(labels)
+    return labels
+
+
+def make_workload(data, n_records, n_jpegs, n_weights):
+    import numpy as np
+    from PIL import Image
+    os.makedirs(data, exist_ok=True)
+    rng = np.random.default_rng(20261129)
+    rec = os.path.join(data, "records.u8")
+    if not (os.path.exists(rec) and os.path.getsize(rec) == n_records * RECORD_BYTES):
+        t = time.time()
+        with open(rec, "wb") as f:
+            chunk = 4096
+            for start in range(0, n_records, chunk):
+                k = min(chunk, n_records - start)
+                f.write(rng.integers(0, 256, size=k * RECORD_BYTES, dtype=np.uint8).tobytes())
+        long_tailed_labels(n_records, rng).tofile(os.path.join(data, "labels.i64"))
+        print(f"# wrote {n_records} records ({n_records * RECORD_BYTES / 2**20:.0f} MiB) in {time.time() - t:.1f} s")
+    pack = os.path.join(data, "images.jpgpack")
+    offs = os.path.join(data, "images.offsets")
+    if not (os.path.exists(offs) and os.path.getsize(offs) == (n_jpegs + 1) * 8):
+        t = time.time()
+        # Smooth colour fields plus mild noise: compresses like a small natural image (~2-4 KiB),
+        # not like white noise (which no one stores as JPEG) nor a flat colour (which decodes
+        # unrealistically fast).
+        yy, xx = np.mgrid[0:64, 0:64].astype(np.float32)
+        offsets = [0]
+        with open(pack, "wb") as f:
+            for j in range(n_jpegs):
+                a, b, c = rng.random(3) * 6.28
+                img = np.stack([
+                    128 + 100 * np.sin(xx / (7 + 5 * a) + a) * np.cos(yy / (9 + 3 * b)),
+                    128 + 100 * np.sin(yy / (6 + 4 * b) + c),
+                    128 + 100 * np.cos((xx + yy) / (11 + 4 * c) + b),
+                ], axis=-1) + rng.normal(0, 8, size=(64, 64, 3))
+                buf = io.BytesIO()
+                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB").save(buf, "JPEG", quality=90)
+                f.write(buf.getvalue())
+                offsets.append(offsets[-1] + len(buf.getvalue()))
+        np.asarray(offsets, dtype=np.uint64).tofile(offs)
+        long_tailed_labels(n_jpegs, rng).tofile(os.path.join(data, "images.labels"))
+        print(f"# wrote {n_jpegs} JPEGs ({offsets[-1] / 2**20:.1f} MiB, mean {offsets[-1] / n_jpegs:.0f} B) in {time.time() - t:.1f} s")
+    w = os.path.join(data, "weights.f64")
+    if not (os.path.exists(w) and os.path.getsize(w) == n_weights * 8):
+        (rng.pareto(1.5, size=n_weights) + 0.01).astype(np.float64).tofile(w)
+    # Warm the page cache so every loader reads from memory, not from disk.
+    for name in ("records.u8", "labels.i64", "images.jpgpack", "images.offsets", "images.labels", "weights.f64"):
+        with open(os.path.join(data, name), "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+# ---------------------------------------------------------------- PyTorch (Python) peers
+
+class RecordDataset:
+    """Map-style dataset over np.memmap: what a PyTorch user writes for fixed-size records."""
+
+    def __init__(self, data):
+        import numpy as np
+        self.data = data
+        self.labels = np.fromfile(os.path.join(data, "labels.i64"), dtype=np.int64)
+        self.records = None  # opened lazily so that each worker process maps the file itself
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        import numpy as np
+        import torch
+        if self.records is None:
+            self.records = np.memmap(os.path.join(self.data, "records.u8"), dtype=np.uint8, mode="r",
+                                     shape=(len(self.labels),) + RECORD_SHAPE)
+        return torch.from_numpy(np.array(self.records[i])), int(self.labels[i])
+
+
+class JpegDataset:
+    """Map-style dataset over the packed JPEG file; decode with PIL or torchvision.io.decode_jpeg."""
+
+    def __init__(self, data, decoder):
+        import numpy as np
+        self.data = data
+        self.decoder = decoder
+        self.offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
+        self.labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
+        self.pack = None
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        import numpy as np
+        import torch
+        if self.pack is None:
+            self.pack = np.memmap(os.path.join(self.data, "images.jpgpack"), dtype=np.uint8, mode="r")
+        raw = self.pack[self.offsets[i]:self.offsets[i + 1]]
+        if self.decoder == "pil":
+            from PIL import Image
+            # HWC uint8 as decoded (what sluice's codec writes too); no permute, no float.
+            img = torch.from_numpy(np.array(Image.open(io.BytesIO(raw.tobytes())).convert("RGB")))
+        else:
+            import torchvision.io
+            img = torchvision.io.decode_jpeg(torch.from_numpy(np.array(raw)))
+        return img, int(self.labels[i])
+
+
+def time_loader(make_loader, seconds):
+    """Samples/s of a DataLoader in steady state: warm-up batches (worker start-up) excluded;
+    epochs are restarted as needed (persistent workers keep that cheap)."""
+    loader = make_loader()
+    it = iter(loader)
+    for _ in range(3):
+        try:
+            next(it)
+        except StopIteration:  # a tiny workload: fewer than 3 batches an epoch
+            it = iter(loader)
+    samples = 0
+    t0 = time.perf_counter()
+    while True:
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loader)
+            continue
+        samples += x.shape[0]
+        if time.perf_counter() - t0 >= seconds:
+            break
+    rate = samples / (time.perf_counter() - t0)
+    del it, loader
+    return rate
+
+
+def torch_loader_factory(dataset, workers):
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    def make():
+        return DataLoader(dataset, batch_size=BATCH, sampler=RandomSampler(dataset), num_workers=workers,
+                          persistent_workers=workers > 0, drop_last=True)
+    return make
+
+
+def torch_weighted(data, seconds):
+    import numpy as np
+    import torch
+    from torch.utils.data import WeightedRandomSampler
+    weights = torch.from_numpy(np.fromfile(os.path.join(data, "weights.f64"), dtype=np.float64))
+    n = len(weights)
+    draws = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        s = WeightedRandomSampler(weights, num_samples=n, replacement=True)
+        for _ in s:  # the sampler as a DataLoader consumes it: one index at a time
+            draws += 1
+    return draws / (time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- C++ peers
+
+class NotBuilt(Exception):
+    """The program was built without this mode (exit status 3): reported, not a failure."""
+
+
+def run_program(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if proc.returncode == 3:
+        raise NotBuilt(proc.stderr.strip())
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} {argv[1]} exited with {proc.returncode}: {proc.stderr.strip()}")
+    out = proc.stdout
+    for line in out.splitlines():
+        if line.startswith("samples_per_s "):
+            return float(line.split()[1])
+    raise RuntimeError(f"no samples_per_s in output of {argv}: {out!r}")
+
+
+def versions(build):
+    import numpy
+    import torch
+    v = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+    try:
+        import torchvision
+        v["torchvision"] = torchvision.__version__
+    except ImportError:
+        pass
+    import PIL
+    v["pillow"] = PIL.__version__
+    try:
+        v["cpu"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        v["cpu"] = platform.processor()
+    v["cores"] = os.cpu_count()
+    v["kernel"] = platform.release()
+    return v
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="cmake build directory holding the peer programs")
+    ap.add_argument("--data", default="/tmp/sluice-peers", help="where the workload files go")
+    ap.add_argument("--records", type=int, default=65536)
+    ap.add_argument("--jpegs", type=int, default=8192)
+    ap.add_argument("--weights", type=int, default=1_000_000)
+    ap.add_argument("--seconds", type=float, default=3.0, help="measuring time per loader and round")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is reported")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted")
+    args = ap.parse_args()
+    groups = set(args.only.split(",")) if args.only else {"raw", "jpeg", "weighted"}
+
+    import torch
+    bench_dir = os.path.join(args.build, "bench", "peers")
+    sluice_prog = os.path.join(bench_dir, "sluice_peers")
+    libtorch_prog = os.path.join(bench_dir, "libtorch_peer")
+    t_start = time.time()
+    make_workload(args.data, args.records, args.jpegs, args.weights)
+    d = args.data
+    rec, lab = os.path.join(d, "records.u8"), os.path.join(d, "labels.i64")
+    pack, offs, jlab = (os.path.join(d, n) for n in ("images.jpgpack", "images.offsets", "images.labels"))
+    secs = str(args.seconds)
+
+    # Each entry: (group, name, workers, thunk). Thunks are run round-robin in every round.
+    jobs = []
+
+    def have(p):
+        return os.access(p, os.X_OK)
+
+    if "raw" in groups:
+        ds = RecordDataset(d)
+        if have(sluice_prog):
+            jobs.append(("raw", "memcpy roofline (mmap + gather)", 1,
+                         lambda: run_program([sluice_prog, "roofline", rec, lab, secs])))
+        for w in (0, 1, 2):
+            jobs.append(("raw", "PyTorch DataLoader", w, (lambda w=w: time_loader(torch_loader_factory(ds, w), args.seconds))))
+        if have(libtorch_prog):
+            for w in (0, 2):
+                jobs.append(("raw", "libtorch data API", w, (lambda w=w: run_program([libtorch_prog, rec, lab, str(w), secs]))))
+        if have(sluice_prog):
+            for w in (1, 2):  # sluice's workers are threads beside the consumer; 1 is its least
+                jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
+    if "jpeg" in groups:
+        decoders = ["pil"]
+        try:
+            import torchvision.io
+            if hasattr(torchvision.io, "decode_jpeg"):
+                decoders.append("torchvision")
+        except ImportError:
+            pass
+        for dec in decoders:
+            dsj = JpegDataset(d, dec)
+            name = "PyTorch DataLoader + PIL" if dec == "pil" else "PyTorch DataLoader + decode_jpeg"
+            for w in (0, 1, 2):
+                jobs.append(("jpeg", name, w, (lambda w=w, dsj=dsj: time_loader(torch_loader_factory(dsj, w), args.seconds))))
+        if have(sluice_prog):
+            for w in (1, 2):
+                jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
+    if "weighted" in groups:
+        jobs.append(("weighted", "torch WeightedRandomSampler", 0, lambda: torch_weighted(d, args.seconds)))
+        if have(sluice_prog):
+            jobs.append(("weighted", "sluice weighted (alias)", 0,
+                         lambda: run_program([sluice_prog, "weighted", os.path.join(d, "weights.f64"), secs])))
+
+    best = {}
+    for r in range(args.rounds):
+        for group, name, w, thunk in jobs:
+            try:
+                rate = thunk()
+            except NotBuilt as e:
+                if r == 0:
+                    print(f"# {group} {name} workers={w}: not measured ({e})", file=sys.stderr)
+                continue
+            except Exception as e:  # a peer that fails is reported, not fatal
+                print(f"# {group} {name} workers={w}: failed: {e}", file=sys.stderr)
+                continue
+            key = (group, name, w)
+            best[key] = max(best.get(key, 0.0), rate)
+            print(f"# round {r}: {group:8s} {name:36s} workers={w}  {rate:12.0f}/s", flush=True)
+
+    def peer_best(group, same_workers=None):
+        """Best non-sluice rate in a group (optionally at a given worker count)."""
+        cands = [(v, k) for k, v in best.items() if k[0] == group and not k[1].startswith("sluice")
+                 and "roofline" not in k[1] and (same_workers is None or k[2] == same_workers)]
+        return max(cands) if cands else (None, None)
+
+    print()
+    print(f"{'group':8s} {'loader':36s} {'workers':>7s} {'samples/s':>12s}  sluice/this")
+    results = []
+    for (group, name, w), rate in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        ratio = ""
+        sl = [v for k, v in best.items() if k[0] == group and k[1].startswith("sluice")]
+        if sl and not name.startswith("sluice"):
+            if group == "jpeg":
+                same = best.get((group, "sluice (TurboJPEG)", w))
+                ratio = f"{same / rate:6.2f}x (same workers)" if same else ""
+            else:
+                ratio = f"{max(sl) / rate:6.2f}x (best sluice)"
+        print(f"{group:8s} {name:36s} {w:7d} {rate:12.0f}  {ratio}")
+        results.append({"group": group, "loader": name, "workers": w, "samples_per_s": rate})
+    print()
+    for group in ("raw", "jpeg", "weighted"):
+        sl = {k[2]: v for k, v in best.items() if k[0] == group and k[1].startswith("sluice")}
+        if not sl:
+            continue
+        pv, pk = peer_best(group)
+        if pv:
+            print(f"{group}: best sluice {max(sl.values()):.0f}/s vs best peer {pk[1]} (workers={pk[2]}) {pv:.0f}/s"
+                  f" -> {max(sl.values()) / pv:.2f}x")
+        if group in ("raw", "jpeg"):
+            py = [v for k, v in best.items() if k[0] == group and k[1].startswith("PyTorch")]
+            if py:
+                print(f"{group}: best sluice vs best PyTorch DataLoader {max(py):.0f}/s -> {max(sl.values()) / max(py):.2f}x")
+        if group == "jpeg":
+            for w in sorted(sl):
+                py_w = [v for k, v in best.items() if k[0] == "jpeg" and k[1].startswith("PyTorch") and k[2] == w]
+                if py_w:
+                    print(f"jpeg: workers={w}: sluice {sl[w]:.0f}/s vs best PyTorch JPEG loader {max(py_w):.0f}/s"
+                          f" -> {sl[w] / max(py_w):.2f}x")
+        if group == "raw":
+            lt = [v for k, v in best.items() if k[0] == "raw" and k[1].startswith("libtorch")]
+            roof = best.get(("raw", "memcpy roofline (mmap + gather)", 1))
+            if lt:
+                print(f"raw: best sluice vs best libtorch {max(lt):.0f}/s -> {max(sl.values()) / max(lt):.2f}x")
+            if roof:
+                print(f"raw: best sluice / memcpy roofline {roof:.0f}/s -> {max(sl.values()) / roof:.2f}")
+    v = versions(args.build)
+    print("\n# " + ", ".join(f"{k} {val}" for k, val in v.items()))
+    print(f"# total {time.time() - t_start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"versions": v, "results": results, "seconds": args.seconds, "rounds": args.rounds}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+// sluice/codec/jpeg.hpp — JPEG → fixed-size RGB or grey uint8, through libjpeg-turbo's TurboJPEG.
+//
+// Needs the sluice::jpeg CMake target (pkg-config libturbojpeg; defines SLUICE_WITH_TURBOJPEG=1).
+//
+// decode(in, out, ctx) writes exactly output_bytes() = width × height × channels bytes into the
+// caller's memory (a batch slot), resized and cropped per codec/transform.hpp. When the output is
+// smaller than the image, the JPEG is decoded at the smallest DCT scale (1/8 … 8/8, from
+// tjGetScalingFactors) whose result still covers what the resize needs, which skips most of the
+// IDCT and colour-conversion work; a bilinear pass does the rest.
+//
+// Threads: one TurboJPEG handle per thread (thread_local, destroyed at thread exit) and one
+// thread_local scratch buffer for the decoded image, grown to the largest image seen and then
+// reused: no allocation per image in steady state. decode() is const and thread-safe.
+//
+// Errors: a corrupt, truncated or non-JPEG input raises sluice::format_error (libjpeg warnings
+// such as "premature end of data" count as errors: TJFLAG_STOPONWARNING), as does an image whose
+// decoded size would exceed `max_decoded_pixels` (checked from the header before allocating).
+// The codec does not know the file; the decode stage rethrows naming the record's origin and id.
+//
+// (The namespace is `codecs`: `sluice::codec` is the concept a codec satisfies, core/concepts.hpp.)
+//
+//   sluice::codecs::jpeg dec{{.width = 64, .height = 64, .crop = sluice::codecs::crop_at::random}};
+//   std::vector<std::byte> img(dec.output_bytes());
+//   dec.decode(jpeg_bytes, img, {.seed = 1, .epoch = 0, .id = 42});
+#pragma once
+
+#include <turbojpeg.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sluice/codec/transform.hpp"
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+
+namespace sluice::codecs {
+
+enum class pixels { rgb, grey };
+
+struct jpeg_options {
+  int width = 224;
+  int height = 224;
+  pixels format = pixels::rgb;
+  fit mode = fit::crop;
+  crop_at crop = crop_at::center;
+  double resize_scale = 1.0;
+  bool random_flip = false;
+  bool dct_scaling = true;          // decode large images at a reduced DCT scale
+  bool fast_dct = false;            // TJFLAG_FASTDCT: faster, slightly less accurate
+  std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;  // 64 Mpixel after DCT scaling
+};
+
+struct jpeg_header {
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+};
+
+namespace detail {
+
+struct tj_decompressor {
+  tjhandle handle = tjInitDecompress();
+  tj_decompressor() = default;
+  tj_decompressor(const tj_decompressor&) = delete;
+  tj_decompressor& operator=(const tj_decompressor&) = delete;
+  ~tj_decompressor() {
+    if (handle != nullptr) tjDestroy(handle);
+  }
+};
+
+inline tj_decompressor& thread_decompressor_slot() {
+  thread_local tj_decompressor d;
+  return d;
+}
+
+inline tjhandle thread_decompressor() {
+  auto& d = thread_decompressor_slot();
+  if (d.handle == nullptr) d.handle = tjInitDecompress();
+  if (d.handle == nullptr) throw std::runtime_error("sluice: tjInitDecompress failed");
+  return d.handle;
+}
+
+// After an error a TurboJPEG 2.1 handle can stay in its error state (the next header read fails
+// with the old message), so the failed handle is destroyed and the next call makes a fresh one.
+[[noreturn]] inline void jpeg_fail(tjhandle h, const char* step) {
+  std::string msg = std::string("JPEG ") + step + ": " + tjGetErrorStr2(h);
+  auto& d = thread_decompressor_slot();
+  if (d.handle == h) {
+    tjDestroy(d.handle);
+    d.handle = nullptr;
+  }
+  throw format_error("<jpeg data>", {}, std::move(msg));
+}
+
+// The smallest TurboJPEG scaling factor (≤ 1) with factor ≥ `need`, as (num, denom).
+inline tjscalingfactor pick_scale(double need) {
+  int n = 0;
+  const tjscalingfactor* f = tjGetScalingFactors(&n);
+  tjscalingfactor best{1, 1};
+  double best_v = 1.0;
+  for (int i = 0; i < n; ++i) {
+    const double v = static_cast<double>(f[i].num) / f[i].denom;
+    if (v <= 1.0 && v >= need && v < best_v) {
+      best = f[i];
+      best_v = v;
+    }
+  }
+  return best;
+}
+
+}  // namespace detail
+
+// Reads the header only (dimensions, subsampling); throws format_error if it is not a JPEG.
+inline jpeg_header read_jpeg_header(std::span<const std::byte> in) {
+  tjhandle h = detail::thread_decompressor();
+  jpeg_header hd;
+  if (in.empty()) throw format_error("<jpeg data>", {file_position::npos, 0}, "empty JPEG input");
+  if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(in.data()), static_cast<unsigned long>(in.size()),
+                          &hd.width, &hd.height, &hd.subsampling, &hd.colorspace) != 0)
+    detail::jpeg_fail(h, "header");
+  if (hd.width <= 0 || hd.height <= 0) throw format_error("<jpeg data>", {}, "JPEG header has a zero dimension");
+  return hd;
+}
+
+class jpeg {
+ public:
+  using codec_concept = codec_tag;
+
+  jpeg() = default;
+  explicit jpeg(jpeg_options o) : opt_(o) {
+    if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: jpeg output width and height must be positive");
+  }
+
+  [[nodiscard]] int channels() const noexcept { return opt_.format == pixels::rgb ? 3 : 1; }
+  [[nodiscard]] std::size_t output_bytes() const noexcept {
+    return static_cast<std::size_t>(opt_.width) * static_cast<std::size_t>(opt_.height) * channels();
+  }
+  [[nodiscard]] const jpeg_options& options() const noexcept { return opt_; }
+  [[nodiscard]] geometry_options geometry() const noexcept {
+    return {opt_.width, opt_.height, opt_.mode, opt_.crop, opt_.resize_scale, opt_.random_flip};
+  }
+
+  void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context& ctx) const {
+    if (out.size() < output_bytes()) throw usage_error("sluice: jpeg decode destination is smaller than output_bytes()");
+    const jpeg_header hd = read_jpeg_header(in);
+    tjhandle h = detail::thread_decompressor();
+    const geometry_options g = geometry();
+    tjscalingfactor sf{1, 1};
+    if (opt_.dct_scaling) sf = detail::pick_scale(source_scale_needed(hd.width, hd.height, g));
+    const int dw = TJSCALED(hd.width, sf), dh = TJSCALED(hd.height, sf);
+    const int c = channels();
+    if (static_cast<std::uint64_t>(dw) * static_cast<std::uint64_t>(dh) > opt_.max_decoded_pixels)
+      throw format_error("<jpeg data>", {}, "JPEG of " + std::to_string(hd.width) + "x" + std::to_string(hd.height) +
+                                               " decodes to more than max_decoded_pixels");
+    thread_local std::vector<std::uint8_t> scratch;
+    const std::size_t pitch = static_cast<std::size_t>(dw) * c;
+    if (scratch.size() < pitch * dh) scratch.resize(pitch * dh);
+    int flags = TJFLAG_STOPONWARNING | (opt_.fast_dct ? TJFLAG_FASTDCT : 0);
+    if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(in.data()), static_cast<unsigned long>(in.size()),
+                      scratch.data(), dw, static_cast<int>(pitch), dh, c == 3 ? TJPF_RGB : TJPF_GRAY, flags) != 0)
+      detail::jpeg_fail(h, "decode");
+    resample(scratch.data(), dw, dh, pitch, c, out, plan_geometry(dw, dh, g, ctx));
+  }
+
+ private:
+  jpeg_options opt_{};
+};
+
+static_assert(sluice::codec<jpeg>);
+
+// Encodes an 8-bit RGB or grey image to JPEG (tests, tools, benchmarks).
+inline std::vector<std::byte> encode_jpeg(std::span<const std::uint8_t> pixels_in, int width, int height, pixels format,
+                                          int quality = 90, int subsampling = TJSAMP_420) {
+  struct tj_compressor {
+    tjhandle handle = tjInitCompress();
+    ~tj_compressor() { if (handle != nullptr) tjDestroy(handle); }
+  };
+  thread_local tj_compressor c;
+  if (c.handle == nullptr) throw std::runtime_error("sluice: tjInitCompress failed");
+  const int ch = format == pixels::rgb ? 3 : 1;
+  if (pixels_in.size() < static_cast<std::size_t>(width) * height * ch) throw usage_error("sluice: encode_jpeg input too small");
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  if (tjCompress2(c.handle, pixels_in.data(), width, width * ch, height, ch == 3 ? TJPF_RGB : TJPF_GRAY, &buf, &size,
+                  ch == 3 ? subsampling : TJSAMP_GRAY, quality, 0) != 0) {
+    std::string msg = tjGetErrorStr2(c.handle);
+    tjFree(buf);
+    throw std::runtime_error("sluice: JPEG encode failed: " + msg);
+  }
+  std::vector<std::byte> out(reinterpret_cast<std::byte*>(buf), reinterpret_cast<std::byte*>(buf) + size);
+  tjFree(buf);
+  return out;
+}
+
+}  // namespace sluice::codecs

@@ -1,0 +1,338 @@
+// sluice/diag/advisor.hpp — turns measurements into what to change, with the numbers that say why.
+//
+// The advisor reads one `epoch_observation` per epoch (pipeline stats, the trainer's validation
+// loss, the class-balance, memory and drift monitors) and applies the rules below. Each rule is a
+// plain function, tested on traces recorded from real runs (tests/data/diag/). A recommendation
+// carries the rule's id, a severity and a message that quotes the measured numbers.
+//
+// R1 loader-speed   The consumer waits w = wait / step time. If w < 15 %, a faster loader cannot
+//                   save more than w of the step: say so (info). Otherwise the loader is the
+//                   bottleneck (warning).
+// R2 prefetch-depth Consumer utilisation u (fraction of its wall time spent computing; 1 - w when
+//                   not given). u > 85 % -> depth 1 (the loader keeps up; deeper only costs memory),
+//                   u < 60 % -> depth 3 (absorb the loader's jitter), otherwise depth 2.
+// R3 balance-or-workers
+//                   If the validation loss has flattened (|d loss / d epoch| < 0.001, least-squares
+//                   slope over the last three epochs) and the class distribution across batches is
+//                   skewed (class_std > 1.5 samples per batch, see class_balance.hpp), recommend
+//                   class-balanced sampling: more epochs of the same feed will not move the tail.
+//                   Otherwise, if u is outside 85-92 %, recommend the worker count that brings it in:
+//                   starved (u < 85 %): the loader delivers one batch per step time T with w workers,
+//                   so w' = ceil(w * u_target / u) with u_target = 88.5 %; over-fed (u > 92 %) and
+//                   the workers' busy fraction b known: w' = max(1, ceil(w * b / 0.885)) still keeps
+//                   up, the rest are spare cores.
+// R4a memory-growth RSS grows across epochs (least-squares slope > 2 % of the first epoch's RSS per
+//                   epoch over >= 3 epochs, and more than 8 MiB in total): a leak or an unbounded
+//                   cache.
+// R4b page-faults   Major faults in an epoch after the first (data re-read from disk: the page cache
+//                   does not hold the dataset), or minor faults per epoch climbing (each of the last
+//                   two epochs > 1.5x the one before, and > 1000): memory is being re-mapped.
+// R4c drift         The data-side mean of a channel moved more than 0.1 standard deviations between
+//                   windows (epochs): BatchNorm running statistics learnt before the shift are stale —
+//                   recompute them or keep the sampler fixed.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/core/error.hpp"
+
+namespace sluice::diag {
+
+inline constexpr double unmeasured = std::numeric_limits<double>::quiet_NaN();
+
+struct epoch_observation {
+  std::uint64_t epoch = 0;
+  double step_time_s = unmeasured;             // mean consumer step (wait + compute)
+  double wait_fraction = unmeasured;           // consumer wait / step time
+  double utilisation = unmeasured;             // consumer busy fraction; 1 - wait_fraction if unset
+  double validation_loss = unmeasured;
+  double class_std = unmeasured;               // class_balance_summary::class_std
+  double workers = unmeasured;
+  double prefetch_depth = unmeasured;
+  double worker_busy_fraction = unmeasured;
+  double rss_bytes = unmeasured;
+  double minor_faults = unmeasured;            // during this epoch
+  double major_faults = unmeasured;            // during this epoch
+  double drift_shift_sigma = unmeasured;       // drift_window::max_shift_vs_previous_sigma
+
+  [[nodiscard]] double consumer_utilisation() const noexcept {
+    if (!std::isnan(utilisation)) return utilisation;
+    return std::isnan(wait_fraction) ? unmeasured : 1.0 - wait_fraction;
+  }
+};
+
+enum class severity { info, suggestion, warning };
+
+[[nodiscard]] constexpr std::string_view to_string(severity s) noexcept {
+  switch (s) {
+    case severity::info: return "info";
+    case severity::suggestion: return "suggestion";
+    case severity::warning: return "warning";
+  }
+  return "?";
+}
+
+struct recommendation {
+  std::string rule;        // "R1 loader-speed", ...
+  severity level = severity::info;
+  std::string message;     // what was measured and why, with the numbers
+  double value = unmeasured;  // the recommended setting where there is one (depth, workers)
+};
+
+namespace detail {
+inline std::string num(double x, const char* f = "%.3g") {
+  char b[48];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+inline std::string pct(double x) { return num(100 * x, "%.1f") + " %"; }
+
+// Least-squares slope of y over x (epochs), last `k` points with a value.
+inline double slope_last(std::span<const epoch_observation> h, double epoch_observation::*field,
+                         std::size_t k) {
+  std::vector<std::pair<double, double>> pts;
+  for (auto it = h.rbegin(); it != h.rend() && pts.size() < k; ++it) {
+    if (!std::isnan((*it).*field)) pts.emplace_back(static_cast<double>(it->epoch), (*it).*field);
+  }
+  if (pts.size() < 2) return unmeasured;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, n = static_cast<double>(pts.size());
+  for (auto [x, y] : pts) { sx += x; sy += y; sxx += x * x; sxy += x * y; }
+  const double den = n * sxx - sx * sx;
+  return den == 0 ? unmeasured : (n * sxy - sx * sy) / den;
+}
+}  // namespace detail
+
+struct advisor_thresholds {
+  double stall_matters = 0.15;       // R1
+  double depth1_above = 0.85;        // R2
+  double depth3_below = 0.60;        // R2
+  double flat_loss_slope = 0.001;    // R3
+  double class_std_skewed = 1.5;     // R3
+  double util_low = 0.85, util_high = 0.92, util_target = 0.885;  // R3
+  double rss_growth_fraction = 0.02; // R4a, per epoch
+  double rss_growth_min_bytes = 8.0 * 1024 * 1024;
+  double drift_sigma = 0.1;          // R4c
+};
+
+// R1
+inline std::optional<recommendation> rule_loader_speed(const epoch_observation& o,
+                                                       const advisor_thresholds& t = {}) {
+  if (std::isnan(o.wait_fraction)) return std::nullopt;
+  recommendation r{"R1 loader-speed", severity::info, {}, unmeasured};
+  if (o.wait_fraction < t.stall_matters) {
+    r.message = "the consumer waits " + detail::pct(o.wait_fraction) + " of its step time (< " +
+                detail::pct(t.stall_matters) + "): a faster loader can save at most that much; "
+                "look at the model or the optimiser instead";
+  } else {
+    r.level = severity::warning;
+    r.message = "the consumer waits " + detail::pct(o.wait_fraction) + " of its step time (>= " +
+                detail::pct(t.stall_matters) + "): the loader is the bottleneck, up to " +
+                detail::pct(o.wait_fraction) + " of training time is spent waiting for data";
+  }
+  return r;
+}
+
+// R2
+inline std::optional<recommendation> rule_prefetch_depth(const epoch_observation& o,
+                                                         const advisor_thresholds& t = {}) {
+  const double u = o.consumer_utilisation();
+  if (std::isnan(u)) return std::nullopt;
+  const double depth = u > t.depth1_above ? 1 : (u < t.depth3_below ? 3 : 2);
+  recommendation r{"R2 prefetch-depth", severity::info, {}, depth};
+  std::string why = u > t.depth1_above ? "above " + detail::pct(t.depth1_above) + ": the loader keeps up, deeper prefetch only holds memory"
+                  : u < t.depth3_below ? "below " + detail::pct(t.depth3_below) + ": a deeper queue absorbs the loader's jitter"
+                                       : "between " + detail::pct(t.depth3_below) + " and " + detail::pct(t.depth1_above);
+  r.message = "consumer utilisation " + detail::pct(u) + " " + why + " -> prefetch depth " +
+              detail::num(depth, "%.0f");
+  if (!std::isnan(o.prefetch_depth) && o.prefetch_depth != depth) {
+    r.level = severity::suggestion;
+    r.message += " (now " + detail::num(o.prefetch_depth, "%.0f") + ")";
+  }
+  return r;
+}
+
+// R3, on the history up to and including the latest epoch.
+inline std::optional<recommendation> rule_balance_or_workers(std::span<const epoch_observation> h,
+                                                             const advisor_thresholds& t = {}) {
+  if (h.empty()) return std::nullopt;
+  const auto& o = h.back();
+  const double slope = detail::slope_last(h, &epoch_observation::validation_loss, 3);
+  if (!std::isnan(slope) && std::abs(slope) < t.flat_loss_slope && !std::isnan(o.class_std) &&
+      o.class_std > t.class_std_skewed) {
+    return recommendation{"R3 balance-or-workers", severity::suggestion,
+                          "validation loss has flattened (slope " + detail::num(slope, "%.2g") +
+                              " per epoch, |.| < " + detail::num(t.flat_loss_slope) +
+                              ") while batches are skewed (class std " + detail::num(o.class_std) +
+                              " samples per batch > " + detail::num(t.class_std_skewed) +
+                              "): use class-balanced sampling; more epochs of this feed will not lift the rare classes",
+                          unmeasured};
+  }
+  const double u = o.consumer_utilisation();
+  if (std::isnan(u) || std::isnan(o.workers) || o.workers < 1) return std::nullopt;
+  if (u < t.util_low) {
+    const double w = std::ceil(o.workers * t.util_target / std::max(u, 1e-3));
+    return recommendation{"R3 balance-or-workers", severity::suggestion,
+                          "consumer utilisation " + detail::pct(u) + " is below " + detail::pct(t.util_low) +
+                              " with " + detail::num(o.workers, "%.0f") + " workers: about " +
+                              detail::num(w, "%.0f") + " workers bring it to " + detail::pct(t.util_target) +
+                              " (if the cores are there)",
+                          w};
+  }
+  if (u > t.util_high) {
+    if (std::isnan(o.worker_busy_fraction)) {
+      return recommendation{"R3 balance-or-workers", severity::info,
+                            "consumer utilisation " + detail::pct(u) + " is above " + detail::pct(t.util_high) +
+                                ": the loader has headroom; fewer than " + detail::num(o.workers, "%.0f") +
+                                " workers may do (worker busy time not measured)",
+                            unmeasured};
+    }
+    const double w = std::max(1.0, std::ceil(o.workers * o.worker_busy_fraction / t.util_target));
+    if (w >= o.workers) return std::nullopt;
+    return recommendation{"R3 balance-or-workers", severity::info,
+                          "consumer utilisation " + detail::pct(u) + " is above " + detail::pct(t.util_high) +
+                              " and the " + detail::num(o.workers, "%.0f") + " workers are busy " +
+                              detail::pct(o.worker_busy_fraction) + " of the time: " + detail::num(w, "%.0f") +
+                              " workers would still keep up, freeing cores",
+                          w};
+  }
+  return std::nullopt;
+}
+
+// R4a
+inline std::optional<recommendation> rule_memory_growth(std::span<const epoch_observation> h,
+                                                        const advisor_thresholds& t = {}) {
+  std::vector<epoch_observation> pts;
+  for (const auto& o : h) if (!std::isnan(o.rss_bytes)) pts.push_back(o);
+  if (pts.size() < 3) return std::nullopt;
+  const double slope = detail::slope_last(pts, &epoch_observation::rss_bytes, pts.size());
+  const double first = pts.front().rss_bytes, total = pts.back().rss_bytes - first;
+  if (std::isnan(slope) || slope <= t.rss_growth_fraction * first || total <= t.rss_growth_min_bytes) {
+    return std::nullopt;
+  }
+  return recommendation{"R4a memory-growth", severity::warning,
+                        "RSS grew from " + detail::num(first / 1048576, "%.1f") + " MiB to " +
+                            detail::num(pts.back().rss_bytes / 1048576, "%.1f") + " MiB over " +
+                            std::to_string(pts.size()) + " epochs (" + detail::num(slope / 1048576, "%.2f") +
+                            " MiB per epoch): look for a leak or an unbounded cache",
+                        slope};
+}
+
+// R4b
+inline std::optional<recommendation> rule_page_faults(std::span<const epoch_observation> h,
+                                                      const advisor_thresholds& = {}) {
+  if (h.size() < 2) return std::nullopt;
+  const auto& o = h.back();
+  if (!std::isnan(o.major_faults) && o.major_faults > 0) {
+    return recommendation{"R4b page-faults", severity::warning,
+                          detail::num(o.major_faults, "%.0f") + " major page faults in epoch " +
+                              std::to_string(o.epoch) + " (not the first): data is read from disk again, the page "
+                              "cache does not hold the dataset; use a cache tier or more memory",
+                          o.major_faults};
+  }
+  if (h.size() >= 3) {
+    const double a = h[h.size() - 3].minor_faults, b = h[h.size() - 2].minor_faults, c = o.minor_faults;
+    if (!std::isnan(a) && !std::isnan(b) && !std::isnan(c) && b > 1.5 * a && c > 1.5 * b && c > 1000) {
+      return recommendation{"R4b page-faults", severity::warning,
+                            "minor page faults climb epoch over epoch (" + detail::num(a, "%.0f") + ", " +
+                                detail::num(b, "%.0f") + ", " + detail::num(c, "%.0f") +
+                                "): memory is being unmapped and touched again; check buffer pooling",
+                            c};
+    }
+  }
+  return std::nullopt;
+}
+
+// R4c
+inline std::optional<recommendation> rule_drift(const epoch_observation& o, const advisor_thresholds& t = {}) {
+  if (std::isnan(o.drift_shift_sigma) || o.drift_shift_sigma <= t.drift_sigma) return std::nullopt;
+  return recommendation{"R4c drift", severity::warning,
+                        "channel mean moved " + detail::num(o.drift_shift_sigma) +
+                            " standard deviations since the previous epoch (> " + detail::num(t.drift_sigma) +
+                            "): BatchNorm running statistics from before are stale; recompute them "
+                            "or keep the sampler fixed",
+                        o.drift_shift_sigma};
+}
+
+// All rules on the latest epoch of `history`.
+inline std::vector<recommendation> advise(std::span<const epoch_observation> history,
+                                          const advisor_thresholds& t = {}) {
+  std::vector<recommendation> out;
+  if (history.empty()) return out;
+  auto add = [&](std::optional<recommendation> r) { if (r) out.push_back(std::move(*r)); };
+  add(rule_loader_speed(history.back(), t));
+  add(rule_prefetch_depth(history.back(), t));
+  add(rule_balance_or_workers(history, t));
+  add(rule_memory_growth(history, t));
+  add(rule_page_faults(history, t));
+  add(rule_drift(history.back(), t));
+  return out;
+}
+
+// Epoch observations as CSV (header line of field names; missing values empty). The demo writes
+// this; the advisor's tests replay it.
+inline constexpr const char* epoch_csv_header =
+    "epoch,step_time_s,wait_fraction,utilisation,validation_loss,class_std,workers,prefetch_depth,"
+    "worker_busy_fraction,rss_bytes,minor_faults,major_faults,drift_shift_sigma";
+
+inline std::string to_csv_row(const epoch_observation& o) {
+  std::string s = std::to_string(o.epoch);
+  for (double v : {o.step_time_s, o.wait_fraction, o.utilisation, o.validation_loss, o.class_std,
+                   o.workers, o.prefetch_depth, o.worker_busy_fraction, o.rss_bytes, o.minor_faults,
+                   o.major_faults, o.drift_shift_sigma}) {
+    s += ',';
+    if (!std::isnan(v)) s += detail::num(v, "%.9g");
+  }
+  return s;
+}
+
+inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw io_error(path, "cannot open", errno);
+  std::string line;
+  std::vector<epoch_observation> out;
+  std::uint64_t lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#' || line.rfind("epoch,", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.emplace_back();
+    if (cells.size() != 13) {
+      throw format_error(path, {.record = lineno}, "expected 13 comma-separated fields, found " +
+                                                       std::to_string(cells.size()));
+    }
+    auto val = [&](std::size_t i) {
+      if (cells[i].empty()) return unmeasured;
+      try { return std::stod(cells[i]); } catch (const std::exception&) {
+        throw format_error(path, {.record = lineno}, "field " + std::to_string(i + 1) + " is not a number");
+      }
+    };
+    epoch_observation o;
+    o.epoch = static_cast<std::uint64_t>(val(0));
+    double epoch_observation::*fields[] = {
+        &epoch_observation::step_time_s, &epoch_observation::wait_fraction,
+        &epoch_observation::utilisation, &epoch_observation::validation_loss,
+        &epoch_observation::class_std, &epoch_observation::workers,
+        &epoch_observation::prefetch_depth, &epoch_observation::worker_busy_fraction,
+        &epoch_observation::rss_bytes, &epoch_observation::minor_faults,
+        &epoch_observation::major_faults, &epoch_observation::drift_shift_sigma};
+    for (std::size_t i = 0; i < 12; ++i) o.*fields[i] = val(i + 1);
+    out.push_back(o);
+  }
+  return out;
+}
+
+}  // namespace sluice::diag

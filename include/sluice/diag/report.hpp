@@ -1,0 +1,125 @@
+// sluice/diag/report.hpp — every statistic sluice measures, as JSON.
+//
+// One `to_json(json_writer&, const X&)` per kind of measurement: the pipeline's own stats
+// (core/stats.hpp: stalls, step jitter, wait percentiles, per-stage busy time, bytes in flight),
+// class balance, process memory, drift windows, the noise-scale verdict and the advisor's
+// recommendations. A trainer composes them into one report:
+//
+//   sluice::diag::json_writer w;
+//   w.begin_object().key("pipeline");  sluice::diag::to_json(w, loader.stats());
+//   w.key("memory");                   sluice::diag::to_json(w, sluice::diag::read_process_memory());
+//   w.end_object();
+//   sluice::diag::write_text_file("report.json", w.str());
+//
+// Times are written in the units their names carry (…_ns); derived fractions are 0..1.
+#pragma once
+
+#include <span>
+
+#include "sluice/core/stats.hpp"
+#include "sluice/diag/advisor.hpp"
+#include "sluice/diag/class_balance.hpp"
+#include "sluice/diag/drift.hpp"
+#include "sluice/diag/json.hpp"
+#include "sluice/diag/noise_scale.hpp"
+#include "sluice/diag/proc_probe.hpp"
+
+namespace sluice::diag {
+
+inline void to_json(json_writer& w, const pipeline_stats& s) {
+  w.begin_object()
+      .field("epochs", s.epochs).field("batches", s.batches).field("samples", s.samples)
+      .field("skipped", s.skipped).field("consumer_wait_ns", s.consumer_wait_ns)
+      .field("consumer_busy_ns", s.consumer_busy_ns).field("warmup_wait_ns", s.warmup_wait_ns)
+      .field("stall_fraction", s.stall_fraction).field("step_mean_ns", s.step_mean_ns)
+      .field("step_std_ns", s.step_std_ns).field("wait_p50_ns", s.wait_p50_ns)
+      .field("wait_p95_ns", s.wait_p95_ns).field("wait_max_ns", s.wait_max_ns)
+      .field("worker_busy_ns", s.worker_busy_ns).field("worker_wait_ns", s.worker_wait_ns)
+      .field("samples_per_second", s.samples_per_second());
+  w.key("stages").begin_array();
+  for (const auto& st : s.stages) {
+    w.begin_object().field("name", st.name).field("busy_ns", st.busy_ns).field("calls", st.calls).end_object();
+  }
+  w.end_array()
+      .field("depth", s.depth).field("workers", s.workers).field("capacity", s.capacity)
+      .field("batch_bytes", s.batch_bytes).field("bytes_in_flight", s.bytes_in_flight)
+      .field("peak_bytes_in_flight", s.peak_bytes_in_flight)
+      .field("peak_batches_in_flight", s.peak_batches_in_flight).field("ready_batches", s.ready_batches)
+      .end_object();
+}
+
+inline void to_json(json_writer& w, const class_balance_summary& s) {
+  w.begin_object()
+      .field("classes", s.classes).field("batches", s.batches).field("samples", s.samples)
+      .field("unknown_labels", s.unknown_labels)
+      .array("mean_count_per_batch", s.mean_count_per_batch)
+      .array("count_std_across_batches", s.count_std_across_batches)
+      .array("epoch_counts", s.epoch_counts)
+      .field("class_std", s.class_std).field("mean_within_batch_std", s.mean_within_batch_std)
+      .field("epoch_share_std_pct", s.epoch_share_std_pct).field("classes_unseen", s.classes_unseen)
+      .field("longest_run", s.longest_run).field("longest_run_label", s.longest_run_label)
+      .field("expected_longest_run_iid", s.expected_longest_run_iid)
+      .field("non_iid_order", s.non_iid_order)
+      .end_object();
+}
+
+inline void to_json(json_writer& w, const process_memory& m) {
+  w.begin_object()
+      .field("rss_bytes", m.rss_bytes).field("pss_bytes", m.pss_bytes).field("shmem_bytes", m.shmem_bytes)
+      .field("minor_faults", m.minor_faults).field("major_faults", m.major_faults)
+      .field("from_procfs", m.from_procfs)
+      .end_object();
+}
+
+inline void to_json(json_writer& w, const epoch_memory& e) {
+  w.begin_object().field("epoch", e.epoch).key("at_end");
+  to_json(w, e.at_end);
+  w.field("minor_faults_in_epoch", e.minor_faults_in_epoch)
+      .field("major_faults_in_epoch", e.major_faults_in_epoch).end_object();
+}
+
+inline void to_json(json_writer& w, const drift_window& d) {
+  w.begin_object()
+      .field("index", d.index).field("batches", d.batches)
+      .array("mean", d.mean).array("stddev", d.stddev)
+      .array("shift_vs_previous_sigma", d.shift_vs_previous_sigma)
+      .array("std_ratio_vs_previous", d.std_ratio_vs_previous)
+      .array("shift_vs_reference_sigma", d.shift_vs_reference_sigma)
+      .field("max_shift_vs_previous_sigma", d.max_shift_vs_previous_sigma)
+      .field("max_shift_vs_reference_sigma", d.max_shift_vs_reference_sigma)
+      .field("alert", d.alert)
+      .end_object();
+}
+
+inline void to_json(json_writer& w, const noise_scale_verdict& v) {
+  w.begin_object()
+      .field("b_simple", v.b_simple).field("grad_sq_norm", v.grad_sq_norm)
+      .field("trace_sigma", v.trace_sigma).field("measurements", v.measurements)
+      .field("step_reduction_if_doubled", v.step_reduction_if_doubled)
+      .field("larger_batch_pays", v.larger_batch_pays).field("message", v.message)
+      .end_object();
+}
+
+inline void to_json(json_writer& w, const recommendation& r) {
+  w.begin_object().field("rule", r.rule).field("severity", to_string(r.level)).field("message", r.message)
+      .field("value", r.value).end_object();
+}
+
+inline void to_json(json_writer& w, std::span<const recommendation> rs) {
+  w.begin_array();
+  for (const auto& r : rs) to_json(w, r);
+  w.end_array();
+}
+
+inline void to_json(json_writer& w, const epoch_observation& o) {
+  w.begin_object()
+      .field("epoch", o.epoch).field("step_time_s", o.step_time_s).field("wait_fraction", o.wait_fraction)
+      .field("utilisation", o.consumer_utilisation()).field("validation_loss", o.validation_loss)
+      .field("class_std", o.class_std).field("workers", o.workers).field("prefetch_depth", o.prefetch_depth)
+      .field("worker_busy_fraction", o.worker_busy_fraction).field("rss_bytes", o.rss_bytes)
+      .field("minor_faults", o.minor_faults).field("major_faults", o.major_faults)
+      .field("drift_shift_sigma", o.drift_shift_sigma)
+      .end_object();
+}
+
+}  // namespace sluice::diag

@@ -1,0 +1,296 @@
+// sluice/io/npy.hpp — NumPy .npy arrays as a record_reader: record i is row i of the first axis.
+//
+// Format versions 1.0, 2.0 and 3.0: "\x93NUMPY", major, minor, a little-endian header length
+// (u16 for 1.x, u32 for 2.x/3.x), then a Python dict literal such as
+//     {'descr': '<f4', 'fortran_order': False, 'shape': (60000, 28, 28), }
+// and the raw data, C order. The header is parsed strictly enough to refuse what the reader cannot
+// serve as rows: fortran_order True (rows are not contiguous), structured dtypes (a list descr),
+// object arrays, big-endian multi-byte dtypes (the bytes would be handed out unconverted), 0-d
+// arrays. The data size implied by the shape must equal what the file holds after the header.
+//
+// Labels: an optional second .npy (`labels_path`), one-dimensional, integer dtype, the same length.
+//
+//   sluice::io::npy_reader x{"images.npy", {.labels_path = "labels.npy"}};
+//   auto row = x.record(7);   // x.row_bytes() bytes, zero copy
+//   x.shape(), x.dtype().kind ('f', 'i', 'u', 'b'), x.dtype().item_bytes
+//
+// No scan is needed (the header says everything), so nothing is saved beside the file.
+#pragma once
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/io/mapped_file.hpp"
+
+namespace sluice::io {
+
+struct npy_dtype {
+  char byte_order = '<';  // '<' little, '|' not applicable (1-byte types); '=' is folded into '<'
+  char kind = 'u';        // b bool, i signed, u unsigned, f float, c complex, S/U/V bytes/str/void
+  std::size_t item_bytes = 1;
+  std::string descr;      // as written in the header, e.g. "<f4"
+};
+
+struct npy_header {
+  int major = 1, minor = 0;
+  npy_dtype dtype;
+  std::vector<std::uint64_t> shape;
+  std::size_t data_offset = 0;
+};
+
+struct npy_options {
+  std::string labels_path{};  // optional 1-D integer .npy with one label per row
+  map_options map{};
+};
+
+namespace detail {
+
+class npy_dict_parser {
+ public:
+  npy_dict_parser(std::string_view s, const std::string& path) : s_(s), path_(path) {}
+
+  npy_header parse() {
+    npy_header h;
+    bool have_descr = false, have_order = false, have_shape = false;
+    expect('{');
+    while (true) {
+      skip_ws();
+      if (peek() == '}') { ++i_; break; }
+      std::string key = string_literal();
+      expect(':');
+      skip_ws();
+      if (key == "descr") {
+        if (peek() == '[') fail("structured dtypes (a list descr) are not supported");
+        h.dtype.descr = string_literal();
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        if (word("True")) fail("fortran_order is True: rows are not contiguous; save the array in C order (np.ascontiguousarray)");
+        if (!word("False")) fail("fortran_order must be True or False");
+        have_order = true;
+      } else if (key == "shape") {
+        expect('(');
+        while (true) {
+          skip_ws();
+          if (peek() == ')') { ++i_; break; }
+          h.shape.push_back(integer());
+          skip_ws();
+          if (peek() == ',') ++i_;
+          else if (peek() != ')') fail("malformed shape tuple");
+        }
+        have_shape = true;
+      } else {
+        fail("unexpected key '" + key + "' in the header dict");
+      }
+      skip_ws();
+      if (peek() == ',') ++i_;
+      else if (peek() != '}') fail("expected ',' or '}' in the header dict");
+    }
+    if (!have_descr || !have_order || !have_shape)
+      fail("header dict lacks one of 'descr', 'fortran_order', 'shape'");
+    parse_descr(h.dtype);
+    return h;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const { throw format_error(path_, {}, "npy header: " + why); }
+  char peek() const { if (i_ >= s_.size()) fail("header ends early"); return s_[i_]; }
+  void skip_ws() { while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n')) ++i_; }
+  void expect(char c) { skip_ws(); if (peek() != c) fail(std::string("expected '") + c + "'"); ++i_; }
+  bool word(std::string_view w) {
+    if (s_.substr(i_, w.size()) != w) return false;
+    i_ += w.size();
+    return true;
+  }
+  std::string string_literal() {
+    skip_ws();
+    char q = peek();
+    if (q != '\'' && q != '"') fail("expected a quoted string");
+    std::size_t end = s_.find(q, i_ + 1);
+    if (end == std::string_view::npos) fail("unterminated string");
+    std::string out(s_.substr(i_ + 1, end - i_ - 1));
+    i_ = end + 1;
+    return out;
+  }
+  std::uint64_t integer() {
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(s_.data() + i_, s_.data() + s_.size(), v);
+    if (ec != std::errc{}) fail("bad dimension in shape (not a non-negative integer that fits 64 bits)");
+    i_ = static_cast<std::size_t>(p - s_.data());
+    if (i_ < s_.size() && s_[i_] == 'L') ++i_;  // Python 2 long suffix
+    return v;
+  }
+  void parse_descr(npy_dtype& d) const {
+    const std::string& s = d.descr;
+    if (s.size() < 2) fail("dtype '" + s + "' not understood");
+    std::size_t at = 0;
+    d.byte_order = '<';
+    if (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=') { d.byte_order = s[0] == '=' ? '<' : s[0]; at = 1; }
+    if (at >= s.size()) fail("dtype '" + s + "' not understood");
+    d.kind = s[at++];
+    if (std::string_view("biufcSUV").find(d.kind) == std::string_view::npos)
+      fail("dtype '" + s + "' is not supported (object and datetime arrays cannot be served as bytes)");
+    std::size_t n = 0;
+    auto [p, ec] = std::from_chars(s.data() + at, s.data() + s.size(), n);
+    if (ec != std::errc{} || p != s.data() + s.size() || n == 0 || n > (1u << 20))
+      fail("dtype '" + s + "' has no valid item size");
+    if (d.kind == 'U') n *= 4;  // UCS-4 code units
+    d.item_bytes = n;
+    if (d.byte_order == '>' && n > 1 && d.kind != 'S' && d.kind != 'V')
+      fail("big-endian dtype '" + s + "' is not supported; convert it with arr.astype(arr.dtype.newbyteorder('<'))");
+  }
+  std::string_view s_;
+  const std::string& path_;
+  std::size_t i_ = 0;
+};
+
+inline npy_header parse_npy_header(std::span<const std::byte> file, const std::string& path) {
+  if (file.empty()) throw format_error(path, {file_position::npos, 0}, "empty file; an .npy file starts with \\x93NUMPY");
+  if (file.size() < 10 || std::memcmp(file.data(), "\x93NUMPY", 6) != 0)
+    throw format_error(path, {file_position::npos, 0}, file.size() < 10 ? "too short for an .npy header" : "wrong magic: not an .npy file");
+  npy_header h;
+  h.major = static_cast<int>(file[6]);
+  h.minor = static_cast<int>(file[7]);
+  std::size_t hlen = 0, start = 0;
+  if (h.major == 1) {
+    hlen = static_cast<std::size_t>(file[8]) | (static_cast<std::size_t>(file[9]) << 8);
+    start = 10;
+  } else if (h.major == 2 || h.major == 3) {
+    if (file.size() < 12) throw format_error(path, {file_position::npos, 8}, "truncated .npy header length");
+    std::uint32_t v;
+    std::memcpy(&v, file.data() + 8, 4);
+    hlen = v;
+    start = 12;
+  } else {
+    throw format_error(path, {file_position::npos, 6}, "unsupported .npy format version " + std::to_string(h.major) + "." + std::to_string(h.minor));
+  }
+  if (hlen > file.size() - start)
+    throw format_error(path, {file_position::npos, 8}, "header length " + std::to_string(hlen) + " runs past the end of the file");
+  std::string_view text(reinterpret_cast<const char*>(file.data() + start), hlen);
+  npy_header parsed = npy_dict_parser(text, path).parse();
+  parsed.major = h.major;
+  parsed.minor = h.minor;
+  parsed.data_offset = start + hlen;
+  return parsed;
+}
+
+inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& path) {
+  if (a != 0 && b > ~std::uint64_t{0} / a) throw format_error(path, {}, "npy shape overflows 64 bits");
+  return a * b;
+}
+
+struct npy_layout {
+  npy_header header;
+  std::uint64_t row_bytes = 0;
+  std::uint64_t rows = 0;
+};
+
+// Parses the header and checks that the data the shape implies is exactly what the file holds.
+inline npy_layout describe_npy(std::span<const std::byte> file, const std::string& path) {
+  npy_layout l;
+  l.header = parse_npy_header(file, path);
+  if (l.header.shape.empty()) throw format_error(path, {}, "0-d array (shape ()) has no rows to serve as records");
+  l.row_bytes = l.header.dtype.item_bytes;
+  for (std::size_t d = 1; d < l.header.shape.size(); ++d) l.row_bytes = checked_mul(l.row_bytes, l.header.shape[d], path);
+  l.rows = l.header.shape[0];
+  const std::uint64_t want = checked_mul(l.rows, l.row_bytes, path);
+  const std::uint64_t have = file.size() - l.header.data_offset;
+  if (want != have)
+    throw format_error(path, {file_position::npos, l.header.data_offset},
+                       "shape says " + std::to_string(want) + " data bytes but the file holds " + std::to_string(have) +
+                           (want > have ? " (truncated)" : " (trailing bytes)"));
+  return l;
+}
+
+}  // namespace detail
+
+class npy_reader {
+ public:
+  using reader_concept = reader_tag;
+
+  explicit npy_reader(std::string path, npy_options opt = {}) : file_(std::move(path), opt.map) {
+    auto l = detail::describe_npy(file_.bytes(), file_.path());
+    header_ = std::move(l.header);
+    row_bytes_ = l.row_bytes;
+    rows_ = l.rows;
+    if (!opt.labels_path.empty()) load_labels(opt.labels_path, opt.map);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return rows_; }
+  [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
+    check_index(i);
+    return file_.bytes().subspan(header_.data_offset + i * row_bytes_, row_bytes_);
+  }
+  [[nodiscard]] std::int64_t label(std::size_t i) const {
+    check_index(i);
+    return labels_.empty() ? -1 : labels_[i];
+  }
+  [[nodiscard]] record_view view(std::size_t i) const { return {i, record(i), label(i), file_.path()}; }
+  [[nodiscard]] std::string_view path() const noexcept { return file_.path(); }
+  [[nodiscard]] const npy_header& header() const noexcept { return header_; }
+  [[nodiscard]] const npy_dtype& dtype() const noexcept { return header_.dtype; }
+  [[nodiscard]] const std::vector<std::uint64_t>& shape() const noexcept { return header_.shape; }
+  [[nodiscard]] std::size_t row_bytes() const noexcept { return row_bytes_; }
+  [[nodiscard]] const std::vector<std::int64_t>& labels() const noexcept { return labels_; }
+
+ private:
+  void check_index(std::size_t i) const {
+    if (i >= rows_)
+      throw usage_error("sluice: row " + std::to_string(i) + " out of range for '" + file_.path() + "' (" +
+                        std::to_string(rows_) + " rows)");
+  }
+  void load_labels(const std::string& lpath, map_options m) {
+    npy_reader l(lpath, {.map = m});
+    const auto& d = l.dtype();
+    if (l.shape().size() != 1) throw format_error(lpath, {}, "labels must be a 1-D array");
+    if ((d.kind != 'i' && d.kind != 'u' && d.kind != 'b') || d.item_bytes > 8)
+      throw format_error(lpath, {}, "labels must have an integer dtype, not '" + d.descr + "'");
+    if (l.size() != rows_)
+      throw format_error(lpath, {}, std::to_string(l.size()) + " labels for " + std::to_string(rows_) + " rows in '" + file_.path() + "'");
+    labels_.resize(rows_);
+    for (std::size_t i = 0; i < rows_; ++i) {
+      auto r = l.record(i);
+      std::uint64_t u = 0;
+      std::memcpy(&u, r.data(), r.size());
+      if (d.kind == 'i' && r.size() < 8 && (u >> (r.size() * 8 - 1)) & 1u) u |= ~std::uint64_t{0} << (r.size() * 8);
+      labels_[i] = static_cast<std::int64_t>(u);
+    }
+  }
+  mapped_file file_;
+  npy_header header_;
+  std::size_t row_bytes_ = 0;
+  std::uint64_t rows_ = 0;
+  std::vector<std::int64_t> labels_;
+};
+
+static_assert(record_reader<npy_reader>);
+
+// Writes an .npy v1.0 header for a C-order array of `descr` and `shape` (tests, tools).
+inline std::vector<std::byte> npy_header_bytes(std::string_view descr, const std::vector<std::uint64_t>& shape) {
+  std::string dict = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (";
+  for (auto d : shape) dict += std::to_string(d) + ", ";
+  if (shape.size() > 1) dict.resize(dict.size() - 1);
+  if (shape.size() > 1) dict.back() = ')';
+  else dict += ")";
+  dict += ", }";
+  std::size_t total = 10 + dict.size() + 1;
+  dict.append((64 - total % 64) % 64, ' ');
+  dict += '\n';
+  std::vector<std::byte> out(10);
+  std::memcpy(out.data(), "\x93NUMPY\x01\x00", 8);
+  out[8] = static_cast<std::byte>(dict.size() & 0xff);
+  out[9] = static_cast<std::byte>(dict.size() >> 8);
+  for (char c : dict) out.push_back(static_cast<std::byte>(c));
+  return out;
+}
+
+}  // namespace sluice::io

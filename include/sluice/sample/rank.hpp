@@ -1,0 +1,153 @@
+// sluice/sample/rank.hpp — which rank this process is, and how many there are.
+//
+// A distributed sampler needs (rank, world). They come either from the trainer (explicit values,
+// e.g. from MPI_Comm_rank) or from the environment the launcher sets:
+//   torchrun / torch.distributed.launch   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   mpirun (Open MPI)                     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//                                         OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+// Nothing set means a single process: rank 0 of 1.
+//
+// Guarantees: a value that is not a plain decimal number, a rank not below the world size, a world
+// of 0, or half a pair (RANK without WORLD_SIZE) is a usage_error naming the variable and its
+// value — never a silent fallback to rank 0, which would make every rank read the same shard.
+// When both launchers' variables are set they must agree (torchrun inside an mpirun allocation
+// sets both); if they disagree it is an error, since no one can tell which is meant.
+//
+//   auto r = sluice::sample::rank_from_environment();          // or rank_info::of(rank, world)
+//   auto sampler = sluice::sample::distributed{sluice::sample::shuffle{n, {.seed = 7}},
+//                                              r.distributed({.tail = sluice::sample::tail::pad})};
+//
+// Reads the environment with std::getenv; call it at start-up, not concurrently with setenv.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sluice/core/error.hpp"
+#include "sluice/sample/distributed.hpp"
+
+namespace sluice::sample {
+
+// Where the rank came from (for logs and error messages).
+enum class rank_source : std::uint8_t { single_process, explicit_values, torchrun, open_mpi };
+
+[[nodiscard]] constexpr const char* rank_source_name(rank_source s) noexcept {
+  switch (s) {
+    case rank_source::single_process: return "single process";
+    case rank_source::explicit_values: return "explicit values";
+    case rank_source::torchrun: return "torchrun (RANK/WORLD_SIZE)";
+    case rank_source::open_mpi: return "Open MPI (OMPI_COMM_WORLD_*)";
+  }
+  return "?";
+}
+
+// What distributed() needs beyond (rank, world): how to treat the tail and where to start.
+struct shard_options {
+  sample::tail tail = tail::pad;
+  std::uint64_t start = 0;  // global position to start at (resume)
+};
+
+struct rank_info {
+  std::uint64_t rank = 0;
+  std::uint64_t world = 1;
+  std::uint64_t local_rank = 0;   // rank among the processes of this machine
+  std::uint64_t local_world = 1;  // processes on this machine
+  rank_source source = rank_source::single_process;
+
+  // Explicit values, checked: world >= 1, rank < world, local_rank < local_world.
+  [[nodiscard]] static rank_info of(std::uint64_t rank, std::uint64_t world, std::uint64_t local_rank = 0,
+                                    std::uint64_t local_world = 1) {
+    if (world == 0) throw usage_error("sluice: rank_info: world must be at least 1");
+    if (rank >= world)
+      throw usage_error("sluice: rank_info: rank " + std::to_string(rank) + " is not below world " +
+                        std::to_string(world));
+    if (local_world == 0 || local_rank >= local_world)
+      throw usage_error("sluice: rank_info: local rank " + std::to_string(local_rank) + " is not below local world " +
+                        std::to_string(local_world));
+    return {rank, world, local_rank, local_world, rank_source::explicit_values};
+  }
+
+  [[nodiscard]] bool is_main() const noexcept { return rank == 0; }
+
+  // Options for sample::distributed for this rank.
+  [[nodiscard]] distributed_options distributed(shard_options o = {}) const noexcept {
+    return {.rank = rank, .world = world, .tail = o.tail, .start = o.start};
+  }
+
+  friend bool operator==(const rank_info&, const rank_info&) = default;
+};
+
+namespace detail {
+
+// The value of `name` as an unsigned decimal number; nullopt when unset. Empty, signed, non-digit
+// or overflowing values are errors naming the variable.
+[[nodiscard]] inline std::optional<std::uint64_t> env_number(const char* name) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr) return std::nullopt;
+  const std::string_view v(raw);
+  auto bad = [&](const char* why) {
+    return usage_error(std::string("sluice: environment variable ") + name + "='" + std::string(v) + "' " + why);
+  };
+  if (v.empty()) throw bad("is empty (expected a non-negative integer)");
+  std::uint64_t x = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') throw bad("is not a non-negative integer");
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (x > (UINT64_MAX - d) / 10) throw bad("is too large");
+    x = x * 10 + d;
+  }
+  return x;
+}
+
+struct launcher_vars {
+  const char* rank;
+  const char* world;
+  const char* local_rank;
+  const char* local_world;
+  rank_source source;
+};
+
+// One launcher's view, or nullopt when it set neither rank nor world.
+[[nodiscard]] inline std::optional<rank_info> rank_from(const launcher_vars& v) {
+  const auto rank = env_number(v.rank);
+  const auto world = env_number(v.world);
+  if (!rank && !world) return std::nullopt;
+  if (!rank || !world)
+    throw usage_error(std::string("sluice: ") + (rank ? v.rank : v.world) + " is set but " +
+                      (rank ? v.world : v.rank) + " is not; a launcher sets both");
+  if (*world == 0) throw usage_error(std::string("sluice: ") + v.world + "=0: the world needs at least one rank");
+  if (*rank >= *world)
+    throw usage_error(std::string("sluice: ") + v.rank + "=" + std::to_string(*rank) + " is not below " + v.world +
+                      "=" + std::to_string(*world));
+  const auto local_rank = env_number(v.local_rank);
+  const auto local_world = env_number(v.local_world);
+  rank_info r{*rank, *world, local_rank.value_or(0), local_world.value_or(1), v.source};
+  // Without LOCAL_WORLD_SIZE, one process per machine is assumed only if that fits LOCAL_RANK.
+  if (local_rank && !local_world) r.local_world = *local_rank + 1;
+  if (r.local_world == 0 || r.local_rank >= r.local_world)
+    throw usage_error(std::string("sluice: ") + v.local_rank + "=" + std::to_string(r.local_rank) + " is not below " +
+                      v.local_world + "=" + std::to_string(r.local_world));
+  return r;
+}
+
+}  // namespace detail
+
+// Rank and world from the launcher's environment; rank 0 of 1 when no launcher set any.
+[[nodiscard]] inline rank_info rank_from_environment() {
+  const auto torch = detail::rank_from({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", rank_source::torchrun});
+  const auto mpi = detail::rank_from({"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                      "OMPI_COMM_WORLD_LOCAL_SIZE", rank_source::open_mpi});
+  if (torch && mpi && (torch->rank != mpi->rank || torch->world != mpi->world))
+    throw usage_error("sluice: the environment names two different ranks: RANK/WORLD_SIZE = " +
+                      std::to_string(torch->rank) + "/" + std::to_string(torch->world) +
+                      " but OMPI_COMM_WORLD_RANK/SIZE = " + std::to_string(mpi->rank) + "/" +
+                      std::to_string(mpi->world) + "; unset one or pass rank_info::of(rank, world)");
+  if (torch) return *torch;
+  if (mpi) return *mpi;
+  return {};
+}
+
+}  // namespace sluice::sample

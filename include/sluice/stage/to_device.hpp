@@ -1,0 +1,253 @@
+// sluice/stage/to_device.hpp — `to_device(stream)`: each batch is copied to device memory
+// asynchronously, and the trainer's stream is ordered after the copy without a host wait.
+//
+// With the CUDA runtime (SLUICE_HAS_CUDART(), link sluice::cuda):
+//   - A worker that finishes collating batch k queues cudaMemcpyAsync from the slot (pinned, when
+//     pin() precedes this stage) into a block of the stage's device pool, on the stage's own
+//     non-blocking copy stream, and records the slot's event after it (one event per slot,
+//     created once: nothing is allocated per batch in steady state).
+//   - When the trainer receives the batch, the loader makes the consumer stream (the `stream`
+//     given here) wait for that event: cudaStreamWaitEvent, no host synchronisation. Work the
+//     trainer queues on that stream after next() sees the batch's data. batch.device_data() is
+//     the device pointer, batch.ready_event() the event (for work on other streams).
+//   - When the trainer drops the batch, the stage records the device block's fence on the
+//     consumer stream and returns the block to the pool. The next copy into that block is ordered
+//     after the fence on the copy stream, so the copy never overwrites data a queued kernel still
+//     reads, and nobody waits on the host.
+//   - Before a worker writes a slot's pinned memory again it waits (on the host, in the worker)
+//     for the slot's previous copy out of it; it has normally finished long before.
+//   - The device pool is capped (cap_bytes) and trimmed like the pinned pool (block_pool rules).
+//     Each ring slot holds at most one block, so a cap of (max depth + max workers) x batch bytes
+//     always suffices; below that a batch fails with a usage_error naming the cap. Blocks are
+//     freed only when the pool shrinks at an epoch boundary (cudaFree may synchronise the device
+//     there, once per epoch at most); never in steady state.
+//   - Without a GPU, constructing the stage throws sluice::cuda::cuda_error with the runtime's
+//     reason (build without sluice::cuda for the host backend).
+// Without the runtime, "device" memory is host memory from a host pool and the copy is a memcpy:
+// the same pipeline builds, runs and is tested anywhere, with device_data() pointing at the copy.
+//
+//   cudaStream_t train_stream = ...;
+//   auto loader = ... | sluice::collate({.batch = 256}) | sluice::pin()
+//               | sluice::to_device(train_stream) | sluice::prefetch(2);
+//   for (auto& b : loader.epoch(e)) my_kernel<<<g, t, 0, train_stream>>>(b.device_data());
+//
+// Copies of the stage share the copy stream, the pool and the counters; keep one for stats().
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "sluice/core/batch.hpp"
+#include "sluice/core/block_pool.hpp"
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/config.hpp"
+#include "sluice/core/error.hpp"
+
+#if SLUICE_HAS_CUDART()
+#include "sluice/cuda/memory.hpp"
+#include "sluice/cuda/runtime.hpp"
+#endif
+
+namespace sluice {
+
+struct to_device_options {
+  std::size_t cap_bytes = std::size_t{8} << 30;  // device bytes the pool may hold
+  std::uint32_t idle_epochs = 1;
+  double headroom = 0.25;
+};
+
+struct to_device_stats {
+  std::uint64_t batches = 0;       // copies queued
+  std::uint64_t bytes_copied = 0;  // bytes queued host -> device
+  std::uint64_t slot_waits = 0;    // a worker waited for a slot's previous copy to finish
+  pool_stats pool;
+};
+
+namespace detail {
+inline pool_limits device_pool_limits(const to_device_options& o) {
+  return {.cap_bytes = o.cap_bytes, .granularity_bytes = 64 * 1024, .idle_epochs = o.idle_epochs, .headroom = o.headroom};
+}
+struct transfer_counters {
+  std::atomic<std::uint64_t> batches{0}, bytes{0}, slot_waits{0}, epoch{0};
+};
+}  // namespace detail
+
+#if SLUICE_HAS_CUDART()
+
+class to_device_stage {
+ public:
+  using stage_concept = batch_stage_tag;
+  static constexpr std::string_view name = "to_device";
+  using pool_type = cuda::device_pool;
+
+  struct slot_state {
+    pool_type::lease block;        // device memory of the batch in this slot, while it lives
+    cudaEvent_t copied = nullptr;  // recorded on the copy stream after this slot's last copy
+    bool copy_queued = false;
+  };
+
+  explicit to_device_stage(cudaStream_t consumer = nullptr, to_device_options o = {})
+      : state_(std::make_shared<state>(consumer, o)) {}
+
+  // --- hooks called by the loader ------------------------------------------------------------
+  // Worker, before collate writes the slot again: the previous copy out of it must be done.
+  void before_fill(detail::slot_base&, slot_state& st) {
+    st.block.reset();  // a batch that was never delivered (cancelled epoch) still holds one
+    if (st.copy_queued) {
+      if (cudaEventQuery(st.copied) == cudaErrorNotReady) state_->counters.slot_waits.fetch_add(1, std::memory_order_relaxed);
+      cuda::check(cudaEventSynchronize(st.copied), "cudaEventSynchronize (slot's previous copy)");
+      st.copy_queued = false;
+    }
+  }
+  // Worker, after collate: queue the copy.
+  void on_filled(detail::slot_base& s, slot_state& st) {
+    const std::size_t bytes = s.count * s.sample_bytes;
+    if (bytes == 0) return;
+    cuda::check(cudaSetDevice(state_->device), "cudaSetDevice");
+    if (st.copied == nullptr)
+      cuda::check(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    apply_epoch_rule(s.epoch);
+    auto block = state_->pool.acquire(bytes);
+    const cudaStream_t copy = state_->copy_stream.get();
+    cuda::order_after_last_use(block, copy);
+    cuda::check(cudaMemcpyAsync(block.data(), s.data, bytes, cudaMemcpyHostToDevice, copy), "cudaMemcpyAsync (batch to device)");
+    cuda::check(cudaEventRecord(st.copied, copy), "cudaEventRecord");
+    st.copy_queued = true;
+    s.device_data = block.data();
+    s.ready_event = st.copied;
+    st.block = std::move(block);
+    state_->counters.batches.fetch_add(1, std::memory_order_relaxed);
+    state_->counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  // Consumer, in next(): its stream waits for the copy on the device.
+  void on_deliver(detail::slot_base&, slot_state& st) {
+    if (st.copy_queued) cuda::check(cudaStreamWaitEvent(state_->consumer, st.copied, 0), "cudaStreamWaitEvent");
+  }
+  // Consumer, when the batch is dropped: the block returns once the consumer's queued work is done.
+  void on_release(detail::slot_base& s, slot_state& st) noexcept {
+    if (st.block) (void)cudaEventRecord(st.block.fence(), state_->consumer);
+    st.block.reset();
+    s.device_data = nullptr;
+    s.ready_event = nullptr;
+  }
+  void on_destroy(detail::slot_base&, slot_state& st) noexcept {
+    if (st.copied != nullptr) {
+      (void)cudaEventSynchronize(st.copied);  // the pinned slot memory is freed next
+      (void)cudaEventDestroy(st.copied);
+      st.copied = nullptr;
+    }
+    st.block.reset();
+  }
+
+  // --- for users and tests -------------------------------------------------------------------
+  [[nodiscard]] to_device_stats stats() const {
+    const auto& c = state_->counters;
+    return {c.batches.load(std::memory_order_relaxed), c.bytes.load(std::memory_order_relaxed),
+            c.slot_waits.load(std::memory_order_relaxed), state_->pool.stats()};
+  }
+  [[nodiscard]] cudaStream_t copy_stream() const noexcept { return state_->copy_stream.get(); }
+  [[nodiscard]] cudaStream_t consumer_stream() const noexcept { return state_->consumer; }
+  [[nodiscard]] pool_type& pool() const noexcept { return state_->pool; }
+
+ private:
+  void apply_epoch_rule(std::uint64_t epoch) {
+    std::uint64_t seen = state_->counters.epoch.load(std::memory_order_relaxed);
+    while (epoch > seen)
+      if (state_->counters.epoch.compare_exchange_weak(seen, epoch, std::memory_order_relaxed)) {
+        state_->pool.end_epoch();
+        break;
+      }
+  }
+  struct state {
+    state(cudaStream_t c, const to_device_options& o)
+        : consumer(c), pool({}, detail::device_pool_limits(o), "device memory pool") {
+      cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+    }
+    ~state() {
+      (void)cudaStreamSynchronize(copy_stream.get());
+      (void)cudaStreamSynchronize(consumer);  // the pool frees blocks the consumer may still read
+    }
+    cudaStream_t consumer;
+    int device = 0;
+    cuda::stream copy_stream;
+    detail::transfer_counters counters;
+    pool_type pool;
+  };
+  std::shared_ptr<state> state_;
+};
+
+[[nodiscard]] inline to_device_stage to_device(cudaStream_t consumer, to_device_options o = {}) {
+  return to_device_stage(consumer, o);
+}
+
+#else  // host backend: host memory stands in for the device
+
+class to_device_stage {
+ public:
+  using stage_concept = batch_stage_tag;
+  static constexpr std::string_view name = "to_device";
+  using pool_type = block_pool<host_block_backend>;
+
+  struct slot_state {
+    pool_type::lease block;
+  };
+
+  explicit to_device_stage(to_device_options o = {}) : state_(std::make_shared<state>(o)) {}
+
+  void before_fill(detail::slot_base&, slot_state& st) { st.block.reset(); }
+  void on_filled(detail::slot_base& s, slot_state& st) {
+    const std::size_t bytes = s.count * s.sample_bytes;
+    if (bytes == 0) return;
+    std::uint64_t seen = state_->counters.epoch.load(std::memory_order_relaxed);
+    while (s.epoch > seen)
+      if (state_->counters.epoch.compare_exchange_weak(seen, s.epoch, std::memory_order_relaxed)) {
+        state_->pool.end_epoch();
+        break;
+      }
+    auto block = state_->pool.acquire(bytes);
+    std::memcpy(block.data(), s.data, bytes);
+    s.device_data = block.data();
+    s.ready_event = nullptr;
+    st.block = std::move(block);
+    state_->counters.batches.fetch_add(1, std::memory_order_relaxed);
+    state_->counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void on_release(detail::slot_base& s, slot_state& st) noexcept {
+    st.block.reset();
+    s.device_data = nullptr;
+  }
+  void on_destroy(detail::slot_base&, slot_state& st) noexcept { st.block.reset(); }
+
+  [[nodiscard]] to_device_stats stats() const {
+    const auto& c = state_->counters;
+    return {c.batches.load(std::memory_order_relaxed), c.bytes.load(std::memory_order_relaxed),
+            c.slot_waits.load(std::memory_order_relaxed), state_->pool.stats()};
+  }
+  [[nodiscard]] pool_type& pool() const noexcept { return state_->pool; }
+
+ private:
+  struct state {
+    explicit state(const to_device_options& o) : pool({}, detail::device_pool_limits(o), "device memory pool (host stand-in)") {}
+    detail::transfer_counters counters;
+    pool_type pool;
+  };
+  std::shared_ptr<state> state_;
+};
+
+#endif
+
+// The consumer stream is the legacy default stream (CUDA) when none is given.
+[[nodiscard]] inline to_device_stage to_device(to_device_options o = {}) {
+#if SLUICE_HAS_CUDART()
+  return to_device_stage(nullptr, o);
+#else
+  return to_device_stage(o);
+#endif
+}
+
+}  // namespace sluice

@@ -1,0 +1,171 @@
+// JPEG codec and transforms: decoded pixels match the encoded image, DCT scaling picks the right
+// factor and agrees with a full decode, crops land where the geometry says, flips mirror, and
+// random augmentation is a function of (seed, epoch, id) only — identical across threads.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "sluice/codec/jpeg.hpp"
+
+using namespace sluice;
+using namespace sluice::codecs;
+
+namespace {
+// A smooth RGB test image: R follows x, G follows y, B constant; smooth so JPEG error is small.
+std::vector<std::uint8_t> gradient(int w, int h) {
+  std::vector<std::uint8_t> p(static_cast<std::size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      auto* q = &p[(static_cast<std::size_t>(y) * w + x) * 3];
+      q[0] = static_cast<std::uint8_t>(x * 255 / (w - 1));
+      q[1] = static_cast<std::uint8_t>(y * 255 / (h - 1));
+      q[2] = 100;
+    }
+  return p;
+}
+double mean_abs_diff(std::span<const std::byte> a, std::span<const std::uint8_t> b) {
+  REQUIRE(a.size() == b.size());
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += std::abs(std::to_integer<int>(a[i]) - int(b[i]));
+  return s / static_cast<double>(a.size());
+}
+int at(const std::vector<std::byte>& img, int w, int x, int y, int c, int ch = 3) {
+  return std::to_integer<int>(img[(static_cast<std::size_t>(y) * w + x) * ch + c]);
+}
+}  // namespace
+
+TEST_CASE("jpeg: full-size decode matches the encoded pixels; header is read") {
+  const int w = 64, h = 48;
+  auto src = gradient(w, h);
+  auto enc = encode_jpeg(src, w, h, pixels::rgb, 95, TJSAMP_444);
+  auto hd = read_jpeg_header(enc);
+  CHECK(hd.width == w);
+  CHECK(hd.height == h);
+  jpeg dec({.width = w, .height = h, .mode = fit::stretch});
+  CHECK(dec.output_bytes() == std::size_t(w * h * 3));
+  std::vector<std::byte> out(dec.output_bytes());
+  dec.decode(enc, out, {});
+  CHECK(mean_abs_diff(out, src) < 2.0);
+}
+
+TEST_CASE("jpeg: grey output") {
+  std::vector<std::uint8_t> g(32 * 32);
+  for (int i = 0; i < 32 * 32; ++i) g[i] = static_cast<std::uint8_t>((i % 32) * 8);
+  auto enc = encode_jpeg(g, 32, 32, pixels::grey, 95);
+  jpeg dec({.width = 32, .height = 32, .format = pixels::grey, .mode = fit::stretch});
+  CHECK(dec.output_bytes() == 32u * 32u);
+  std::vector<std::byte> out(dec.output_bytes());
+  dec.decode(enc, out, {});
+  CHECK(mean_abs_diff(out, g) < 2.0);
+  // An RGB codec decodes a grey JPEG too (replicated channels).
+  jpeg rgb({.width = 32, .height = 32, .mode = fit::stretch});
+  std::vector<std::byte> o3(rgb.output_bytes());
+  rgb.decode(enc, o3, {});
+  CHECK(std::abs(at(o3, 32, 20, 5, 0) - at(o3, 32, 20, 5, 2)) <= 1);
+}
+
+TEST_CASE("jpeg: DCT scaling picks the smallest sufficient factor and agrees with a full decode") {
+  CHECK(codecs::detail::pick_scale(0.125).num * 8 == codecs::detail::pick_scale(0.125).denom * 1);
+  auto s3 = codecs::detail::pick_scale(0.3);
+  CHECK(double(s3.num) / s3.denom >= 0.3);
+  CHECK(double(s3.num) / s3.denom <= 0.375);
+  auto s1 = codecs::detail::pick_scale(1.7);  // upscaling: decode at full size, never above
+  CHECK(s1.num == s1.denom);
+
+  const int w = 256, h = 256;
+  auto enc = encode_jpeg(gradient(w, h), w, h, pixels::rgb, 95);
+  jpeg fast({.width = 32, .height = 32, .mode = fit::stretch});
+  jpeg full({.width = 32, .height = 32, .mode = fit::stretch, .dct_scaling = false});
+  std::vector<std::byte> a(fast.output_bytes()), b(full.output_bytes());
+  fast.decode(enc, a, {});
+  full.decode(enc, b, {});
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d += std::abs(std::to_integer<int>(a[i]) - std::to_integer<int>(b[i]));
+  CHECK(d / a.size() < 3.0);
+  // And both follow the gradient: left column dark red, right column bright red.
+  CHECK(at(a, 32, 0, 16, 0) < 20);
+  CHECK(at(a, 32, 31, 16, 0) > 235);
+}
+
+TEST_CASE("transform: centre crop keeps the middle; stretch keeps everything") {
+  const int w = 128, h = 64;
+  auto enc = encode_jpeg(gradient(w, h), w, h, pixels::rgb, 95, TJSAMP_444);
+  // Cover 32x32 keeping aspect: scale 0.5 -> 64x32, centre window = source columns 32..96.
+  jpeg crop({.width = 32, .height = 32});
+  std::vector<std::byte> o(crop.output_bytes());
+  crop.decode(enc, o, {});
+  const double per_col = 255.0 / (w - 1);
+  CHECK(std::abs(at(o, 32, 0, 16, 0) - 33.0 * per_col) < 8);
+  CHECK(std::abs(at(o, 32, 31, 16, 0) - 95.0 * per_col) < 8);
+  jpeg stretch({.width = 32, .height = 32, .mode = fit::stretch});
+  stretch.decode(enc, o, {});
+  CHECK(at(o, 32, 0, 16, 0) < 12);
+  CHECK(at(o, 32, 31, 16, 0) > 243);
+}
+
+TEST_CASE("transform: flip mirrors; random crop and flip depend only on (seed, epoch, id)") {
+  const int w = 96, h = 80;
+  auto enc = encode_jpeg(gradient(w, h), w, h, pixels::rgb, 90);
+  jpeg plain({.width = 40, .height = 40});
+  jpeg flipping({.width = 40, .height = 40, .random_flip = true});
+  std::vector<std::byte> p(plain.output_bytes()), f(plain.output_bytes());
+  plain.decode(enc, p, {});
+  int flipped = 0, kept = 0;
+  for (std::uint64_t id = 0; id < 16; ++id) {
+    const sample_context ctx{.seed = 5, .epoch = 1, .id = id};
+    flipping.decode(enc, f, ctx);
+    const bool flip = plan_geometry(w, h, flipping.geometry(), ctx).flip;
+    bool mirrored = true, same = true;
+    for (int y = 0; y < 40; ++y)
+      for (int x = 0; x < 40; ++x)
+        for (int c = 0; c < 3; ++c) {
+          mirrored = mirrored && at(f, 40, x, y, c) == at(p, 40, 39 - x, y, c);
+          same = same && at(f, 40, x, y, c) == at(p, 40, x, y, c);
+        }
+    CHECK(mirrored == flip);
+    CHECK(same == !flip);
+    (flip ? flipped : kept)++;
+  }
+  CHECK(flipped > 0);
+  CHECK(kept > 0);
+
+  // Random crops: same context, same bytes; the offsets vary with id and epoch.
+  jpeg rnd({.width = 40, .height = 40, .crop = crop_at::random, .resize_scale = 1.3, .random_flip = true});
+  std::vector<std::byte> a(rnd.output_bytes()), b(rnd.output_bytes());
+  rnd.decode(enc, a, {.seed = 9, .epoch = 2, .id = 7});
+  rnd.decode(enc, b, {.seed = 9, .epoch = 2, .id = 7});
+  CHECK(a == b);
+  int differ = 0;
+  for (std::uint64_t id = 0; id < 8; ++id) {
+    auto p1 = plan_geometry(w, h, rnd.geometry(), {.seed = 9, .epoch = 2, .id = id});
+    auto p2 = plan_geometry(w, h, rnd.geometry(), {.seed = 9, .epoch = 3, .id = id});
+    differ += (p1.offset_x != p2.offset_x || p1.offset_y != p2.offset_y);
+    CHECK(p1.offset_x >= 0);
+    CHECK(p1.offset_x + 40 * p1.step_x <= w + 1e-9);
+    CHECK(p1.offset_y + 40 * p1.step_y <= h + 1e-9);
+  }
+  CHECK(differ >= 6);
+}
+
+TEST_CASE("jpeg: output is bit-identical whatever thread decodes it") {
+  std::vector<std::vector<std::byte>> encs;
+  for (int i = 0; i < 12; ++i) encs.push_back(encode_jpeg(gradient(60 + i * 7, 50 + i * 3), 60 + i * 7, 50 + i * 3, pixels::rgb, 85));
+  jpeg dec({.width = 24, .height = 24, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true});
+  auto run = [&](int threads) {
+    std::vector<std::byte> all(encs.size() * dec.output_bytes());
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        for (std::size_t i = t; i < encs.size(); i += threads)
+          dec.decode(encs[i], std::span(all).subspan(i * dec.output_bytes(), dec.output_bytes()),
+                     {.seed = 3, .epoch = 0, .id = i});
+      });
+    for (auto& th : ts) th.join();
+    return all;
+  };
+  auto one = run(1);
+  CHECK(one == run(2));
+  CHECK(one == run(3));
+}

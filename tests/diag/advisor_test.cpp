@@ -1,0 +1,178 @@
+// The advisor's rules: thresholds at their edges, and replays of traces recorded from real runs.
+#include <doctest/doctest.h>
+
+#include <sluice/diag/advisor.hpp>
+
+#include <cmath>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace sluice::diag;
+
+TEST_CASE("advisor R1 and R2 at their thresholds") {
+  epoch_observation o;
+  o.wait_fraction = 0.149;
+  auto r = rule_loader_speed(o);
+  REQUIRE(r);
+  CHECK(r->level == severity::info);
+  CHECK(r->message.find("14.9 %") != std::string::npos);
+  o.wait_fraction = 0.15;
+  CHECK(rule_loader_speed(o)->level == severity::warning);
+
+  for (auto [u, depth] : {std::pair{0.86, 1.0}, {0.85, 2.0}, {0.60, 2.0}, {0.59, 3.0}}) {
+    epoch_observation p;
+    p.utilisation = u;
+    CHECK(rule_prefetch_depth(p)->value == depth);
+  }
+  epoch_observation q;
+  q.wait_fraction = 0.5;  // utilisation defaults to 1 - wait
+  CHECK(rule_prefetch_depth(q)->value == 3);
+  CHECK(!rule_prefetch_depth(epoch_observation{}));
+}
+
+TEST_CASE("advisor R3: balanced sampling when the loss is flat and batches skewed, else workers") {
+  std::vector<epoch_observation> h(3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    h[i].epoch = i;
+    h[i].validation_loss = 0.5 - 0.0004 * static_cast<double>(i);
+    h[i].class_std = 7.9;
+    h[i].utilisation = 0.5;
+    h[i].workers = 2;
+  }
+  auto r = rule_balance_or_workers(h);
+  REQUIRE(r);
+  CHECK(r->message.find("class-balanced") != std::string::npos);
+  h[2].class_std = 1.4;  // balanced feed -> worker rule applies
+  r = rule_balance_or_workers(h);
+  REQUIRE(r);
+  CHECK(r->value == 4);  // ceil(2 * 0.885 / 0.5)
+  h[2].utilisation = 0.9;
+  CHECK(!rule_balance_or_workers(h));
+  h[2].utilisation = 0.99;
+  h[2].worker_busy_fraction = 0.3;
+  h[2].workers = 4;
+  r = rule_balance_or_workers(h);
+  REQUIRE(r);
+  CHECK(r->value == 2);  // ceil(4 * 0.3 / 0.885)
+  h[2].class_std = 7.9;
+  h[2].validation_loss = 0.45;  // still falling fast
+  r = rule_balance_or_workers(h);
+  REQUIRE(r);
+  CHECK(r->message.find("class-balanced") == std::string::npos);
+}
+
+TEST_CASE("advisor R4: memory growth, page faults, drift") {
+  std::vector<epoch_observation> h(4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    h[i].epoch = i;
+    h[i].rss_bytes = 100e6 + 20e6 * static_cast<double>(i);
+    h[i].minor_faults = 100;
+    h[i].major_faults = 0;
+  }
+  CHECK(rule_memory_growth(h));
+  for (auto& o : h) o.rss_bytes = 100e6;
+  CHECK(!rule_memory_growth(h));
+  CHECK(!rule_page_faults(h));
+  h[3].major_faults = 12;
+  CHECK(rule_page_faults(h));
+  h[3].major_faults = 0;
+  h[1].minor_faults = 1000;
+  h[2].minor_faults = 2000;
+  h[3].minor_faults = 4000;
+  CHECK(rule_page_faults(h));
+  epoch_observation d;
+  d.drift_shift_sigma = 0.05;
+  CHECK(!rule_drift(d));
+  d.drift_shift_sigma = 0.3;
+  CHECK(rule_drift(d));
+}
+
+TEST_CASE("epoch CSV round trip") {
+  epoch_observation o;
+  o.epoch = 4;
+  o.wait_fraction = 0.25;
+  o.class_std = 3.5;
+  auto row = to_csv_row(o);
+  CHECK(row == "4,,0.25,,,3.5,,,,,,,");
+}
+
+// ---- Replays of traces recorded from sluice-demo runs (tests/data/diag/README.md). ----------
+
+namespace {
+std::vector<epoch_observation> recorded(const char* name) {
+  return read_epoch_csv(std::string(SLUICE_TEST_DATA_DIR) + "/diag/" + name);
+}
+std::vector<recommendation> advise_up_to(const std::vector<epoch_observation>& h, std::size_t epochs) {
+  return advise(std::span<const epoch_observation>(h.data(), epochs));
+}
+const recommendation* find_rule(const std::vector<recommendation>& rs, std::string_view prefix) {
+  for (const auto& r : rs)
+    if (r.rule.rfind(prefix, 0) == 0) return &r;
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("recorded long-tailed uniform run: loader is fine, rebalancing advised once the loss is flat") {
+  auto h = recorded("longtail-uniform.csv");
+  REQUIRE(h.size() == 6);
+  for (std::size_t n = 1; n <= h.size(); ++n) {
+    auto rs = advise_up_to(h, n);
+    auto r1 = find_rule(rs, "R1");
+    REQUIRE(r1);
+    CHECK(r1->level == severity::info);  // stalls of 0-1.5 %: a faster loader is not the fix
+    auto r2 = find_rule(rs, "R2");
+    REQUIRE(r2);
+    CHECK(r2->value == 1);
+    auto r3 = find_rule(rs, "R3");
+    const bool rebalance = r3 && r3->message.find("class-balanced") != std::string::npos;
+    // Test loss 1.09, 0.84, 0.80, 0.69 falls; 0.695, 0.690, 0.694 is flat.
+    CHECK(rebalance == (n == 6));
+  }
+  CHECK(!rule_memory_growth(h));
+  CHECK(!rule_page_faults(h));
+}
+
+TEST_CASE("recorded class-balanced run: no rebalancing advice, no drift, no memory growth") {
+  auto h = recorded("longtail-balanced.csv");
+  REQUIRE(h.size() == 6);
+  for (std::size_t n = 1; n <= h.size(); ++n) {
+    auto rs = advise_up_to(h, n);
+    auto r3 = find_rule(rs, "R3");
+    CHECK((!r3 || r3->message.find("class-balanced") == std::string::npos));
+    CHECK(!find_rule(rs, "R4"));
+  }
+}
+
+TEST_CASE("recorded deferred run: the sampler switch lowers class std; the input mean barely moves") {
+  auto h = recorded("longtail-deferred.csv");
+  REQUIRE(h.size() == 6);
+  CHECK(h[2].class_std > 1.5);
+  CHECK(h[3].class_std < 1.5);
+  CHECK(h[3].drift_shift_sigma > 10 * h[2].drift_shift_sigma);  // the switch is visible...
+  CHECK(!rule_drift(h[3]));                                    // ...but far below BatchNorm's concern
+  advisor_thresholds sensitive;
+  sensitive.drift_sigma = 0.01;
+  CHECK(rule_drift(h[3], sensitive));
+  CHECK(!rule_drift(h[2], sensitive));
+}
+
+TEST_CASE("recorded starved loader: stall warning, depth 3, more workers") {
+  for (const char* name : {"starved-1worker.csv", "starved-2workers.csv"}) {
+    auto h = recorded(name);
+    REQUIRE(h.size() == 3);
+    for (std::size_t n = 1; n <= h.size(); ++n) {
+      auto rs = advise_up_to(h, n);
+      auto r1 = find_rule(rs, "R1");
+      REQUIRE(r1);
+      CHECK(r1->level == severity::warning);
+      CHECK(find_rule(rs, "R2")->value == 3);
+      auto r3 = find_rule(rs, "R3");
+      REQUIRE(r3);
+      const auto& o = h[n - 1];
+      CHECK(r3->value == std::ceil(o.workers * 0.885 / (1 - o.wait_fraction)));
+      CHECK(r3->value > o.workers);
+    }
+  }
+}

@@ -1,0 +1,23 @@
+// libFuzzer target: the JPEG path (header, DCT-scaled decode, resize/crop/flip) into a small,
+// fixed output, as the decode stage runs it.
+#include <vector>
+
+#include "sluice/codec/jpeg.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const sluice::codecs::jpeg rgb({.width = 24, .height = 20, .crop = sluice::codecs::crop_at::random,
+                                         .resize_scale = 1.2, .random_flip = true,
+                                         .max_decoded_pixels = std::uint64_t{1} << 22});
+  static const sluice::codecs::jpeg grey({.width = 16, .height = 16, .format = sluice::codecs::pixels::grey,
+                                          .mode = sluice::codecs::fit::stretch,
+                                          .max_decoded_pixels = std::uint64_t{1} << 22});
+  static std::vector<std::byte> out(rgb.output_bytes());
+  std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
+  for (const auto* c : {&rgb, &grey}) {
+    try {
+      c->decode(in, std::span(out).first(c->output_bytes()), {.seed = 1, .epoch = 0, .id = size});
+    } catch (const sluice::format_error&) {
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,55 @@
+// Writes the small seed corpora in tests/data/fuzz/<target>/ (run once; the outputs are committed):
+//   g++ -std=c++20 -Iinclude tests/fuzz/make_seeds.cpp -o /tmp/make_seeds -lturbojpeg && /tmp/make_seeds tests/data/fuzz
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sluice/codec/jpeg.hpp"
+#include "sluice/io/npy.hpp"
+#include "sluice/io/tfrecord.hpp"
+#include "sluice/io/wds_tar.hpp"
+
+namespace {
+void put(const std::filesystem::path& p, const std::vector<std::byte>& b) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+std::span<const std::byte> text(std::string_view s) { return {reinterpret_cast<const std::byte*>(s.data()), s.size()}; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::filesystem::path dir = argc > 1 ? argv[1] : "tests/data/fuzz";
+  using namespace sluice;
+  {  // tfrecord: two records, and an empty record
+    std::vector<std::byte> t;
+    io::append_tfrecord(t, text("hello"));
+    io::append_tfrecord(t, text(""));
+    io::append_tfrecord(t, text("a longer third record payload"));
+    put(dir / "tfrecord" / "three.tfrecord", t);
+  }
+  {  // tar: two samples with jpg + cls, one long name
+    std::vector<std::byte> t;
+    io::append_tar_member(t, "a/0001.jpg", text("JPEGDATA"));
+    io::append_tar_member(t, "a/0001.cls", text("3"));
+    io::append_tar_member(t, std::string(110, 'n') + "/0002.jpg", text("J2"));
+    io::append_tar_member(t, std::string(110, 'n') + "/0002.cls", text("1\n"));
+    t.resize(t.size() + 1024);
+    put(dir / "tar" / "two.tar", t);
+  }
+  {  // npy: 3x2 uint8 and a 2x2 float32
+    auto a = io::npy_header_bytes("|u1", {3, 2});
+    for (int i = 0; i < 6; ++i) a.push_back(std::byte(i));
+    put(dir / "npy" / "u1.npy", a);
+    auto b = io::npy_header_bytes("<f4", {2, 2});
+    b.resize(b.size() + 16);
+    put(dir / "npy" / "f4.npy", b);
+  }
+  {  // jpeg: a tiny RGB 4:2:0 and a grey image
+    std::vector<std::uint8_t> px(16 * 12 * 3);
+    for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i * 13);
+    put(dir / "jpeg" / "rgb420.jpg", codecs::encode_jpeg(px, 16, 12, codecs::pixels::rgb, 75));
+    put(dir / "jpeg" / "rgb444.jpg", codecs::encode_jpeg(px, 12, 16, codecs::pixels::rgb, 90, TJSAMP_444));
+    put(dir / "jpeg" / "grey.jpg", codecs::encode_jpeg(std::span(px).first(64), 8, 8, codecs::pixels::grey, 60));
+  }
+}

@@ -1,0 +1,279 @@
+// Bad files: every reader turns truncation, wrong magic, checksum mismatches, lengths past the end,
+// empty files and random garbage into a sluice::format_error that names the file, where, and why —
+// never a crash, a hang or an out-of-bounds view.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "sluice/io/npy.hpp"
+#include "sluice/io/tfrecord.hpp"
+#include "sluice/io/wds_tar.hpp"
+#include "test_util.hpp"
+
+using namespace sluice;
+using sluice_test::random_bytes;
+using sluice_test::temp_dir;
+using sluice_test::write_file;
+
+namespace {
+std::span<const std::byte> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// Runs `open` and returns the format_error it must throw.
+template <class F>
+format_error expect_format_error(F&& open) {
+  try {
+    open();
+  } catch (const format_error& e) {
+    return e;
+  }
+  FAIL("expected a sluice::format_error");
+  return format_error("", {}, "");
+}
+
+std::vector<std::byte> good_tfrecord() {
+  std::vector<std::byte> img;
+  for (int i = 0; i < 3; ++i) io::append_tfrecord(img, random_bytes(100, i));
+  return img;
+}
+std::vector<std::byte> good_tar() {
+  std::vector<std::byte> t;
+  for (int i = 0; i < 3; ++i) {
+    io::append_tar_member(t, "k" + std::to_string(i) + ".jpg", random_bytes(700, i));
+    io::append_tar_member(t, "k" + std::to_string(i) + ".cls", as_bytes(std::to_string(i)));
+  }
+  t.resize(t.size() + 1024);
+  return t;
+}
+std::vector<std::byte> good_npy() {
+  auto img = io::npy_header_bytes("<u2", {4, 5});
+  auto d = random_bytes(40, 1);
+  img.insert(img.end(), d.begin(), d.end());
+  return img;
+}
+constexpr auto no_index = io::saved_index::ignore;
+}  // namespace
+
+TEST_CASE("tfrecord: truncated, bad CRCs, length past the end, garbage") {
+  temp_dir dir;
+  const auto path = dir.file("bad.tfrecord");
+  auto open = [&] { io::tfrecord_reader r(path, {.index = no_index}); };
+  auto good = good_tfrecord();
+  const std::uint64_t rec_bytes = 12 + 100 + 4;
+
+  SUBCASE("truncated inside a header") {
+    auto b = good;
+    b.resize(rec_bytes + 5);
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.file() == path);
+    CHECK(e.record() == 1);
+    CHECK(e.offset() == rec_bytes);
+    CHECK(e.cause().find("truncated") != std::string::npos);
+  }
+  SUBCASE("truncated inside a payload") {
+    auto b = good;
+    b.resize(2 * rec_bytes + 50);
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.record() == 2);
+    CHECK(e.cause().find("past the end") != std::string::npos);
+  }
+  SUBCASE("length CRC mismatch") {
+    auto b = good;
+    b[rec_bytes + 9] ^= std::byte{1};
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.record() == 1);
+    CHECK(e.cause().find("length CRC") != std::string::npos);
+  }
+  SUBCASE("payload CRC mismatch, and the flag that skips it") {
+    auto b = good;
+    b[rec_bytes + 12 + 40] ^= std::byte{0x80};
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.record() == 1);
+    CHECK(e.offset() == rec_bytes + 12);
+    CHECK(e.cause().find("payload CRC") != std::string::npos);
+    io::tfrecord_reader fast(path, {.check_payload_crc = false, .index = no_index});
+    CHECK(fast.size() == 3);
+  }
+  SUBCASE("a huge length with a valid length CRC is refused before anything is allocated") {
+    std::vector<std::byte> b(16);
+    const std::uint64_t len = std::uint64_t{1} << 62;
+    std::memcpy(b.data(), &len, 8);
+    const std::uint32_t c = io::mask_crc32c(io::crc32c(std::span<const std::byte>(b.data(), 8)));
+    std::memcpy(b.data() + 8, &c, 4);
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.offset() == 0);
+    CHECK(e.cause().find("past the end") != std::string::npos);
+  }
+  SUBCASE("random garbage") {
+    write_file(path, random_bytes(4096, 77));
+    auto e = expect_format_error(open);
+    CHECK(e.record() == 0);
+    CHECK(std::string(e.what()).find(path) != std::string::npos);
+  }
+}
+
+TEST_CASE("wds tar: empty, garbage, bad checksum, truncated, size past the end, missing fields") {
+  temp_dir dir;
+  const auto path = dir.file("bad.tar");
+  auto open = [&] { io::wds_tar_reader r(path, {.record_field = "jpg", .label_field = "cls", .index = no_index}); };
+  auto good = good_tar();
+
+  SUBCASE("empty file") {
+    write_file(path, std::string{});
+    CHECK(expect_format_error(open).cause().find("empty") != std::string::npos);
+  }
+  SUBCASE("random garbage: wrong magic / checksum") {
+    write_file(path, random_bytes(4096, 5));
+    auto e = expect_format_error(open);
+    CHECK(e.offset() == 0);
+    CHECK(e.cause().find("not a tar") != std::string::npos);
+  }
+  SUBCASE("header checksum mismatch in the middle") {
+    auto b = good;
+    b[512 + 1024 + 10] ^= std::byte{1};  // name of the 2nd member (after 1st header + 2 data blocks)
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.offset() == 1536);
+    CHECK(e.cause().find("checksum") != std::string::npos);
+  }
+  SUBCASE("truncated header") {
+    auto b = good;
+    b.resize(3 * 512 + 100);
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.offset() == 3 * 512);
+    CHECK(e.cause().find("truncated") != std::string::npos);
+  }
+  SUBCASE("member size past the end of the file") {
+    auto b = good;
+    b.resize(512 + 300);  // first member claims 700 bytes
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.offset() == 0);
+    CHECK(e.cause().find("past the end") != std::string::npos);
+  }
+  SUBCASE("sample missing the record field names the key") {
+    std::vector<std::byte> t;
+    io::append_tar_member(t, "a.jpg", as_bytes("x"));
+    io::append_tar_member(t, "a.cls", as_bytes("1"));
+    io::append_tar_member(t, "dir/b.cls", as_bytes("2"));
+    t.resize(t.size() + 1024);
+    write_file(path, t);
+    auto e = expect_format_error(open);
+    CHECK(e.record() == 1);
+    CHECK(e.cause().find("'dir/b'") != std::string::npos);
+    CHECK(e.cause().find("'jpg'") != std::string::npos);
+  }
+  SUBCASE("sample missing the label field names the key") {
+    std::vector<std::byte> t;
+    io::append_tar_member(t, "a.jpg", as_bytes("x"));
+    t.resize(t.size() + 1024);
+    write_file(path, t);
+    auto e = expect_format_error(open);
+    CHECK(e.cause().find("'a'") != std::string::npos);
+    CHECK(e.cause().find("'cls'") != std::string::npos);
+  }
+  SUBCASE("label that is not an integer") {
+    std::vector<std::byte> t;
+    io::append_tar_member(t, "a.jpg", as_bytes("x"));
+    io::append_tar_member(t, "a.cls", as_bytes("cat"));
+    write_file(path, t);
+    CHECK(expect_format_error(open).cause().find("not an ASCII integer") != std::string::npos);
+  }
+  SUBCASE("a sample with a field twice") {
+    std::vector<std::byte> t;
+    io::append_tar_member(t, "a.jpg", as_bytes("x"));
+    io::append_tar_member(t, "a.jpg", as_bytes("y"));
+    write_file(path, t);
+    CHECK(expect_format_error(open).cause().find("two 'jpg'") != std::string::npos);
+  }
+}
+
+TEST_CASE("npy: empty, wrong magic, bad header, fortran order, truncated, garbage") {
+  temp_dir dir;
+  const auto path = dir.file("bad.npy");
+  auto open = [&] { io::npy_reader r(path); };
+  auto good = good_npy();
+  auto with_dict = [&](std::string dict) {
+    std::vector<std::byte> v(10);
+    std::memcpy(v.data(), "\x93NUMPY\x01\x00", 8);
+    dict += '\n';
+    v[8] = static_cast<std::byte>(dict.size());
+    for (char c : dict) v.push_back(static_cast<std::byte>(c));
+    v.resize(v.size() + 8);
+    write_file(path, v);
+    return expect_format_error(open);
+  };
+
+  SUBCASE("empty") {
+    write_file(path, std::string{});
+    CHECK(expect_format_error(open).cause().find("empty") != std::string::npos);
+  }
+  SUBCASE("wrong magic") {
+    auto b = good;
+    b[1] = std::byte{'X'};
+    write_file(path, b);
+    auto e = expect_format_error(open);
+    CHECK(e.file() == path);
+    CHECK(e.cause().find("magic") != std::string::npos);
+  }
+  SUBCASE("truncated data") {
+    auto b = good;
+    b.resize(b.size() - 3);
+    write_file(path, b);
+    CHECK(expect_format_error(open).cause().find("truncated") != std::string::npos);
+  }
+  SUBCASE("header length past the end") {
+    auto b = good;
+    b[9] = std::byte{0x7f};
+    write_file(path, b);
+    CHECK(expect_format_error(open).cause().find("past the end") != std::string::npos);
+  }
+  SUBCASE("unknown version") {
+    auto b = good;
+    b[6] = std::byte{9};
+    write_file(path, b);
+    CHECK(expect_format_error(open).cause().find("version 9") != std::string::npos);
+  }
+  SUBCASE("fortran order is refused clearly") {
+    auto e = with_dict("{'descr': '|u1', 'fortran_order': True, 'shape': (2, 4), }");
+    CHECK(e.cause().find("fortran_order is True") != std::string::npos);
+  }
+  SUBCASE("structured dtype, object dtype, big-endian") {
+    CHECK(with_dict("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }").cause().find("structured") != std::string::npos);
+    CHECK(with_dict("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }").cause().find("not supported") != std::string::npos);
+    CHECK(with_dict("{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }").cause().find("big-endian") != std::string::npos);
+  }
+  SUBCASE("a shape that overflows or does not fit the file") {
+    CHECK(with_dict("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }").cause().find("overflow") != std::string::npos);
+    CHECK(with_dict("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000,), }").cause().find("truncated") != std::string::npos);
+    CHECK(with_dict("{'descr': '<f8', 'fortran_order': False, 'shape': (), }").cause().find("0-d") != std::string::npos);
+  }
+  SUBCASE("malformed dict") {
+    CHECK(with_dict("{'descr': '|u1', 'fortran_order': False}").cause().find("lacks") != std::string::npos);
+    CHECK(with_dict("{'descr': '|u1', 'fortran_order': False, 'shape': (8,), 'x': 1}").cause().find("unexpected key") != std::string::npos);
+    CHECK(with_dict("{'descr': '|u1', 'fortran_order': False, 'shape': (8,").cause().find("npy header") != std::string::npos);
+  }
+  SUBCASE("random garbage after a valid magic") {
+    auto b = random_bytes(2000, 11);
+    std::memcpy(b.data(), "\x93NUMPY\x01\x00", 8);
+    write_file(path, b);
+    (void)expect_format_error(open);
+  }
+  SUBCASE("labels that do not match") {
+    write_file(path, good);
+    auto lab = io::npy_header_bytes("<f4", {4});
+    lab.resize(lab.size() + 16);
+    write_file(dir.file("l.npy"), lab);
+    auto e = expect_format_error([&] { io::npy_reader r(path, {.labels_path = dir.file("l.npy")}); });
+    CHECK(e.file() == dir.file("l.npy"));
+    CHECK(e.cause().find("integer") != std::string::npos);
+  }
+}
