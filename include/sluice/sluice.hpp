@@ -30,5 +30,6 @@
 #include "sluice/stage/cache.hpp"
 #include "sluice/stage/collate.hpp"
 #include "sluice/stage/map.hpp"
+#include "sluice/stage/pad.hpp"
 #include "sluice/stage/prefetch.hpp"
 #include "sluice/stage/read.hpp"
