@@ -120,6 +120,19 @@ TEST_CASE("weighted: keeps the items with the most expected hits, no churn among
   CHECK_FALSE(u.lookup(0).hit);
 }
 
+TEST_CASE("weighted: new probabilities re-rank residents; better items then displace them") {
+  sluice::tier::weighted t(2 * 10, std::vector<double>{0.9, 0.8, 0.1, 0.1}, 1);
+  for (std::uint64_t k = 0; k < 4; ++k) sluice::cache_insert_copy(t, k, item_bytes(k, 10));
+  CHECK(t.lookup(0).hit);
+  CHECK(t.lookup(1).hit);
+  CHECK_FALSE(t.lookup(2).hit);
+  t.set_probabilities({0.05, 0.8, 0.1, 0.7});  // the schedule moved: 0 is now rare, 3 common
+  CHECK(sluice::cache_insert_copy(t, 3, item_bytes(3, 10)).hit);  // displaces 0, the new lowest
+  CHECK_FALSE(t.lookup(0).hit);
+  CHECK(t.lookup(1).hit);
+  CHECK(holds_item(t.lookup(3).bytes, 3, 10));
+}
+
 TEST_CASE("tiered: looks in A, then B; a hit in B is promoted into A") {
   sluice::tiered both{sluice::tier::lru(2 * 8, 1), sluice::tier::minio(100 * 8, 1)};
   for (std::uint64_t k = 0; k < 10; ++k) both.insert(k, sluice::make_cache_buffer(item_bytes(k, 8)), 8);
@@ -251,6 +264,31 @@ TEST_CASE("cache stage under threads: every sample gets its own bytes while entr
   CHECK(s.hits + s.misses == 80000);
   CHECK(s.evictions > 0);
   CHECK(s.bytes <= 64 * 32);
+}
+
+TEST_CASE("tiered<lru, disk> under threads: promotions, chunk evictions and reads never mix up bytes") {
+  sluice_test::temp_dir dir;
+  auto stage = sluice::cache(sluice::tiered{sluice::tier::lru(64 * 16, 2),
+                                            sluice::tier::disk({.path = dir.file("c"), .bytes = 64 * 96, .chunk = 64 * 8})});
+  std::vector<std::vector<std::byte>> items(256);
+  for (std::uint64_t k = 0; k < items.size(); ++k) items[k] = item_bytes(k, 64);
+  std::atomic<int> bad{0}, reads{0};
+  {
+    std::vector<std::jthread> ts;
+    for (unsigned w = 0; w < 4; ++w)
+      ts.emplace_back([&, w] {
+        for (std::uint64_t i = 0; i < 5000; ++i) {
+          const std::uint64_t id = sluice::splitmix64(i * 4 + w) % items.size();
+          auto out = stage(counting_record{id, 0, items[id], &reads}, {.id = id});
+          if (!holds_item(out.bytes(), id, 64)) bad.fetch_add(1);
+        }
+      });
+  }
+  CHECK(bad.load() == 0);
+  auto s = stage.stats();
+  CHECK(s.hits > 0);
+  CHECK(stage.tier().second().stats().evictions > 0);
+  CHECK(s.evictions > 0);
 }
 
 // ------------------------------------------------------------------ depth and worker policies
