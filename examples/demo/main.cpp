@@ -39,7 +39,7 @@ namespace diag = sluice::diag;
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string out = "sluice-demo-out";
+  std::string out = "out/demo";
   std::size_t epochs = 6;
   bool epochs_set = false;
   std::size_t batch = 64;
@@ -65,7 +65,7 @@ struct options {
       "usage: sluice-demo [options]\n"
       "  --data DIR         Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist);\n"
       "                     a generated stand-in is used when they are missing\n"
-      "  --out DIR          where report.json, trace.json, epochs.csv, plot.png go (sluice-demo-out)\n"
+      "  --out DIR          where report.json, trace.json, epochs.csv, plot.png go (out/demo)\n"
       "  --epochs N         epochs per run (6; --quick: 2)\n"
       "  --model mlp|softmax  one hidden layer of --hidden units (128), or softmax regression\n"
       "  --hidden N  --batch N (64)  --lr X (0.05, cosine-decayed to 0)  --momentum X (0.9)  --seed N (7)\n"
@@ -349,9 +349,7 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
       last_end = clock_type::now();
       trace.complete("train_step", t0, last_end);
       if (steps % 4 == 0) {
-        const auto s = loader.stats();
-        trace.counter("ready_batches", static_cast<double>(s.ready_batches), last_end);
-        trace.counter("bytes_in_flight", static_cast<double>(s.bytes_in_flight), last_end);
+        diag::record_pipeline_counters(trace, loader.stats(), last_end);
       }
       if (steps % 8 == 0) progress(tty, name, e, steps, total_batches, loss_sum / static_cast<double>(steps));
     }
@@ -574,10 +572,10 @@ int main(int argc, char** argv) try {
   epochs_csv << "run,epoch,train_loss,test_loss,test_accuracy,balanced_accuracy,stall_fraction,samples_per_second,"
                 "step_mean_ms,class_std,mean_within_batch_std,rss_bytes,minor_faults,major_faults,drift_shift_sigma\n";
   std::vector<run_record> runs;
-  if (o.only != "balanced")
+  if (o.only.empty() || o.only == "uniform")
     runs.push_back(train_run("uniform", "uniform (seeded shuffle of the kept images)", demo::uniform_subset(labels, o.seed),
                              train, test, o, trace, epochs_csv));
-  if (!o.full && o.only != "uniform")
+  if (!o.full && (o.only.empty() || o.only == "balanced"))
     runs.push_back(train_run("balanced", demo::balanced_sampler_name, demo::make_balanced(labels, o.seed), train, test, o,
                              trace, epochs_csv));
   if (!o.full && (o.deferred > 0 || o.only == "deferred") && (o.only.empty() || o.only == "deferred")) {

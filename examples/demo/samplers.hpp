@@ -94,9 +94,9 @@ class switching_sampler {
 };
 
 #if DEMO_HAS_SLUICE_CLASS_BALANCED
-inline constexpr const char* balanced_sampler_name = "sluice::class_balanced (inverse frequency)";
+inline constexpr const char* balanced_sampler_name = "sluice::sample::class_balanced (inverse frequency)";
 inline auto make_balanced(std::span<const std::int64_t> labels, std::uint64_t seed) {
-  return sluice::class_balanced(labels, sluice::class_weight::inverse_frequency{}, {.seed = seed});
+  return sluice::sample::class_balanced<>(labels, {}, {.seed = seed});  // default rule: inverse frequency
 }
 #else
 inline constexpr const char* balanced_sampler_name = "demo::minimal_class_balanced (sluice's not available)";

@@ -6,6 +6,7 @@
 #include <sluice/diag/json.hpp>
 #include <sluice/diag/noise_scale.hpp>
 #include <sluice/diag/proc_probe.hpp>
+#include <sluice/diag/report.hpp>
 #include <sluice/diag/trace.hpp>
 #include <sluice/core/random.hpp>
 
@@ -223,4 +224,26 @@ TEST_CASE("noise scale: recovers tr(Sigma)/|G|^2 from simulated minibatch gradie
   CHECK(t.grad_sq_norm == doctest::Approx(1.0));
   CHECK(t.trace_sigma == doctest::Approx(5.0));
   CHECK(std::isnan(noise_scale_estimator({.b_small = 1, .b_big = 2}).b_simple()));
+}
+
+TEST_CASE("report: pipeline stats as JSON and as trace counters") {
+  sluice::pipeline_stats s;
+  s.batches = 12;
+  s.stall_fraction = 0.25;
+  s.ready_batches = 3;
+  s.bytes_in_flight = 4096;
+  s.stages.push_back({"read", 100, 7});
+  json_writer w;
+  to_json(w, s);
+  CHECK(w.complete());
+  CHECK(w.str().find("\"stall_fraction\":0.25") != std::string::npos);
+  CHECK(w.str().find("\"stages\":[{\"name\":\"read\",\"busy_ns\":100,\"calls\":7}]") != std::string::npos);
+  trace_recorder t;
+  record_pipeline_counters(t, s);
+  auto ev = t.events();
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[0].name == "ready_batches");
+  CHECK(ev[0].value == 3);
+  CHECK(ev[1].value == 4096);
+  CHECK(ev[2].value == 0.25);
 }

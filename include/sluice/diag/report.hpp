@@ -12,6 +12,8 @@
 //   sluice::diag::write_text_file("report.json", w.str());
 //
 // Times are written in the units their names carry (…_ns); derived fractions are 0..1.
+// `record_pipeline_counters` puts the loader's live gauges (ready batches = queue depth, bytes in
+// flight, stall fraction so far) on a Chrome trace as "ph":"C" counters.
 #pragma once
 
 #include <span>
@@ -23,6 +25,7 @@
 #include "sluice/diag/json.hpp"
 #include "sluice/diag/noise_scale.hpp"
 #include "sluice/diag/proc_probe.hpp"
+#include "sluice/diag/trace.hpp"
 
 namespace sluice::diag {
 
@@ -120,6 +123,14 @@ inline void to_json(json_writer& w, const epoch_observation& o) {
       .field("minor_faults", o.minor_faults).field("major_faults", o.major_faults)
       .field("drift_shift_sigma", o.drift_shift_sigma)
       .end_object();
+}
+
+// Queue depth, bytes in flight and the stall fraction so far as trace counters, at time `at`.
+inline void record_pipeline_counters(trace_recorder& t, const pipeline_stats& s,
+                                     trace_recorder::clock::time_point at = trace_recorder::clock::now()) {
+  t.counter("ready_batches", static_cast<double>(s.ready_batches), at);
+  t.counter("bytes_in_flight", static_cast<double>(s.bytes_in_flight), at);
+  t.counter("stall_fraction", s.stall_fraction, at);
 }
 
 }  // namespace sluice::diag
