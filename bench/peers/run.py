@@ -237,6 +237,15 @@ def versions(build):
         v["cpu"] = platform.processor()
     v["cores"] = os.cpu_count()
     v["kernel"] = platform.release()
+    try:  # the machines are shared: say how busy this one was
+        v["loadavg"] = open("/proc/loadavg").read().split()[0]
+    except OSError:
+        pass
+    try:
+        import subprocess as sp
+        v["g++"] = sp.run(["g++", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
     return v
 
 

@@ -46,6 +46,10 @@
 #if defined(SLUICE_WITH_TURBOJPEG) && __has_include("sluice/codec/jpeg.hpp")
 #  include "sluice/codec/jpeg.hpp"
 #  define SLUICE_PEERS_HAVE_JPEG 1
+#  if __has_include("sluice/stage/decode.hpp")
+#    include "sluice/stage/decode.hpp"
+#    define SLUICE_PEERS_HAVE_DECODE_STAGE 1
+#  endif
 #endif
 
 namespace {
@@ -180,7 +184,9 @@ class packed_jpegs {
   std::size_t count_ = 0;
 };
 
-// A record that decodes itself straight into its batch slot (collate's deferred sample).
+#ifndef SLUICE_PEERS_HAVE_DECODE_STAGE
+// Until stage/decode.hpp is merged: a record that decodes itself straight into its batch slot
+// (collate's deferred sample), which is what the decode stage does.
 struct jpeg_sample {
   std::uint64_t id;
   std::int64_t label;
@@ -189,12 +195,17 @@ struct jpeg_sample {
   [[nodiscard]] std::size_t size_bytes() const noexcept { return codec->output_bytes(); }
   void write_into(std::span<std::byte> dst, const sluice::sample_context& ctx) const { codec->decode(encoded, dst, ctx); }
 };
+#endif
 
 int jpeg(const char* pack, const char* offsets, const char* labels, std::size_t workers, double seconds) {
   const packed_jpegs reader{pack, offsets, labels};
   const sluice::codecs::jpeg codec{{.width = 64, .height = 64}};
-  auto loader = sluice::from(sluice::sample::shuffle{reader.size(), {.seed = 7}}) | sluice::read(reader) |
-                sluice::map([&codec](sluice::record_view r) { return jpeg_sample{r.id, r.label, r.data, &codec}; }) |
+#ifdef SLUICE_PEERS_HAVE_DECODE_STAGE
+  auto decode = sluice::decode(codec);
+#else
+  auto decode = sluice::map([&codec](sluice::record_view r) { return jpeg_sample{r.id, r.label, r.data, &codec}; });
+#endif
+  auto loader = sluice::from(sluice::sample::shuffle{reader.size(), {.seed = 7}}) | sluice::read(reader) | decode |
                 sluice::collate({.batch = batch_size, .drop_last = true}) |
                 sluice::prefetch(2, {.workers = workers});
   return time_loader(loader, seconds);

@@ -1,9 +1,9 @@
 // A real trainer fed by sluice: a small CNN on long-tailed Fashion-MNIST, with libtorch.
 //
-// The data: Debian's Fashion-MNIST (gzip IDX, read here with zlib), made long-tailed with
+// The data: Debian's Fashion-MNIST (gzip IDX, io/idx.hpp), made long-tailed with
 // imbalance factor 100 — class c keeps its first round(6000 * 100^(-c/9)) training images in file
 // order (6000, 3597, ..., 60; 14,891 images in all). The pipeline:
-//   from(shuffle) | read(in-memory images) | collate(f32, normalised) | prefetch(2, 2 workers)
+//   from(shuffle) | read(long-tailed view of the IDX reader) | collate(f32, normalised) | prefetch
 //
 // Zero copy into libtorch: each batch becomes tensors with torch::from_blob over sluice's own slot
 // memory. The batch handle is moved into a heap holder shared by the deleters of the image and
@@ -14,7 +14,6 @@
 //                    [--batch 64] [--workers 2] [--seed 7] [--lr 0.01] [--threads 1] [--check]
 // --check makes it exit non-zero unless the loss fell and every batch was released (ctest).
 #include <torch/torch.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,93 +25,34 @@
 #include <string>
 #include <vector>
 
+#include "sluice/io/idx.hpp"
 #include "sluice/sluice.hpp"
 
 namespace {
 
-// ---- gzip IDX (until io/idx.hpp lands): big-endian magic 0x0000 08 <dims>, then dim sizes.
-std::vector<std::uint8_t> read_gz(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) throw sluice::io_error(path, "cannot open", errno);
-  std::vector<std::uint8_t> out;
-  std::uint8_t buf[1 << 16];
-  int n = 0;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.insert(out.end(), buf, buf + n);
-  int err = 0;
-  const char* msg = gzerror(f, &err);
-  const bool failed = n < 0 || err < 0;
-  const std::string what = failed ? std::string("gzip: ") + msg : std::string();
-  gzclose(f);
-  if (failed) throw sluice::format_error(path, {.offset = out.size()}, what);
-  return out;
-}
-
-struct idx_array {
-  std::vector<std::uint8_t> bytes;
-  std::vector<std::uint32_t> dims;
-  std::size_t header = 0;
-};
-
-idx_array read_idx(const std::string& path, std::size_t expected_dims) {
-  idx_array a{read_gz(path), {}, 0};
-  auto be32 = [&](std::size_t off) {
-    return (std::uint32_t{a.bytes[off]} << 24) | (std::uint32_t{a.bytes[off + 1]} << 16) |
-           (std::uint32_t{a.bytes[off + 2]} << 8) | std::uint32_t{a.bytes[off + 3]};
-  };
-  if (a.bytes.size() < 4 || a.bytes[0] != 0 || a.bytes[1] != 0 || a.bytes[2] != 0x08 || a.bytes[3] != expected_dims)
-    throw sluice::format_error(path, {.offset = 0}, "not an IDX file of unsigned bytes with " +
-                                                        std::to_string(expected_dims) + " dimensions");
-  a.header = 4 + 4 * expected_dims;
-  if (a.bytes.size() < a.header) throw sluice::format_error(path, {.offset = 4}, "IDX header truncated");
-  std::uint64_t elements = 1;
-  for (std::size_t d = 0; d < expected_dims; ++d) elements *= a.dims.emplace_back(be32(4 + 4 * d));
-  if (a.bytes.size() - a.header != elements)
-    throw sluice::format_error(path, {.offset = a.header}, "IDX body is " + std::to_string(a.bytes.size() - a.header) +
-                                                               " bytes, the header promises " + std::to_string(elements));
-  return a;
-}
-
-// ---- An in-memory record reader (the images are small; the long-tailed subset is ~16 MB).
-class image_set {
+// ---- The long-tailed training set: a view over the IDX reader that keeps some of its records
+// (no copy; record(i) is the underlying reader's record keep[i]).
+class long_tailed_subset {
  public:
   using reader_concept = sluice::reader_tag;
-  image_set(std::string name, std::size_t image_bytes) : name_(std::move(name)), image_bytes_(image_bytes) {}
-  void add(const std::uint8_t* image, std::int64_t label) {
-    pixels_.insert(pixels_.end(), reinterpret_cast<const std::byte*>(image),
-                   reinterpret_cast<const std::byte*>(image) + image_bytes_);
-    labels_.push_back(label);
+  long_tailed_subset(const sluice::io::idx_reader& all, const std::vector<std::int64_t>& keep_per_class) : all_(&all) {
+    std::vector<std::int64_t> kept(keep_per_class.size(), 0);
+    for (std::size_t i = 0; i < all.size(); ++i) {  // file order: the first keep[c] of class c
+      const std::int64_t c = all.label(i);
+      if (c < 0 || static_cast<std::size_t>(c) >= kept.size() || kept[c] >= keep_per_class[c]) continue;
+      ++kept[c];
+      keep_.push_back(i);
+    }
   }
-  [[nodiscard]] std::size_t size() const noexcept { return labels_.size(); }
-  [[nodiscard]] std::span<const std::byte> record(std::size_t i) const { return {pixels_.data() + i * image_bytes_, image_bytes_}; }
-  [[nodiscard]] std::int64_t label(std::size_t i) const noexcept { return labels_[i]; }
-  [[nodiscard]] std::string_view path() const noexcept { return name_; }
+  [[nodiscard]] std::size_t size() const noexcept { return keep_.size(); }
+  [[nodiscard]] std::span<const std::byte> record(std::size_t i) const { return all_->record(keep_[i]); }
+  [[nodiscard]] std::int64_t label(std::size_t i) const noexcept { return all_->label(keep_[i]); }
+  [[nodiscard]] std::string_view path() const noexcept { return all_->path(); }
 
  private:
-  std::string name_;
-  std::size_t image_bytes_;
-  std::vector<std::byte> pixels_;
-  std::vector<std::int64_t> labels_;
+  const sluice::io::idx_reader* all_;
+  std::vector<std::size_t> keep_;
 };
-
-// keep_per_class[c] < 0: keep all.
-image_set load(const std::string& dir, const std::string& prefix, const std::vector<std::int64_t>& keep_per_class) {
-  const auto images = read_idx(dir + "/" + prefix + "-images-idx3-ubyte.gz", 3);
-  const auto labels = read_idx(dir + "/" + prefix + "-labels-idx1-ubyte.gz", 1);
-  if (images.dims[0] != labels.dims[0])
-    throw sluice::format_error(dir + "/" + prefix + "-labels-idx1-ubyte.gz", {.offset = 4},
-                               "label count differs from the image count");
-  const std::size_t image_bytes = std::size_t{images.dims[1]} * images.dims[2];
-  image_set set(dir + "/" + prefix, image_bytes);
-  std::vector<std::int64_t> kept(keep_per_class.size(), 0);
-  for (std::size_t i = 0; i < images.dims[0]; ++i) {
-    const auto c = static_cast<std::int64_t>(labels.bytes[labels.header + i]);
-    if (c < 0 || static_cast<std::size_t>(c) >= kept.size()) continue;
-    if (keep_per_class[c] >= 0 && kept[c] >= keep_per_class[c]) continue;
-    ++kept[c];
-    set.add(images.bytes.data() + images.header + i * image_bytes, c);
-  }
-  return set;
-}
 
 // ---- The model.
 struct net_impl : torch::nn::Module {
@@ -179,7 +119,7 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-double evaluate(net& model, const image_set& test, std::vector<std::int64_t>& correct, std::vector<std::int64_t>& total) {
+double evaluate(net& model, const sluice::io::idx_reader& test, std::vector<std::int64_t>& correct, std::vector<std::int64_t>& total) {
   torch::NoGradGuard no_grad;
   model->eval();
   auto loader = sluice::from(sluice::sample::sequential{test.size()}) | sluice::read(test) |
@@ -208,8 +148,9 @@ int run(int argc, char** argv) {
   torch::set_num_threads(static_cast<int>(o.threads));
   std::vector<std::int64_t> keep(10);
   for (int c = 0; c < 10; ++c) keep[c] = std::llround(6000.0 * std::pow(100.0, -c / 9.0));
-  const image_set train = load(o.data, "train", keep);
-  const image_set test = load(o.data, "t10k", std::vector<std::int64_t>(10, -1));
+  const sluice::io::idx_reader all_train{o.data + "/train-images-idx3-ubyte.gz", o.data + "/train-labels-idx1-ubyte.gz"};
+  const sluice::io::idx_reader test{o.data + "/t10k-images-idx3-ubyte.gz", o.data + "/t10k-labels-idx1-ubyte.gz"};
+  const long_tailed_subset train{all_train, keep};
   std::printf("long-tailed Fashion-MNIST: %zu training images (class 0: %lld ... class 9: %lld), %zu test images\n",
               train.size(), static_cast<long long>(keep[0]), static_cast<long long>(keep[9]), test.size());
 

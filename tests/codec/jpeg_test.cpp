@@ -169,3 +169,72 @@ TEST_CASE("jpeg: output is bit-identical whatever thread decodes it") {
   CHECK(one == run(2));
   CHECK(one == run(3));
 }
+
+// ---- decode stage in a pipeline -------------------------------------------------------------
+#include <sluice/sluice.hpp>
+
+#include "sluice/io/tfrecord.hpp"
+#include "sluice/stage/decode.hpp"
+#include "test_util.hpp"
+
+namespace {
+// A TFRecord file of n JPEGs of varying size (image i is 40 + i wide, so a label extractor can
+// recover i % 5 from the JPEG header).
+std::string write_jpeg_tfrecord(const sluice_test::temp_dir& dir, int n, int corrupt_at = -1) {
+  std::vector<std::byte> file;
+  for (int i = 0; i < n; ++i) {
+    auto enc = encode_jpeg(gradient(40 + i, 30 + (i * 7) % 20), 40 + i, 30 + (i * 7) % 20, pixels::rgb, 80);
+    if (i == corrupt_at) enc.resize(enc.size() / 2);
+    io::append_tfrecord(file, enc);
+  }
+  auto path = dir.file("jpegs.tfrecord");
+  sluice_test::write_file(path, file);
+  return path;
+}
+std::int64_t label_from_width(std::span<const std::byte> p) { return (read_jpeg_header(p).width - 40) % 5; }
+}  // namespace
+
+TEST_CASE("decode stage: batches are decoded in place, labelled, identical for 1 and 2 workers") {
+  sluice_test::temp_dir dir;
+  const int n = 37;
+  io::tfrecord_reader r(write_jpeg_tfrecord(dir, n), {.index = io::saved_index::ignore, .label_of = label_from_width});
+  const jpeg codec({.width = 20, .height = 16, .crop = crop_at::random, .resize_scale = 1.25, .random_flip = true});
+  auto run = [&](std::size_t workers) {
+    auto loader = sluice::from(sluice::sample::sequential(r.size())) | sluice::read(r) | sluice::decode(codec) |
+                  sluice::collate({.batch = 8}) | sluice::prefetch(2, {.workers = workers, .seed = 11});
+    std::vector<std::byte> all;
+    std::vector<std::int64_t> labels;
+    for (auto& b : loader.epoch(1)) {
+      CHECK(b.sample_bytes() == codec.output_bytes());
+      all.insert(all.end(), b.bytes().begin(), b.bytes().end());
+      labels.insert(labels.end(), b.labels().begin(), b.labels().end());
+    }
+    return std::pair(all, labels);
+  };
+  auto [one, labels] = run(1);
+  REQUIRE(one.size() == n * codec.output_bytes());
+  for (int i = 0; i < n; ++i) CHECK(labels[i] == i % 5);
+  // Sample 4 equals a direct decode with the same context.
+  std::vector<std::byte> direct(codec.output_bytes());
+  codec.decode(r.record(4), direct, {.seed = 11, .epoch = 1, .id = 4, .position = 4});
+  CHECK(std::equal(direct.begin(), direct.end(), one.begin() + 4 * codec.output_bytes()));
+  CHECK(run(2).first == one);
+}
+
+TEST_CASE("decode stage: a corrupt record names the file and the record") {
+  sluice_test::temp_dir dir;
+  const auto path = write_jpeg_tfrecord(dir, 12, 9);
+  io::tfrecord_reader r(path, {.index = io::saved_index::ignore});
+  auto loader = sluice::from(sluice::sample::sequential(r.size())) | sluice::read(r) |
+                sluice::decode(jpeg({.width = 8, .height = 8})) | sluice::collate({.batch = 4}) |
+                sluice::prefetch(2, {.workers = 2});
+  std::string msg;
+  try {
+    for (auto& b : loader.epoch(0)) (void)b;
+  } catch (const sluice::error& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find(path) != std::string::npos);
+  CHECK(msg.find("record 9") != std::string::npos);
+  CHECK(msg.find("JPEG") != std::string::npos);
+}

@@ -120,6 +120,19 @@ TEST_CASE("weighted: keeps the items with the most expected hits, no churn among
   CHECK_FALSE(u.lookup(0).hit);
 }
 
+TEST_CASE("weighted: new probabilities re-rank residents; better items then displace them") {
+  sluice::tier::weighted t(2 * 10, std::vector<double>{0.9, 0.8, 0.1, 0.1}, 1);
+  for (std::uint64_t k = 0; k < 4; ++k) sluice::cache_insert_copy(t, k, item_bytes(k, 10));
+  CHECK(t.lookup(0).hit);
+  CHECK(t.lookup(1).hit);
+  CHECK_FALSE(t.lookup(2).hit);
+  t.set_probabilities({0.05, 0.8, 0.1, 0.7});  // the schedule moved: 0 is now rare, 3 common
+  CHECK(sluice::cache_insert_copy(t, 3, item_bytes(3, 10)).hit);  // displaces 0, the new lowest
+  CHECK_FALSE(t.lookup(0).hit);
+  CHECK(t.lookup(1).hit);
+  CHECK(holds_item(t.lookup(3).bytes, 3, 10));
+}
+
 TEST_CASE("tiered: looks in A, then B; a hit in B is promoted into A") {
   sluice::tiered both{sluice::tier::lru(2 * 8, 1), sluice::tier::minio(100 * 8, 1)};
   for (std::uint64_t k = 0; k < 10; ++k) both.insert(k, sluice::make_cache_buffer(item_bytes(k, 8)), 8);
@@ -251,6 +264,31 @@ TEST_CASE("cache stage under threads: every sample gets its own bytes while entr
   CHECK(s.hits + s.misses == 80000);
   CHECK(s.evictions > 0);
   CHECK(s.bytes <= 64 * 32);
+}
+
+TEST_CASE("tiered<lru, disk> under threads: promotions, chunk evictions and reads never mix up bytes") {
+  sluice_test::temp_dir dir;
+  auto stage = sluice::cache(sluice::tiered{sluice::tier::lru(64 * 16, 2),
+                                            sluice::tier::disk({.path = dir.file("c"), .bytes = 64 * 96, .chunk = 64 * 8})});
+  std::vector<std::vector<std::byte>> items(256);
+  for (std::uint64_t k = 0; k < items.size(); ++k) items[k] = item_bytes(k, 64);
+  std::atomic<int> bad{0}, reads{0};
+  {
+    std::vector<std::jthread> ts;
+    for (unsigned w = 0; w < 4; ++w)
+      ts.emplace_back([&, w] {
+        for (std::uint64_t i = 0; i < 5000; ++i) {
+          const std::uint64_t id = sluice::splitmix64(i * 4 + w) % items.size();
+          auto out = stage(counting_record{id, 0, items[id], &reads}, {.id = id});
+          if (!holds_item(out.bytes(), id, 64)) bad.fetch_add(1);
+        }
+      });
+  }
+  CHECK(bad.load() == 0);
+  auto s = stage.stats();
+  CHECK(s.hits > 0);
+  CHECK(stage.tier().second().stats().evictions > 0);
+  CHECK(s.evictions > 0);
 }
 
 // ------------------------------------------------------------------ depth and worker policies
@@ -468,4 +506,67 @@ TEST_CASE("loader: the worker tuner changes active workers; batches stay identic
   CHECK(a == b);
   CHECK(tuned.depth_policy().workers.changes() > 0);
   CHECK(tuned.stats().workers > 1);
+}
+
+#include "sluice/sample/length_bucket.hpp"
+#include "sluice/stage/pad.hpp"
+
+namespace {
+// Variable-length records: record i has lengths[i] bytes, byte j = (i * 7 + j) & 0xff.
+struct varlen_reader {
+  using reader_concept = sluice::reader_tag;
+  std::vector<std::uint32_t> lengths;
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::byte> data;
+  explicit varlen_reader(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      sluice::counter_rng g(8, 0, i);
+      const double u = g.uniform();
+      lengths.push_back(static_cast<std::uint32_t>(1 + 500 * u * u * u));
+      offsets.push_back(data.size());
+      for (std::uint32_t j = 0; j < lengths.back(); ++j) data.push_back(static_cast<std::byte>((i * 7 + j) & 0xff));
+    }
+  }
+  std::size_t size() const { return lengths.size(); }
+  std::span<const std::byte> record(std::size_t i) const { return {data.data() + offsets[i], lengths[i]}; }
+  std::int64_t label(std::size_t) const { return 0; }
+  std::string_view path() const { return "varlen"; }
+};
+}  // namespace
+
+TEST_CASE("pad_to + length_bucketed through the loader: lengths travel with the batch, bucketing cuts padding") {
+  varlen_reader r(3000);
+  auto run = [&](auto sampler) {
+    auto loader = sluice::from(std::move(sampler)) | sluice::read(r) | sluice::pad_to(512) |
+                  sluice::collate({.batch = 32}) | sluice::prefetch(2, {.workers = 2});
+    std::uint64_t tokens = 0, trimmed = 0, samples = 0;
+    bool ok = true;
+    for (auto& b : loader.epoch(0)) {
+      auto lens = sluice::padded_lengths(b);
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        const auto id = b.ids()[i];
+        ok = ok && lens[i] == r.lengths[id];
+        auto rec = sluice::padded_record(b, i);
+        ok = ok && rec.size() == r.lengths[id] && std::memcmp(rec.data(), r.record(id).data(), rec.size()) == 0;
+        auto tail = b.sample(i).subspan(sluice::length_prefix_bytes + rec.size());
+        ok = ok && std::all_of(tail.begin(), tail.end(), [](std::byte x) { return x == std::byte{0}; });
+        tokens += lens[i];
+      }
+      trimmed += static_cast<std::uint64_t>(sluice::padded_max_length(b)) * b.size();
+      samples += b.size();
+    }
+    CHECK(ok);
+    CHECK(samples == 3000);
+    return std::pair{tokens, trimmed};
+  };
+  auto [tok_b, trim_b] = run(sluice::sample::length_bucketed(r.lengths, {.seed = 1, .batch = 32, .pool_batches = 16}));
+  auto [tok_s, trim_s] = run(sluice::sample::shuffle(3000, {.seed = 1}));
+  MESSAGE("padded to batch max: shuffled " << trim_s << " bytes, bucketed " << trim_b << " for " << tok_b
+                                           << " record bytes");
+  CHECK(tok_b == tok_s);
+  CHECK(trim_b * 2 < trim_s);
+  // Too long without truncation: a stage_error naming the sample reaches the consumer.
+  auto strict = sluice::from(sluice::sample::sequential(3000)) | sluice::read(r) | sluice::pad_to(8) |
+                sluice::collate({.batch = 32}) | sluice::prefetch(2);
+  CHECK_THROWS_AS([&] { for (auto& b : strict.epoch(0)) (void)b; }(), sluice::stage_error);
 }

@@ -107,11 +107,24 @@ inline void resample(const std::uint8_t* src, int src_w, int src_h, std::size_t 
                      std::span<std::byte> dst, const geometry_plan& p) {
   const std::size_t need = static_cast<std::size_t>(p.out_width) * p.out_height * channels;
   if (dst.size() < need) throw usage_error("sluice: resample destination is smaller than the output");
+  auto out = reinterpret_cast<std::uint8_t*>(dst.data());
+  const int c = channels;
+  // A window of whole source pixels at scale 1 (the common case of images stored at the training
+  // size): bilinear sampling reads exactly one source pixel with weight 0 for each output pixel, so
+  // copying rows gives the same bytes — at a tiny fraction of the cost (measured 12 KiB RGB:
+  // ~1 µs instead of ~110 µs, which was more than the JPEG decode itself).
+  if (p.step_x == 1.0 && p.step_y == 1.0 && !p.flip && p.offset_x == std::floor(p.offset_x) &&
+      p.offset_y == std::floor(p.offset_y) && p.offset_x >= 0 && p.offset_y >= 0 &&
+      p.offset_x + p.out_width <= src_w && p.offset_y + p.out_height <= src_h) {
+    const auto ox = static_cast<std::size_t>(p.offset_x), oy = static_cast<std::size_t>(p.offset_y);
+    const std::size_t row = static_cast<std::size_t>(p.out_width) * c;
+    for (int y = 0; y < p.out_height; ++y)
+      std::copy_n(src + (oy + static_cast<std::size_t>(y)) * src_pitch + ox * c, row, out + static_cast<std::size_t>(y) * row);
+    return;
+  }
   thread_local std::vector<detail::tap> tx, ty;
   detail::make_taps(tx, p.out_width, src_w, p.step_x, p.offset_x, p.flip);
   detail::make_taps(ty, p.out_height, src_h, p.step_y, p.offset_y, false);
-  auto out = reinterpret_cast<std::uint8_t*>(dst.data());
-  const int c = channels;
   for (int y = 0; y < p.out_height; ++y) {
     const auto& t = ty[static_cast<std::size_t>(y)];
     const std::uint8_t* r0 = src + static_cast<std::size_t>(t.i0) * src_pitch;

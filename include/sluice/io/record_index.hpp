@@ -67,7 +67,7 @@ inline std::optional<file_stamp> stamp_of(const std::string& path) {
 inline std::string index_path_for(const std::string& path) { return path + ".sidx"; }
 
 template <class T>
-void put(std::vector<std::byte>& out, const T& v) {
+void append_pod(std::vector<std::byte>& out, const T& v) {
   auto p = reinterpret_cast<const std::byte*>(&v);
   out.insert(out.end(), p, p + sizeof(T));
 }
@@ -127,18 +127,18 @@ inline bool save_index(const std::string& path, std::string_view kind,
   out.reserve(48 + kind.size() + entries.size() * sizeof(record_entry));
   out.insert(out.end(), reinterpret_cast<const std::byte*>(index_magic),
              reinterpret_cast<const std::byte*>(index_magic) + 8);
-  put(out, index_version);
-  put(out, static_cast<std::uint32_t>(kind.size()));
+  append_pod(out, index_version);
+  append_pod(out, static_cast<std::uint32_t>(kind.size()));
   out.insert(out.end(), reinterpret_cast<const std::byte*>(kind.data()),
              reinterpret_cast<const std::byte*>(kind.data()) + kind.size());
-  put(out, stamp->size);
-  put(out, stamp->mtime_ns);
-  put(out, static_cast<std::uint64_t>(entries.size()));
+  append_pod(out, stamp->size);
+  append_pod(out, stamp->mtime_ns);
+  append_pod(out, static_cast<std::uint64_t>(entries.size()));
   if (!entries.empty()) {
     auto p = reinterpret_cast<const std::byte*>(entries.data());
     out.insert(out.end(), p, p + entries.size() * sizeof(record_entry));
   }
-  put(out, crc32c(out));
+  append_pod(out, crc32c(out));
   std::string ipath = index_path_for(path);
   std::string tmp = ipath + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

@@ -50,6 +50,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -301,10 +302,11 @@ class weighted {
   }
   cache_ref insert(std::uint64_t key, cache_buffer data, std::size_t size) {
     auto& sh = s_->shard(key);
+    std::shared_lock plock(s_->probabilities_mutex);  // lock order: probabilities, then shard
     std::lock_guard lock(sh.mutex.m);
     if (auto it = sh.index.find(key); it != sh.index.end())
       return cache_ref{{it->second.data.get(), it->second.size}, it->second.data, true};
-    const double prio = priority(key, size);
+    const double prio = priority_locked(key, size);
     if (size > s_->shard_capacity || !(prio > 0)) {
       ++sh.counters.rejected;
       return {};
@@ -334,7 +336,20 @@ class weighted {
     return cache_ref{{it->second.data.get(), size}, it->second.data, true};
   }
   [[nodiscard]] bool would_admit(std::uint64_t key, std::size_t size) const noexcept {
-    return size <= s_->shard_capacity && priority(key, size) > 0;
+    std::shared_lock lock(s_->probabilities_mutex);
+    return size <= s_->shard_capacity && priority_locked(key, size) > 0;
+  }
+  // New sampling probabilities (a sampler whose weights move with the epoch, e.g. a q schedule):
+  // residents are re-ranked; nothing is evicted until a better item asks for the room. Call it
+  // between epochs or at any time — it takes every shard's lock.
+  void set_probabilities(std::vector<double> probabilities) {
+    std::unique_lock plock(s_->probabilities_mutex);
+    s_->probabilities = std::move(probabilities);
+    for (auto& sh : s_->shards) {
+      std::lock_guard lock(sh.mutex.m);
+      sh.by_priority.clear();
+      for (const auto& [key, e] : sh.index) sh.by_priority.emplace(priority_locked(key, e.size), key);
+    }
   }
   [[nodiscard]] cache_stats stats() const {
     cache_stats total;
@@ -348,7 +363,7 @@ class weighted {
   }
 
  private:
-  [[nodiscard]] double priority(std::uint64_t key, std::size_t size) const noexcept {
+  [[nodiscard]] double priority_locked(std::uint64_t key, std::size_t size) const noexcept {
     const double p = key < s_->probabilities.size() ? s_->probabilities[key] : 0.0;
     return p / static_cast<double>(size == 0 ? 1 : size);  // expected hits per byte
   }
@@ -367,6 +382,7 @@ class weighted {
         : capacity(bytes), shard_capacity(bytes / n), probabilities(std::move(p)), shards(n) {}
     shard_t& shard(std::uint64_t key) { return shards[detail::shard_of(key, shards.size())]; }
     std::uint64_t capacity, shard_capacity;
+    mutable std::shared_mutex probabilities_mutex;  // readers: every insert; writer: set_probabilities
     std::vector<double> probabilities;
     std::vector<shard_t> shards;
   };

@@ -36,6 +36,8 @@
 namespace sluice::sample {
 
 class alias_table {
+  __extension__ using u128 = unsigned __int128;  // GCC/Clang; __extension__ keeps -Wpedantic quiet
+
  public:
   alias_table() = default;
   explicit alias_table(std::span<const double> weights) { build(weights); }
@@ -87,8 +89,7 @@ class alias_table {
   // One draw from two random words: `pick` chooses the column (multiply-shift), the top 32 bits
   // of `coin` decide keep or alias. A column is 8 bytes, so 10^6 weights take 8 MB.
   [[nodiscard]] std::uint64_t draw(std::uint64_t pick, std::uint64_t coin) const noexcept {
-    const auto i = static_cast<std::size_t>(
-        (static_cast<unsigned __int128>(pick) * columns_.size()) >> 64);
+    const auto i = static_cast<std::size_t>((static_cast<u128>(pick) * columns_.size()) >> 64);
     const column c = columns_[i];
     return static_cast<std::uint32_t>(coin >> 32) < c.keep_threshold ? i : c.alias;
   }

@@ -21,6 +21,8 @@
 //     always suffices; below that a batch fails with a usage_error naming the cap. Blocks are
 //     freed only when the pool shrinks at an epoch boundary (cudaFree may synchronise the device
 //     there, once per epoch at most); never in steady state.
+//   - The consumer stream must outlive the loader and every batch it handed out (events are
+//     recorded on it at release, and the stage synchronises it when it is destroyed).
 //   - Without a GPU, constructing the stage throws sluice::cuda::cuda_error with the runtime's
 //     reason (build without sluice::cuda for the host backend).
 // Without the runtime, "device" memory is host memory from a host pool and the copy is a memcpy:

@@ -1,0 +1,247 @@
+// Record formats and JPEG decoding, each measured beside its yardstick in the same run:
+//   scan/*        opening a TFRecord or WebDataset tar file (mmap + full index scan, CRCs checked)
+//                 vs a plain sequential read() of the same page-cache-resident file: GB/s, ratio.
+//   crc32c        the SSE4.2 path vs the slicing-by-8 table path: GB/s, ratio.
+//   jpeg/pipeline the decode stage in a real pipeline (JPEG -> 64x64 RGB, batches of 256) with W
+//                 workers vs W × the single-thread rate of the same codec on the same images
+//                 (scaling efficiency), and vs a raw full-size tjDecompress2 loop for reference.
+// Files are written once to $TMPDIR and read once before timing (page-cache resident).
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sluice/sluice.hpp>
+#include <string>
+#include <vector>
+
+#include "sluice/codec/jpeg.hpp"
+#include "sluice/io/tfrecord.hpp"
+#include "sluice/io/wds_tar.hpp"
+#include "sluice/stage/decode.hpp"
+
+namespace {
+using clock_type = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("sluice-bench-formats-" + name)).string(); }
+
+void write_file(const std::string& p, const std::vector<std::byte>& b) {
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+// Reads the whole file with read() in 1 MiB chunks; returns a byte sum so nothing is optimised out.
+std::uint64_t plain_read(const std::string& p) {
+  static std::vector<char> buf(1 << 20);
+  int fd = ::open(p.c_str(), O_RDONLY);
+  std::uint64_t sum = 0;
+  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) sum += static_cast<unsigned char>(buf[static_cast<std::size_t>(n) - 1]);
+  ::close(fd);
+  return sum;
+}
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// Files: 64 MiB of records of `record_bytes` each.
+const std::string& tfrecord_file(std::size_t record_bytes) {
+  static std::map<std::size_t, std::string> files;
+  auto& p = files[record_bytes];
+  if (p.empty()) {
+    p = tmp("tf-" + std::to_string(record_bytes) + ".tfrecord");
+    std::vector<std::byte> img, rec(record_bytes);
+    for (std::size_t i = 0; i < rec.size(); ++i) rec[i] = static_cast<std::byte>(sluice::splitmix64(i));
+    while (img.size() < (64u << 20)) sluice::io::append_tfrecord(img, rec);
+    write_file(p, img);
+    plain_read(p);
+  }
+  return p;
+}
+const std::string& tar_file(std::size_t record_bytes) {
+  static std::map<std::size_t, std::string> files;
+  auto& p = files[record_bytes];
+  if (p.empty()) {
+    p = tmp("wds-" + std::to_string(record_bytes) + ".tar");
+    std::vector<std::byte> img, rec(record_bytes);
+    const char cls[] = "7";
+    for (std::size_t i = 0; img.size() < (64u << 20); ++i) {
+      const std::string key = "train/" + std::to_string(1000000 + i);
+      sluice::io::append_tar_member(img, key + ".jpg", rec);
+      sluice::io::append_tar_member(img, key + ".cls", std::span(reinterpret_cast<const std::byte*>(cls), 1));
+    }
+    img.resize(img.size() + 1024);
+    write_file(p, img);
+    plain_read(p);
+  }
+  return p;
+}
+
+// One iteration = a plain read of the file, then a full open + scan; the scan time is the
+// benchmark's (manual) time, the read's goes into the ratio.
+template <class Open>
+void scan_vs_read(benchmark::State& st, const std::string& path, Open open) {
+  const double bytes = static_cast<double>(fs::file_size(path));
+  double t_read = 0, t_scan = 0;
+  std::size_t records = 0;
+  for (auto _ : st) {
+    auto t0 = clock_type::now();
+    benchmark::DoNotOptimize(plain_read(path));
+    t_read += seconds_since(t0);
+    t0 = clock_type::now();
+    records = open(path);
+    const double s = seconds_since(t0);
+    t_scan += s;
+    st.SetIterationTime(s);
+  }
+  const double n = static_cast<double>(st.iterations());
+  st.counters["scan_GBps"] = bytes * n / t_scan / 1e9;
+  st.counters["read_GBps"] = bytes * n / t_read / 1e9;
+  st.counters["scan_over_read"] = t_read / t_scan;
+  st.counters["records"] = static_cast<double>(records);
+  st.SetBytesProcessed(static_cast<std::int64_t>(bytes * n));
+}
+
+void scan_tfrecord(benchmark::State& st) {
+  const bool crc = st.range(1) != 0;
+  scan_vs_read(st, tfrecord_file(static_cast<std::size_t>(st.range(0))), [&](const std::string& p) {
+    return sluice::io::tfrecord_reader(p, {.check_payload_crc = crc, .index = sluice::io::saved_index::ignore}).size();
+  });
+}
+BENCHMARK(scan_tfrecord)->ArgNames({"record_bytes", "payload_crc"})->Args({100 << 10, 1})->Args({100 << 10, 0})
+    ->Args({1 << 10, 1})->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void scan_wds_tar(benchmark::State& st) {
+  scan_vs_read(st, tar_file(static_cast<std::size_t>(st.range(0))), [&](const std::string& p) {
+    return sluice::io::wds_tar_reader(p, {.record_field = "jpg", .label_field = "cls", .index = sluice::io::saved_index::ignore, .map = {.populate = st.range(1) != 0}}).size();
+  });
+}
+BENCHMARK(scan_wds_tar)->ArgNames({"record_bytes", "populate"})->Args({100 << 10, 0})->Args({1 << 10, 0})->Args({1 << 10, 1})->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void crc32c_paths(benchmark::State& st) {
+  std::vector<std::byte> buf(1 << 20);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(i * 131);
+  double t_hw = 0, t_table = 0;
+  std::uint32_t a = 0, b = 0;
+  for (auto _ : st) {
+    auto t0 = clock_type::now();
+    a = sluice::io::crc32c(buf, a);
+    t_hw += seconds_since(t0);
+    t0 = clock_type::now();
+    b = sluice::io::crc32c_portable(buf, b);
+    t_table += seconds_since(t0);
+  }
+  if (a != b) st.SkipWithError("hardware and table CRC-32C disagree");
+  const double n = static_cast<double>(st.iterations()) * buf.size();
+  st.counters["hw_GBps"] = n / t_hw / 1e9;
+  st.counters["table_GBps"] = n / t_table / 1e9;
+  st.counters["hw_over_table"] = t_table / t_hw;
+}
+BENCHMARK(crc32c_paths);
+
+// --- JPEG -----------------------------------------------------------------------------------
+constexpr int n_images = 512;
+struct jpeg_set {
+  std::string path;
+  std::vector<std::vector<std::byte>> images;
+};
+const jpeg_set& jpegs() {
+  static jpeg_set s = [] {
+    jpeg_set j;
+    j.path = tmp("jpegs.tfrecord");
+    std::vector<std::byte> file;
+    std::vector<std::uint8_t> px;
+    for (int i = 0; i < n_images; ++i) {
+      const int w = 320 + (i % 5) * 16, h = 240 + (i % 3) * 16;  // ImageNet-thumbnail-like sizes
+      px.resize(static_cast<std::size_t>(w) * h * 3);
+      sluice::counter_rng g(i);
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+          for (int c = 0; c < 3; ++c)
+            px[(static_cast<std::size_t>(y) * w + x) * 3 + c] =
+                static_cast<std::uint8_t>((x * (c + 1) + y * (3 - c) + i * 7) / 3 + g.below(24));
+      j.images.push_back(sluice::codecs::encode_jpeg(px, w, h, sluice::codecs::pixels::rgb, 90));
+      sluice::io::append_tfrecord(file, j.images.back());
+    }
+    write_file(j.path, file);
+    return j;
+  }();
+  return s;
+}
+const sluice::codecs::jpeg codec64({.width = 64, .height = 64});
+
+// Single thread, the codec alone (same work as one pipeline sample), images/s.
+double codec_rate_1thread(int passes) {
+  const auto& j = jpegs();
+  std::vector<std::byte> out(codec64.output_bytes());
+  auto t0 = clock_type::now();
+  for (int p = 0; p < passes; ++p)
+    for (int i = 0; i < n_images; ++i) codec64.decode(j.images[i], out, {.id = static_cast<std::uint64_t>(i)});
+  return passes * n_images / seconds_since(t0);
+}
+
+void jpeg_codec_1thread(benchmark::State& st) {
+  double rate = 0;
+  for (auto _ : st) rate = codec_rate_1thread(1);
+  st.counters["images_per_s"] = rate;
+}
+BENCHMARK(jpeg_codec_1thread)->Unit(benchmark::kMillisecond);
+
+void jpeg_tjdecompress_full_size(benchmark::State& st) {
+  const auto& j = jpegs();
+  tjhandle h = tjInitDecompress();
+  std::vector<unsigned char> out(400 * 300 * 3);
+  double t = 0;
+  for (auto _ : st) {
+    auto t0 = clock_type::now();
+    for (const auto& im : j.images) {
+      int w = 0, hh = 0, ss = 0, cs = 0;
+      tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(im.data()), im.size(), &w, &hh, &ss, &cs);
+      tjDecompress2(h, reinterpret_cast<const unsigned char*>(im.data()), im.size(), out.data(), w, 0, hh, TJPF_RGB, 0);
+    }
+    t += seconds_since(t0);
+  }
+  tjDestroy(h);
+  st.counters["images_per_s"] = static_cast<double>(st.iterations()) * n_images / t;
+}
+BENCHMARK(jpeg_tjdecompress_full_size)->Unit(benchmark::kMillisecond);
+
+// The decode stage in a pipeline with W workers; compared with W × the single-thread codec rate
+// measured right before (same images, same output).
+void jpeg_pipeline(benchmark::State& st) {
+  const auto workers = static_cast<std::size_t>(st.range(0));
+  const auto& j = jpegs();
+  sluice::io::tfrecord_reader r(j.path, {.index = sluice::io::saved_index::ignore});
+  auto loader = sluice::from(sluice::sample::sequential(r.size())) | sluice::read(r) | sluice::decode(codec64) |
+                sluice::collate({.batch = 256}) | sluice::prefetch(2, {.workers = workers});
+  double t = 0, single = 0;
+  std::uint64_t samples = 0, epoch = 0;
+  for (auto _ : st) {
+    single += codec_rate_1thread(1);
+    auto t0 = clock_type::now();
+    for (auto& b : loader.epoch(epoch++)) samples += b.size();
+    t += seconds_since(t0);
+  }
+  const double rate = samples / t;
+  single /= static_cast<double>(st.iterations());
+  st.counters["images_per_s"] = rate;
+  st.counters["single_thread_codec_per_s"] = single;
+  st.counters["scaling_efficiency"] = rate / (single * workers);
+}
+BENCHMARK(jpeg_pipeline)->ArgNames({"workers"})->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "jpegs.tfrecord"}) {
+    std::error_code ec;
+    fs::remove(tmp(f), ec);
+  }
+  return 0;
+}
