@@ -256,9 +256,9 @@ class alias_table {
   // (truncation is floor for x >= 0 and x - floor(x) is exact), without a libm call.
   static column make_column(double keep, std::uint32_t self, std::uint32_t alias) noexcept {
     const double x = keep * 0x1.0p32;
-    const auto whole = static_cast<std::uint64_t>(x);
-    const std::uint64_t t = whole + (x - static_cast<double>(whole) >= 0.5 ? 1 : 0);
-    if (t >= (std::uint64_t{1} << 32)) return column{0, self};
+    const auto whole = static_cast<std::int64_t>(x);  // x < 2^32: the signed conversion is one instruction
+    const std::int64_t t = whole + (x - static_cast<double>(whole) >= 0.5 ? 1 : 0);
+    if (t >= (std::int64_t{1} << 32)) return column{0, self};
     return column{static_cast<std::uint32_t>(t), alias};
   }
   std::vector<column, detail::huge_page_allocator<column>> columns_;
