@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <random>
@@ -179,6 +180,80 @@ TEST_CASE("block pool fences: busy blocks are not reused first, never freed, and
   *busy_flag = false;
   CHECK(pool.trim() == 4096);
   CHECK(book.live.empty());
+}
+
+TEST_CASE("block pool with device work lagging behind: no free and re-allocate at epoch ends (steady workload)") {
+  // The GPU pattern: the consumer holds at most 2 batches on the host, but each released block's
+  // fence stays pending while the consumer stream's queued work (6 batches deep) still reads it.
+  // The pool allocates instead of reusing a pending block while under the cap, so it needs 8
+  // blocks; the epoch-end shrink must count those pending blocks as needed, or it frees them and
+  // the next epoch allocates them again (cudaFree/cudaMalloc churn, a hidden device sync).
+  ledger book;
+  constexpr std::size_t block = 4096;
+  test_pool pool{{&book}, {.cap_bytes = 8 * block, .granularity_bytes = block, .idle_epochs = 1, .headroom = 0.25}};
+  std::deque<std::shared_ptr<bool>> device_queue;  // fences of work queued on the consumer stream
+  const auto run_epoch = [&](std::size_t device_lag, int batches) {
+    test_pool::lease held;
+    for (int i = 0; i < batches; ++i) {
+      auto next = pool.acquire(block);
+      if (held) {  // the consumer drops the previous batch with its read still queued
+        *held.fence().busy = true;
+        device_queue.push_back(held.fence().busy);
+        held.reset();
+        while (device_queue.size() > device_lag) {
+          *device_queue.front() = false;
+          device_queue.pop_front();
+        }
+      }
+      held = std::move(next);
+    }
+    held.reset();
+    for (auto& f : device_queue) *f = false;  // consumer.synchronize() after the epoch
+    device_queue.clear();
+  };
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    if (epoch > 0) CHECK(pool.end_epoch() == 0);
+    run_epoch(6, 200);
+  }
+  auto s = pool.stats();
+  CHECK(s.allocations == 8);
+  CHECK(s.deallocations == 0);
+  CHECK(s.held_bytes == 8 * block);
+  CHECK(s.peak_in_use_bytes == 2 * block);  // what the host held; the device still read 6 more
+  CHECK(s.peak_demand_bytes == 8 * block);
+  // The shrink rule still returns memory once the workload needs less: no device lag -> 2 blocks.
+  pool.end_epoch();
+  run_epoch(0, 200);
+  CHECK(pool.end_epoch() == 6 * block);
+  CHECK(pool.stats().held_bytes == 2 * block);
+  pool.end_epoch();  // a whole epoch unused: all go
+  CHECK(book.live.empty());
+  CHECK(book.freed_while_busy == 0);
+}
+
+TEST_CASE("block pool at its cap never frees a fitting block to allocate the same size again") {
+  // A block whose device work finishes between the pool's look for a ready block and its eviction
+  // is a block to reuse, not one to free.
+  struct flip_backend : test_backend {
+    std::shared_ptr<int> queries_until_ready = std::make_shared<int>(0);
+    std::shared_ptr<bool> flips{};
+    bool fence_ready(const fence_type& f) noexcept {
+      if (*f.busy && f.busy == flips && --*queries_until_ready <= 0) *f.busy = false;
+      return !*f.busy;
+    }
+  };
+  ledger book;
+  sluice::block_pool<flip_backend> pool{{{&book}}, {.cap_bytes = 2 * 4096, .granularity_bytes = 4096}};
+  auto a = pool.acquire(4096);
+  auto b = pool.acquire(4096);
+  pool.backend().flips = a.fence().busy;
+  *a.fence().busy = true;
+  *pool.backend().queries_until_ready = 2;  // pending when acquire looks, ready when it evicts
+  a.reset();
+  auto c = pool.acquire(4096);
+  CHECK(pool.stats().allocations == 2);
+  CHECK(pool.stats().deallocations == 0);
+  CHECK(book.freed_while_busy == 0);
 }
 
 TEST_CASE("block pool leases outlive the pool, and concurrent use keeps the books straight") {

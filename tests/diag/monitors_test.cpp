@@ -247,3 +247,17 @@ TEST_CASE("report: pipeline stats as JSON and as trace counters") {
   CHECK(ev[1].value == 4096);
   CHECK(ev[2].value == 0.25);
 }
+
+TEST_CASE("noise scale: the EMA weights recent measurements, the plain mean all alike") {
+  // Pairs chosen so each gives |G|^2 = g exactly: sq(B) = g + tr / B with tr = 0.
+  noise_scale_estimator mean({.b_small = 1, .b_big = 2});
+  noise_scale_estimator ema({.b_small = 1, .b_big = 2, .ema = 0.5});
+  for (double g : {1.0, 2.0, 6.0}) {
+    mean.add(g + 3.0, g + 1.5);  // tr(Sigma) = 3
+    ema.add(g + 3.0, g + 1.5);
+  }
+  CHECK(mean.verdict(1).grad_sq_norm == doctest::Approx(3.0));               // (1 + 2 + 6) / 3
+  CHECK(ema.verdict(1).grad_sq_norm == doctest::Approx(0.25 + 0.5 + 3.0));  // 1/4, 1/4 (2), 1/2 (6)
+  CHECK(mean.verdict(1).trace_sigma == doctest::Approx(3.0));
+  CHECK(mean.b_simple() == doctest::Approx(1.0));
+}

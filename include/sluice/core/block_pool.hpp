@@ -8,10 +8,17 @@
 //   - reuses: acquire(bytes) hands out the smallest idle block that fits (and is not more than
 //     `max_waste` times the request), allocating only when none fits;
 //   - is bounded: the bytes it holds (in use + idle) never exceed `cap_bytes`; to stay under it,
-//     idle blocks are freed before a new one is allocated; a request that still does not fit
+//     idle blocks that cannot serve the request are freed before a new one is allocated (a block
+//     that fits is reused, never freed to allocate its like); a request that still does not fit
 //     throws sluice::usage_error naming the pool, the cap and what is in use (never a hang);
 //   - shrinks: end_epoch() frees idle blocks that were not used for `idle_epochs` whole epochs,
-//     then frees idle blocks while the pool holds more than (1 + headroom) x the epoch's peak use.
+//     then frees idle blocks while the pool holds more than (1 + headroom) x the epoch's peak
+//     demand. Demand is what could not be handed out at an acquire: blocks in use plus idle blocks
+//     whose fence is still pending (asynchronous work queued on them). acquire allocates rather
+//     than reuse a pending block while under the cap, so a steady workload whose device work lags
+//     a few batches behind needs those blocks too; counting only the blocks in use would free them
+//     at every epoch end and allocate them again in the next epoch (churn, and cudaFree may
+//     synchronise the device).
 //
 // The memory itself comes from a Backend, so the same logic serves pinned host memory, device
 // memory and plain host memory (the stand-in on machines without CUDA, and in the tests):
@@ -69,6 +76,7 @@ struct pool_stats {
   std::size_t held_bytes = 0;        // in use + idle
   std::size_t in_use_bytes = 0;
   std::size_t peak_in_use_bytes = 0;  // since the last end_epoch()
+  std::size_t peak_demand_bytes = 0;  // in use + idle but pending, at an acquire, since the last end_epoch()
   std::size_t blocks_held = 0;
   std::size_t blocks_in_use = 0;
   std::uint64_t acquires = 0;
@@ -127,16 +135,24 @@ class pool_state {
     ++stats_.acquires;
     block* ready = nullptr;
     block* pending = nullptr;
+    std::size_t pending_idle_bytes = 0;  // idle blocks still used by queued asynchronous work
     for (auto& b : blocks_) {
-      if (b->in_use || !fits(*b, bytes)) continue;
+      if (b->in_use) continue;
       const bool is_ready = backend_.fence_ready(b->fence);
+      if (!is_ready) pending_idle_bytes += b->capacity;
+      if (!fits(*b, bytes)) continue;
       block*& best = is_ready ? ready : pending;
       if (best == nullptr || b->capacity < best->capacity) best = b.get();
     }
-    if (ready != nullptr) return take(ready, false);
-    if (want > limits_.cap_bytes - std::min(limits_.cap_bytes, held_)) evict_for(want);
-    if (held_ + want <= limits_.cap_bytes && want <= limits_.cap_bytes) return take(allocate(want), false);
-    if (pending != nullptr) return take(pending, true);
+    if (ready != nullptr) return take(ready, false, pending_idle_bytes);
+    if (want > limits_.cap_bytes - std::min(limits_.cap_bytes, held_)) evict_for(want, bytes);
+    if (held_ + want <= limits_.cap_bytes && want <= limits_.cap_bytes)
+      return take(allocate(want), false, pending_idle_bytes);
+    if (pending != nullptr) {
+      // Its work may have finished since the look above: then nobody needs to wait on it.
+      const bool still_pending = !backend_.fence_ready(pending->fence);
+      return take(pending, still_pending, pending_idle_bytes - pending->capacity);
+    }
     throw usage_error("sluice: " + name_ + " cannot hold " + std::to_string(want) + " more bytes under its cap of " +
                       std::to_string(limits_.cap_bytes) + " bytes (" + std::to_string(stats_.in_use_bytes) +
                       " bytes in use by " + std::to_string(stats_.blocks_in_use) +
@@ -157,10 +173,12 @@ class pool_state {
     if (limits_.idle_epochs > 0) {
       erase_idle_if([&](const block& b) { return b.last_used_epoch + limits_.idle_epochs <= epoch_; });
     }
-    const double target = static_cast<double>(stats_.peak_in_use_bytes) * (1.0 + limits_.headroom);
+    const double peak = static_cast<double>(std::max(stats_.peak_in_use_bytes, stats_.peak_demand_bytes));
+    const double target = peak * (1.0 + limits_.headroom);
     shrink_largest_first([&] { return static_cast<double>(held_) > target; });
     ++epoch_;
     stats_.peak_in_use_bytes = stats_.in_use_bytes;
+    stats_.peak_demand_bytes = stats_.in_use_bytes;
     return before - held_;
   }
 
@@ -197,7 +215,8 @@ class pool_state {
            static_cast<double>(b.capacity) <= static_cast<double>(std::max<std::size_t>(bytes, 1)) * limits_.max_waste +
                                                   static_cast<double>(limits_.granularity_bytes);
   }
-  acquired take(block* b, bool pending) {
+  // pending_idle_bytes: idle blocks other than b whose fences were pending (for the demand peak).
+  acquired take(block* b, bool pending, std::size_t pending_idle_bytes) {
     if (b->last_used_epoch != fresh_marker) {
       ++stats_.reuses;
       if (pending) ++stats_.pending_reuses;
@@ -207,6 +226,7 @@ class pool_state {
     stats_.in_use_bytes += b->capacity;
     ++stats_.blocks_in_use;
     stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
+    stats_.peak_demand_bytes = std::max(stats_.peak_demand_bytes, stats_.in_use_bytes + pending_idle_bytes);
     return {b, pending};
   }
   block* allocate(std::size_t bytes) {
@@ -241,21 +261,25 @@ class pool_state {
       return true;
     });
   }
-  // Frees idle, ready blocks, largest first, while more() holds.
-  template <class More>
-  void shrink_largest_first(More more) {
+  // Frees idle, ready blocks, except those spare() keeps, largest first, while more() holds.
+  template <class More, class Spare = bool (*)(const block&)>
+  void shrink_largest_first(More more, Spare spare = [](const block&) { return false; }) {
     while (more()) {
       auto it = blocks_.end();
       for (auto i = blocks_.begin(); i != blocks_.end(); ++i)
-        if (freeable(**i) && (it == blocks_.end() || (*i)->capacity > (*it)->capacity)) it = i;
+        if (!spare(**i) && freeable(**i) && (it == blocks_.end() || (*i)->capacity > (*it)->capacity)) it = i;
       if (it == blocks_.end()) return;
       free_block(**it);
       blocks_.erase(it);
     }
   }
-  // Makes room for `want` more bytes under the cap by freeing idle, ready blocks.
-  void evict_for(std::size_t want) {
-    shrink_largest_first([&] { return held_ + want > limits_.cap_bytes; });
+  // Makes room for `want` more bytes under the cap by freeing idle, ready blocks that cannot serve
+  // the request. A block that fits is pending when acquire looked (else it would have been taken);
+  // if its work has finished since, freeing it to allocate the same size again would be churn:
+  // acquire hands it out instead.
+  void evict_for(std::size_t want, std::size_t bytes) {
+    shrink_largest_first([&] { return held_ + want > limits_.cap_bytes; },
+                         [&](const block& b) { return fits(b, bytes); });
   }
 
   static constexpr std::uint64_t fresh_marker = std::numeric_limits<std::uint64_t>::max();

@@ -90,7 +90,7 @@ class drift_monitor {
     for (std::size_t s = 0; s < samples; ++s) {
       const T* x = values.data() + s * per_sample;
       for (std::size_t c = 0; c < channels_; ++c) {
-        // One sample-channel block summed in float-free double, then merged: cheap and exact enough.
+        // One sample's channel summed in double, then merged (Chan): one pass over the values.
         double sum = 0, sq = 0;
         if (l == layout::nchw) {
           const T* p = x + c * per_channel;

@@ -16,6 +16,7 @@
 //   auto v = ns.verdict(256);                   // v.b_simple, v.larger_batch_pays, v.message
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -57,13 +58,11 @@ class noise_scale_estimator {
   void add(double sq_norm_small, double sq_norm_big) {
     const auto t = noise_scale_estimate(opt_.b_small, sq_norm_small, opt_.b_big, sq_norm_big);
     ++n_;
-    if (opt_.ema > 0 && n_ > 1) {
-      g_ += opt_.ema * (t.grad_sq_norm - g_);
-      s_ += opt_.ema * (t.trace_sigma - s_);
-    } else {
-      g_ += (t.grad_sq_norm - g_) / static_cast<double>(opt_.ema > 0 ? 1 : n_);
-      s_ += (t.trace_sigma - s_) / static_cast<double>(opt_.ema > 0 ? 1 : n_);
-    }
+    // Running mean; with an EMA, the newest measurement's weight never falls below `ema`.
+    double w = 1.0 / static_cast<double>(n_);
+    if (opt_.ema > 0) w = std::max(w, opt_.ema);
+    g_ += w * (t.grad_sq_norm - g_);
+    s_ += w * (t.trace_sigma - s_);
   }
 
   [[nodiscard]] double b_simple() const noexcept {

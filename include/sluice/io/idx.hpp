@@ -14,9 +14,10 @@
 // - Every length is checked before it is trusted: the header's dimensions (with overflow checks)
 //   against the bytes actually present, the two files' counts against each other. A bad file
 //   raises sluice::format_error naming the file, the byte offset and the cause (wrong magic,
-//   unknown element type, truncated header or data, trailing bytes, counts that disagree, labels
-//   outside [0, 255] are impossible by construction). For a .gz file the offset is in the
-//   decompressed stream, and the message says so.
+//   unknown element type, truncated header or data, trailing bytes, a labels file that is not
+//   1-dimensional bytes, counts that disagree). For a .gz file the offset is in the decompressed
+//   stream, and the message says so; a damaged or truncated gzip stream names its compressed
+//   offset.
 // - Inflation never allocates what a header claims: the output grows only as zlib actually
 //   produces bytes (the gzip ISIZE trailer is used as a capacity hint only when it is plausible for
 //   the compressed size), and stops with a format_error past `max_inflated_bytes`.
