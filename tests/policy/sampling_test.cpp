@@ -12,6 +12,7 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/random.hpp"
 #include "sluice/sample/alias.hpp"
 #include "sluice/sample/balanced_batch.hpp"
 #include "sluice/sample/class_balanced.hpp"
@@ -83,6 +84,127 @@ TEST_CASE("alias table: rejects bad weights") {
   CHECK_THROWS_AS(ss::alias_table(std::vector<double>{1.0, -1.0}), sluice::usage_error);
   CHECK_THROWS_AS(ss::alias_table(std::vector<double>{1.0, NAN}), sluice::usage_error);
   CHECK_THROWS_AS(ss::alias_table(std::vector<double>{1.0, INFINITY}), sluice::usage_error);
+}
+
+namespace {
+// The textbook two-stack Vose build (masses in an n-sized vector, std::round), written
+// independently of alias_table::build, which must produce exactly the same columns.
+std::vector<ss::alias_table::column> textbook_vose(const std::vector<double>& weights) {
+  using column = ss::alias_table::column;
+  const std::size_t n = weights.size();
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<column> columns(n);
+  std::vector<double> scaled(n);
+  std::vector<std::uint32_t> small, large;
+  const double scale = static_cast<double>(n) / total;
+  for (std::size_t i = 0; i < n; ++i) {
+    scaled[i] = weights[i] * scale;
+    (scaled[i] < 1.0 ? small : large).push_back(static_cast<std::uint32_t>(i));
+  }
+  while (!small.empty() && !large.empty()) {
+    const std::uint32_t s = small.back(), l = large.back();
+    small.pop_back();
+    const double t = std::round(scaled[s] * 0x1.0p32);
+    columns[s] = t >= 0x1.0p32 ? column{0, s} : column{static_cast<std::uint32_t>(t), l};
+    scaled[l] = (scaled[l] + scaled[s]) - 1.0;
+    if (scaled[l] < 1.0) {
+      large.pop_back();
+      small.push_back(l);
+    }
+  }
+  for (std::uint32_t i : large) columns[i] = column{0, i};
+  for (std::uint32_t i : small) columns[i] = column{0, i};
+  return columns;
+}
+std::vector<double> lognormal_weights(std::size_t n, std::uint64_t seed, double sigma) {
+  std::vector<double> w(n);
+  sluice::counter_rng rng(seed);
+  for (auto& x : w) {
+    // Box-Muller from two uniforms in (0, 1)
+    const double u1 = rng.uniform() + 0x1.0p-54, u2 = rng.uniform();
+    x = std::exp(sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  return w;
+}
+}  // namespace
+
+TEST_CASE("alias table: the single-pass build gives exactly the textbook Vose columns") {
+  std::vector<std::vector<double>> cases;
+  cases.push_back({1.0});
+  cases.push_back({0.0, 3.0});
+  cases.push_back({0.0, 1.0, 2.0, 3.0, 0.5, 10.0, 0.0, 7.25});
+  cases.push_back(std::vector<double>(1000, 2.5));                  // all exactly full
+  cases.push_back(lognormal_weights(100'003, 1, 2.0));               // heavy tail
+  cases.push_back(lognormal_weights(4'097, 2, 0.1));                 // nearly uniform
+  auto one_giant = lognormal_weights(5'000, 3, 1.0);
+  one_giant[1234] = 1e12;                                            // one column feeds all
+  cases.push_back(one_giant);
+  auto with_zeros = lognormal_weights(20'011, 4, 3.0);
+  for (std::size_t i = 0; i < with_zeros.size(); i += 3) with_zeros[i] = 0.0;
+  cases.push_back(with_zeros);
+  std::vector<double> tiny_and_huge(3'001);
+  for (std::size_t i = 0; i < tiny_and_huge.size(); ++i)
+    tiny_and_huge[i] = (i % 5 == 0) ? 1e200 : 1e-200 * static_cast<double>(i);
+  cases.push_back(tiny_and_huge);
+  for (const auto& w : cases) {
+    CAPTURE(w.size());
+    ss::alias_table t(w);
+    const auto expected = textbook_vose(w);
+    const auto got = t.columns();
+    REQUIRE(got.size() == expected.size());
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) mismatches += !(got[i] == expected[i]);
+    CHECK(mismatches == 0);
+    // Rebuilding the same table object over other weights starts clean.
+    t.build(std::vector<double>{1.0, 1.0, 2.0});
+    CHECK(t.size() == 3);
+  }
+}
+
+TEST_CASE("weighted: draw_n gives exactly at()'s ids, element by element") {
+  const std::size_t group = ss::alias_table::draw_group;
+  for (std::size_t n_weights : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{100'003}}) {
+    const auto w = lognormal_weights(n_weights, 10 + n_weights, 2.0);
+    const ss::weighted s(w, {.seed = 21});
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, group - 1, group, group + 1, 3 * group + 5, std::size_t{1001}}) {
+      for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{17}, ~std::uint64_t{0} - 40}) {  // last one wraps
+        CAPTURE(n_weights);
+        CAPTURE(count);
+        CAPTURE(first);
+        std::vector<std::uint64_t> bulk(count, ~std::uint64_t{0});
+        s.draw_n(5, first, bulk);
+        std::size_t mismatches = 0;
+        for (std::size_t i = 0; i < count; ++i) mismatches += bulk[i] != s.at(5, first + i);
+        CHECK(mismatches == 0);
+      }
+    }
+  }
+  // Without replacement: the prepared order, with at()'s checks.
+  std::vector<double> w(300, 1.0);
+  ss::weighted wo(w, {.seed = 4, .samples_per_epoch = 100, .mode = ss::replacement::without});
+  wo.prepare(2);
+  std::vector<std::uint64_t> bulk(100);
+  wo.draw_n(2, 0, bulk);
+  for (std::uint64_t p = 0; p < bulk.size(); ++p) CHECK(bulk[p] == wo.at(2, p));
+  std::vector<std::uint64_t> past_end(2);
+  CHECK_THROWS_AS(wo.draw_n(2, 99, past_end), sluice::usage_error);
+  CHECK_THROWS_AS(wo.draw_n(3, 0, past_end), sluice::usage_error);
+}
+
+TEST_CASE("alias table: draw_n over given random words equals draw()") {
+  const auto w = lognormal_weights(50'000, 77, 2.0);
+  const ss::alias_table t(w);
+  sluice::counter_rng rng(9);
+  const std::size_t count = 3 * ss::alias_table::draw_group + 11;
+  std::vector<std::uint64_t> picks(count), coins(count), out(count);
+  for (std::size_t i = 0; i < count; ++i) picks[i] = rng(), coins[i] = rng();
+  picks[0] = 0;
+  picks[1] = ~std::uint64_t{0};  // first and last column
+  t.draw_n(picks, coins, out);
+  for (std::size_t i = 0; i < count; ++i) CHECK(out[i] == t.draw(picks[i], coins[i]));
+  std::vector<std::uint64_t> short_out(count - 1);
+  CHECK_THROWS_AS(t.draw_n(picks, coins, short_out), sluice::usage_error);
 }
 
 TEST_CASE("weighted: at() is pure — same ids for any thread split and any order") {
