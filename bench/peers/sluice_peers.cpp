@@ -218,11 +218,18 @@ int weighted(const char* weights_path, double seconds) {
   const auto* w = reinterpret_cast<const double*>(map_whole(weights_path, bytes));
   const std::span<const double> weights(w, bytes / sizeof(double));
   std::uint64_t draws = 0, checksum = 0;
+  // Ids are drawn 256 at a time with draw_n (the same ids as at(epoch, pos), with the table's
+  // cache misses overlapped), as a consumer of a whole epoch's order would.
+  std::vector<std::uint64_t> ids(256);
   auto start = bench_clock::now();
   for (std::uint64_t epoch = 0; seconds_since(start) < seconds; ++epoch) {
     const sluice::sample::weighted sampler{weights, {.seed = 7}};
     const std::size_t n = sampler.size(epoch);
-    for (std::size_t pos = 0; pos < n; ++pos) checksum += sampler.at(epoch, pos);
+    for (std::size_t pos = 0; pos < n; pos += ids.size()) {
+      const std::span<std::uint64_t> chunk(ids.data(), std::min<std::size_t>(ids.size(), n - pos));
+      sampler.draw_n(epoch, pos, chunk);
+      for (const std::uint64_t id : chunk) checksum += id;
+    }
     draws += n;
   }
   std::printf("samples_per_s %.1f\nchecksum %llu\n", static_cast<double>(draws) / seconds_since(start),
