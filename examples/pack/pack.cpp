@@ -1,5 +1,5 @@
-// sluice-pack — converts an ImageFolder tree, WebDataset tar shards, TFRecord files or a .npy
-// array into one sluice shard (io/shard.hpp), then re-opens the shard and verifies it.
+// sluice-pack — converts an ImageFolder tree, WebDataset tar shards, TFRecord files, a .npy
+// array or IDX files (the MNIST family, plain or .gz) into one sluice shard (io/shard.hpp), then re-opens the shard and verifies it.
 //
 // Records are stored as they are (JPEG bytes stay JPEG: decoding happens in the pipeline), each
 // with its label. The shard is written to "<out>.partial" and renamed when complete, so a killed
@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#if SLUICE_WITH_ZLIB
+#include "sluice/io/idx.hpp"
+#endif
 #include "sluice/io/npy.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/tfrecord.hpp"
@@ -48,6 +51,9 @@ kinds:
   tfrecord FILE...    TFRecord files; CRCs are checked; labels are -1.
   npy X.npy           rows of the first axis of X; --labels Y.npy gives a 1-D integer array with
                       one label per row.
+  idx IMAGES [LABELS] IDX files (MNIST, Fashion-MNIST, ...; plain or gzip-compressed .gz): one
+                      record per image (its raw bytes, e.g. 28x28 uint8), labels from the
+                      labels file when given, else -1.
 
 options:
   -o, --out PATH      the shard to write (required). Written as PATH.partial, renamed when done.
@@ -101,11 +107,12 @@ options parse(int argc, char** argv) {
     else if (o.kind.empty()) o.kind = a;
     else o.inputs.push_back(a);
   }
-  if (o.kind.empty()) usage("no kind given (imagefolder, wds, tfrecord, npy)");
+  if (o.kind.empty()) usage("no kind given (imagefolder, wds, tfrecord, npy, idx)");
   if (o.inputs.empty()) usage("no input given");
   if (o.out.empty()) usage("no output given (-o out.sluice)");
   if (o.kind == "npy" && o.inputs.size() != 1) usage("npy takes exactly one array");
   if (o.kind == "imagefolder" && o.inputs.size() != 1) usage("imagefolder takes exactly one directory");
+  if (o.kind == "idx" && o.inputs.size() > 2) usage("idx takes an images file and optionally a labels file");
   return o;
 }
 
@@ -274,6 +281,17 @@ int main(int argc, char** argv) {
         p = pack_readers<sluice::io::npy_reader>(o, w, [&](const std::string& in) {
           return sluice::io::npy_reader(in, {.labels_path = o.labels_npy});
         });
+      } else if (o.kind == "idx") {
+#if SLUICE_WITH_ZLIB
+        sluice::io::idx_reader r(o.inputs[0], o.inputs.size() > 1 ? o.inputs[1] : std::string());
+        progress bar(r.size(), o.quiet);
+        for (std::size_t i = 0; i < r.size(); ++i) {
+          add(w, p, r.record(i), r.label(i));
+          bar.update(p.labels.size(), p.bytes);
+        }
+#else
+        usage("this sluice-pack was built without zlib: the idx kind needs sluice::zlib");
+#endif
       } else {
         usage("unknown kind '" + o.kind + "'");
       }
