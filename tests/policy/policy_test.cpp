@@ -487,6 +487,16 @@ TEST_CASE("loader: a cache stage changes nothing in the batches and hits from th
   auto s = t.stats();
   CHECK(s.hits >= 2000);  // the whole second epoch (the size probe may add a lookup)
   CHECK(s.entries == 2000);
+  // The same counters reach the pipeline's own stats.
+  const auto ps = cached.stats();
+  REQUIRE(ps.caches.size() == 1);
+  CHECK(ps.caches[0].stage == "cache");
+  CHECK(ps.caches[0].hits == s.hits);
+  CHECK(ps.caches[0].misses == s.misses);
+  CHECK(ps.caches[0].bytes == 2000u * 32u);
+  CHECK(ps.caches[0].evictions == 0);
+  CHECK(ps.caches[0].hit_rate() > 0.49);
+  CHECK(plain.stats().caches.empty());
 }
 
 TEST_CASE("loader: the worker tuner changes active workers; batches stay identical") {

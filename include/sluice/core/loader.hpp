@@ -344,6 +344,19 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
         s.stages[i].calls += c.stage_calls[i].get();
       }
     }
+    // Cache stages report their tier's counters (hits, misses, bytes, evictions) here too.
+    std::apply(
+        [&](const auto&... st) {
+          auto one = [&](const auto& stage) {
+            if constexpr (requires { stage.stats().hits; stage.stats().evictions; }) {
+              const auto c = stage.stats();
+              s.caches.push_back({std::decay_t<decltype(stage)>::name, c.hits, c.misses, c.inserts, c.rejected,
+                                  c.evictions, c.bytes, c.entries, c.capacity_bytes});
+            }
+          };
+          (one(st), ...);
+        },
+        chain_.chain.stages_);
     s.depth = depth_;
     s.workers = active_workers_;
     s.capacity = capacity_;

@@ -39,6 +39,16 @@ struct stage_stats {
   std::uint64_t calls = 0;    // exact
 };
 
+// A cache stage's counters as the pipeline reports them (stage/cache.hpp fills them from its tier).
+struct cache_stage_stats {
+  std::string_view stage;
+  std::uint64_t hits = 0, misses = 0, inserts = 0, rejected = 0, evictions = 0;
+  std::uint64_t bytes = 0, entries = 0, capacity_bytes = 0;
+  [[nodiscard]] double hit_rate() const noexcept {
+    return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
+  }
+};
+
 struct pipeline_stats {
   std::uint64_t epochs = 0;
   std::uint64_t batches = 0;            // delivered to the consumer
@@ -56,6 +66,7 @@ struct pipeline_stats {
   std::uint64_t worker_busy_ns = 0;
   std::uint64_t worker_wait_ns = 0;
   std::vector<stage_stats> stages;      // per-sample stages in order, then "collate"
+  std::vector<cache_stage_stats> caches;  // one per cache stage, in pipeline order
   std::size_t depth = 0;                // current prefetch depth
   std::size_t workers = 0;              // active workers
   std::size_t capacity = 0;             // ring slots (max depth + max workers)

@@ -43,6 +43,14 @@ inline void to_json(json_writer& w, const pipeline_stats& s) {
   for (const auto& st : s.stages) {
     w.begin_object().field("name", st.name).field("busy_ns", st.busy_ns).field("calls", st.calls).end_object();
   }
+  w.end_array();
+  w.key("caches").begin_array();
+  for (const auto& c : s.caches) {
+    w.begin_object().field("stage", c.stage).field("hits", c.hits).field("misses", c.misses)
+        .field("hit_rate", c.hit_rate()).field("inserts", c.inserts).field("rejected", c.rejected)
+        .field("evictions", c.evictions).field("bytes", c.bytes).field("entries", c.entries)
+        .field("capacity_bytes", c.capacity_bytes).end_object();
+  }
   w.end_array()
       .field("depth", s.depth).field("workers", s.workers).field("capacity", s.capacity)
       .field("batch_bytes", s.batch_bytes).field("bytes_in_flight", s.bytes_in_flight)
