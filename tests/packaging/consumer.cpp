@@ -1,5 +1,8 @@
 // What a user writes: a shard, a shuffled pipeline, one epoch.
 #include <sluice/sluice.hpp>
+#if SLUICE_WITH_ZLIB
+#include <sluice/io/idx.hpp>  // an optional part: needs sluice::zlib
+#endif
 
 #include <cstdio>
 #include <filesystem>
@@ -23,5 +26,8 @@ int main() {
   for (auto& b : loader.epoch(0)) n += b.size();
   std::filesystem::remove(path);
   std::printf("consumer saw %zu samples\n", n);
+#if SLUICE_WITH_ZLIB
+  std::printf("consumer has sluice::zlib (idx_reader is %zu bytes)\n", sizeof(sluice::io::idx_reader));
+#endif
   return n == 100 ? 0 : 1;
 }
