@@ -123,6 +123,31 @@ inline std::size_t checked_shards(std::size_t s) {
 struct alignas(cache_line) padded_mutex {
   std::mutex m;
 };
+// What every sharded tier shares: a shard is {mutex, index (key -> entry), counters}.
+// Looks `key` up under the shard's lock, counts the hit or miss, and on a hit returns on_hit(it).
+template <class Shard, class OnHit>
+cache_ref counted_lookup(Shard& sh, std::uint64_t key, OnHit&& on_hit) {
+  std::lock_guard lock(sh.mutex.m);
+  auto it = sh.index.find(key);
+  if (it == sh.index.end()) {
+    ++sh.counters.misses;
+    return {};
+  }
+  ++sh.counters.hits;
+  return on_hit(it);
+}
+// Sums the shards' counters (each under its lock) and the resident entries.
+template <class Shards>
+cache_stats sum_shards(const Shards& shards, std::uint64_t capacity) {
+  cache_stats total;
+  for (auto& sh : shards) {
+    std::lock_guard lock(sh.mutex.m);
+    total += sh.counters;
+    total.entries += sh.index.size();
+  }
+  total.capacity_bytes = capacity;
+  return total;
+}
 }  // namespace detail
 
 namespace tier {
@@ -142,15 +167,10 @@ class lru {
 
   cache_ref lookup(std::uint64_t key) {
     auto& sh = s_->shard(key);
-    std::lock_guard lock(sh.mutex.m);
-    auto it = sh.index.find(key);
-    if (it == sh.index.end()) {
-      ++sh.counters.misses;
-      return {};
-    }
-    ++sh.counters.hits;
-    sh.order.splice(sh.order.begin(), sh.order, it->second);
-    return ref(*it->second);
+    return detail::counted_lookup(sh, key, [&](auto it) {
+      sh.order.splice(sh.order.begin(), sh.order, it->second);
+      return ref(*it->second);
+    });
   }
   cache_ref insert(std::uint64_t key, cache_buffer data, std::size_t size) {
     auto& sh = s_->shard(key);
@@ -176,16 +196,7 @@ class lru {
   [[nodiscard]] bool would_admit(std::uint64_t, std::size_t size) const noexcept {
     return size <= s_->shard_capacity;
   }
-  [[nodiscard]] cache_stats stats() const {
-    cache_stats total;
-    for (auto& sh : s_->shards) {
-      std::lock_guard lock(sh.mutex.m);
-      total += sh.counters;
-      total.entries += sh.index.size();
-    }
-    total.capacity_bytes = s_->capacity;
-    return total;
-  }
+  [[nodiscard]] cache_stats stats() const { return detail::sum_shards(s_->shards, s_->capacity); }
 
  private:
   struct entry {
@@ -218,15 +229,9 @@ class minio {
       : s_(std::make_shared<state>(bytes, detail::checked_shards(shards))) {}
 
   cache_ref lookup(std::uint64_t key) {
-    auto& sh = s_->shard(key);
-    std::lock_guard lock(sh.mutex.m);
-    auto it = sh.index.find(key);
-    if (it == sh.index.end()) {
-      ++sh.counters.misses;
-      return {};
-    }
-    ++sh.counters.hits;
-    return cache_ref{{it->second.data.get(), it->second.size}, nullptr, true};
+    return detail::counted_lookup(s_->shard(key), key, [&](auto it) {
+      return cache_ref{{it->second.data.get(), it->second.size}, nullptr, true};
+    });
   }
   cache_ref insert(std::uint64_t key, cache_buffer data, std::size_t size) {
     auto& sh = s_->shard(key);
@@ -249,16 +254,7 @@ class minio {
   [[nodiscard]] bool would_admit(std::uint64_t, std::size_t size) const noexcept {
     return s_->used.load(std::memory_order_relaxed) + size <= s_->capacity;
   }
-  [[nodiscard]] cache_stats stats() const {
-    cache_stats total;
-    for (auto& sh : s_->shards) {
-      std::lock_guard lock(sh.mutex.m);
-      total += sh.counters;
-      total.entries += sh.index.size();
-    }
-    total.capacity_bytes = s_->capacity;
-    return total;
-  }
+  [[nodiscard]] cache_stats stats() const { return detail::sum_shards(s_->shards, s_->capacity); }
 
  private:
   struct entry {
@@ -290,15 +286,9 @@ class weighted {
       : s_(std::make_shared<state>(bytes, detail::checked_shards(shards), std::move(probabilities))) {}
 
   cache_ref lookup(std::uint64_t key) {
-    auto& sh = s_->shard(key);
-    std::lock_guard lock(sh.mutex.m);
-    auto it = sh.index.find(key);
-    if (it == sh.index.end()) {
-      ++sh.counters.misses;
-      return {};
-    }
-    ++sh.counters.hits;
-    return cache_ref{{it->second.data.get(), it->second.size}, it->second.data, true};
+    return detail::counted_lookup(s_->shard(key), key, [&](auto it) {
+      return cache_ref{{it->second.data.get(), it->second.size}, it->second.data, true};
+    });
   }
   cache_ref insert(std::uint64_t key, cache_buffer data, std::size_t size) {
     auto& sh = s_->shard(key);
@@ -351,16 +341,7 @@ class weighted {
       for (const auto& [key, e] : sh.index) sh.by_priority.emplace(priority_locked(key, e.size), key);
     }
   }
-  [[nodiscard]] cache_stats stats() const {
-    cache_stats total;
-    for (auto& sh : s_->shards) {
-      std::lock_guard lock(sh.mutex.m);
-      total += sh.counters;
-      total.entries += sh.index.size();
-    }
-    total.capacity_bytes = s_->capacity;
-    return total;
-  }
+  [[nodiscard]] cache_stats stats() const { return detail::sum_shards(s_->shards, s_->capacity); }
 
  private:
   [[nodiscard]] double priority_locked(std::uint64_t key, std::size_t size) const noexcept {
