@@ -14,7 +14,7 @@ using namespace sluice;
 using sluice_test::temp_dir;
 
 namespace {
-std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+using sluice_test::as_bytes;
 
 std::string write_shard(const temp_dir& d, std::size_t n, bool checksums = true) {
   std::string p = d.file("s.sluice");

@@ -15,19 +15,7 @@ using namespace sluice;
 using namespace std::chrono_literals;
 
 namespace {
-// Records of `rb` bytes; record i is filled with bytes derived from i, label i % 10.
-struct mem_reader {
-  using reader_concept = reader_tag;
-  std::vector<std::byte> data;
-  std::size_t rb = 16;
-  mem_reader(std::size_t n, std::size_t record_bytes) : data(n * record_bytes), rb(record_bytes) {
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i / rb * 31 + i % rb) & 0xff);
-  }
-  std::size_t size() const { return data.size() / rb; }
-  std::span<const std::byte> record(std::size_t i) const { return {data.data() + i * rb, rb}; }
-  std::int64_t label(std::size_t i) const { return static_cast<std::int64_t>(i % 10); }
-  std::string_view path() const { return "memory"; }
-};
+using sluice_test::mem_reader;
 
 std::uint64_t fnv(std::uint64_t h, std::span<const std::byte> b) {
   for (auto x : b) h = (h ^ static_cast<std::uint8_t>(x)) * 1099511628211ull;

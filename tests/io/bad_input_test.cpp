@@ -12,14 +12,12 @@
 #include "test_util.hpp"
 
 using namespace sluice;
+using sluice_test::as_bytes;
 using sluice_test::random_bytes;
 using sluice_test::temp_dir;
 using sluice_test::write_file;
 
 namespace {
-std::span<const std::byte> as_bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
 
 // Runs `open` and returns the format_error it must throw.
 template <class F>

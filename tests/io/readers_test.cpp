@@ -13,14 +13,12 @@
 #include "test_util.hpp"
 
 using namespace sluice;
+using sluice_test::as_bytes;
 using sluice_test::random_bytes;
 using sluice_test::temp_dir;
 using sluice_test::write_file;
 
 namespace {
-std::span<const std::byte> as_bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
 bool same(std::span<const std::byte> a, std::span<const std::byte> b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }

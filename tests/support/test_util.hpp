@@ -11,9 +11,32 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "sluice/core/concepts.hpp"
+
 namespace sluice_test {
+
+// Records of `record_bytes` bytes held in memory: record i's byte j is (i * 31 + j) & 0xff, its
+// label i % 10. A record_reader for pipeline tests that need no file.
+struct mem_reader {
+  using reader_concept = sluice::reader_tag;
+  std::vector<std::byte> data;
+  std::size_t rb = 16;
+  mem_reader(std::size_t n, std::size_t record_bytes) : data(n * record_bytes), rb(record_bytes) {
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i / rb * 31 + i % rb) & 0xff);
+  }
+  std::size_t size() const { return rb == 0 ? 0 : data.size() / rb; }
+  std::span<const std::byte> record(std::size_t i) const { return {data.data() + i * rb, rb}; }
+  std::int64_t label(std::size_t i) const { return static_cast<std::int64_t>(i % 10); }
+  std::string_view path() const { return "memory"; }
+};
+
+// A string's bytes as a span.
+inline std::span<const std::byte> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
 
 class temp_dir {
  public:
