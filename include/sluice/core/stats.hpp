@@ -14,7 +14,10 @@
 //   stall_fraction      wait / (wait + busy), after the first batch of each epoch (warm-up apart)
 //   step_mean_ns/std    mean and standard deviation of (wait + busy) per step: the step jitter
 //   wait_p50/p95/max_ns distribution of the per-batch wait, warm-up batch included
-//   worker_wait_ns      time workers spent blocked because the ring was full (back-pressure)
+//   worker_wait_ns      time workers spent blocked because the ring was full (back-pressure).
+//                       This is the only wait upstream of the consumer: per-sample stages are
+//                       fused into one function per sample, so no stage ever queues for another,
+//                       and a stage's "wait" is its share of this back-pressure.
 //   bytes_in_flight     slot bytes of batches being filled, ready or held by the trainer
 #pragma once
 
