@@ -52,6 +52,7 @@ struct options {
   float weight_decay = 1e-4f;
   std::uint64_t seed = 7;
   unsigned loader_delay_us = 0;
+  bool keep_batches = false;  // the trainer keeps a copy of every batch: a leak for R4a to find
   long shift = -1;  // -1: 1 pixel on the long-tailed set, 0 with --full
   bool full = false;
   bool quick = false;
@@ -79,6 +80,8 @@ struct options {
       "                     (deferred re-sampling); the drift monitor sees the switch\n"
       "  --loader-delay-us N  busy-wait N us per sample in the loader (an expensive decode stand-in,\n"
       "                     to see stalls and the advisor react)\n"
+      "  --keep-batches     the trainer keeps a copy of every batch it trained on (the classic leak of a\n"
+      "                     training loop that logs its inputs), to see RSS grow and the advisor react\n"
       "  --quick            softmax regression, 2 epochs, 2,000 test images: a smoke test\n"
       "  --no-plot          skip the gnuplot PNG\n");
   std::exit(rc);
@@ -107,6 +110,7 @@ options parse(int argc, char** argv) {
     else if (a == "--deferred") o.deferred = std::stoul(next());
     else if (a == "--shift") o.shift = std::stol(next());
     else if (a == "--loader-delay-us") o.loader_delay_us = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--keep-batches") o.keep_batches = true;
     else if (a == "--model") {
       std::string m = next();
       model_set = true;
@@ -317,6 +321,7 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
   diag::drift_monitor drift(1);
   diag::epoch_memory_log memory;
   std::vector<diag::epoch_observation> history;
+  std::vector<std::vector<float>> kept_batches;  // only with --keep-batches: grows every step
   std::map<std::string, std::string> said;
   sluice::pipeline_stats before = loader.stats();
   const auto run_start = clock_type::now();
@@ -343,6 +348,7 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
                                    static_cast<double>(o.epochs);
       const float lr = static_cast<float>(o.lr * 0.5 * (1 + std::cos(3.141592653589793 * progress_frac)));
       const float loss = model.train_step(x.data(), b.size(), y.data(), lr, o.momentum, o.weight_decay);
+      if (o.keep_batches) kept_batches.emplace_back(x.begin(), x.end());
       loss_sum += loss;
       ++steps;
       samples += b.size();
@@ -439,7 +445,7 @@ void write_report(const options& o, const demo::dataset_files& files, const std:
       .field("epochs", o.epochs).field("workers", o.workers).field("prefetch_depth", o.depth)
       .field("lr", o.lr).field("momentum", o.momentum).field("seed", o.seed)
       .field("imbalance", o.full ? 1.0 : o.imbalance).field("full", o.full)
-      .field("loader_delay_us", o.loader_delay_us).field("shift", o.shift).array("train_images_per_class", kept)
+      .field("loader_delay_us", o.loader_delay_us).field("keep_batches", o.keep_batches).field("shift", o.shift).array("train_images_per_class", kept)
       .end_object();
   w.key("runs").begin_array();
   for (const auto& r : runs) {

@@ -176,3 +176,21 @@ TEST_CASE("recorded starved loader: stall warning, depth 3, more workers") {
     }
   }
 }
+
+TEST_CASE("recorded leaking trainer: memory growth is reported from the third epoch, with the rate") {
+  auto h = recorded("leak-keep-batches.csv");
+  REQUIRE(h.size() == 5);
+  CHECK(!rule_memory_growth(std::span<const epoch_observation>(h.data(), 2)));  // two points are not a trend
+  for (std::size_t n = 3; n <= h.size(); ++n) {
+    auto r = rule_memory_growth(std::span<const epoch_observation>(h.data(), n));
+    REQUIRE(r);
+    CHECK(r->level == severity::warning);
+    // 14,891 images x 784 floats = 46.7 MB = 44.5 MiB kept per epoch.
+    CHECK(r->value / 1048576 == doctest::Approx(44.7).epsilon(0.02));
+    CHECK(r->message.find("MiB per epoch") != std::string::npos);
+    CHECK(find_rule(advise_up_to(h, n), "R4a"));
+  }
+  CHECK(!rule_page_faults(h));  // the copies fault pages in, but as many each epoch: no climb
+  // The recorded runs without the leak stay quiet on the same rule.
+  CHECK(!rule_memory_growth(recorded("longtail-uniform.csv")));
+}
