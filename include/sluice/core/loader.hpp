@@ -557,7 +557,7 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
     auto& ctr = counters_[w];
     const auto& sampler = chain_.chain.sampler_;
     std::uint64_t local_stage_ns[n_stages + 1] = {};
-    std::uint64_t timed = 0, samples = 0, skipped = 0;
+    std::uint64_t samples = 0, skipped = 0;
     for (std::uint64_t pos = first; pos < last; ++pos) {
       if (generation_.load(std::memory_order_relaxed) != gen) return false;
       std::uint64_t id = 0;
@@ -566,7 +566,6 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
         sample_context ctx{opt_.seed, epoch, id, pos};
         std::byte* dst = s.data + s.count * out_bytes;
         if ((sample_counter++ % stage_timing_stride) == 0) {
-          ++timed;
           auto smp = chain_.chain.template apply<true>(id, ctx, local_stage_ns);
           const std::uint64_t t0 = now_ns();
           write_sample(smp, in_bytes, dst, ctx, scratch);
@@ -596,7 +595,6 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
       ctr.stage_ns[i].add(local_stage_ns[i] * stage_timing_stride);
       ctr.stage_calls[i].add(samples + (i < n_stages ? skipped : 0));
     }
-    (void)timed;
     return true;
   }
 
