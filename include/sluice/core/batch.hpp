@@ -1,20 +1,26 @@
 // sluice/core/batch.hpp — the batch a trainer receives, and the slot it lives in.
 //
-// A batch is a handle to one slot of the pipeline's ring: contiguous sample data (uint8 or
-// float32), the labels and sample ids, and where it sits in the epoch. It is move-only; when it is
-// destroyed its slot goes back to the ring (the pool) and a worker may fill it again. Nothing is
-// allocated per batch: slots are allocated once, on first use, and reused.
+// A batch is a handle to one slot of the pipeline's ring: a set of named tensors (batch dimension
+// first, core/tensor.hpp) in one block of slot storage, the sample ids, and where it sits in the
+// epoch. It is move-only; when it is destroyed its slot goes back to the ring (the pool) and a
+// worker may fill it again. Nothing is allocated per batch: a slot's storage grows to the largest
+// batch it has held (variable-length fields) and is then reused.
 //
 //   for (auto& b : loader.epoch(e)) {
-//     auto pixels = b.data<std::uint8_t>();   // b.size() samples of b.sample_elements() each
-//     auto labels = b.labels();
+//     auto img = b.get<"image">();            // typed: float, shape {n, 3, 224, 224}; a misspelt
+//     auto boxes = b.field("boxes");          //   name does not compile; by name at run time
+//     auto labels = b.labels();               // the "label" tensor (classification)
 //   }                                          // each batch returns to the ring as the loop advances
+//
+// The classic collate (one block a sample plus a label) yields the tensors "data" and "label";
+// `data<T>()`, `bytes()`, `sample(i)` and `sample_bytes()` are views of the first tensor.
 //
 // A batch may outlive the loop and even the loader (the ring's memory is reference-counted), but
 // while it is held its slot cannot be refilled: a trainer that keeps more batches than the ring
 // has slots gets a usage_error from the loader rather than a deadlock.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,34 +29,36 @@
 #include <type_traits>
 #include <utility>
 
+#include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/fixed_string.hpp"
+#include "sluice/core/tensor.hpp"
 
 namespace sluice {
-
-enum class dtype : std::uint8_t { u8, f32 };
-
-[[nodiscard]] constexpr std::size_t dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : 1; }
-[[nodiscard]] constexpr const char* dtype_name(dtype t) noexcept { return t == dtype::f32 ? "f32" : "u8"; }
 
 namespace detail {
 
 // What every slot has, whatever the pipeline's type. The typed ring derives from ring_base and
 // owns the slots; the batch talks to it through one virtual call per batch (never per sample).
 struct slot_base {
-  std::byte* data = nullptr;        // host storage: capacity_samples * sample_bytes
-  std::size_t storage_bytes = 0;
-  std::int64_t* labels = nullptr;   // capacity_samples entries
+  std::byte* data = nullptr;        // host storage: every tensor of the batch (layout.bytes used)
+  std::size_t storage_bytes = 0;    // allocated; grows to the largest batch, then reused
+  std::size_t used_bytes = 0;       // = layout.bytes: what a transfer stage copies
+  batch_layout layout;              // the batch's tensors, as offsets into data
   std::uint64_t* ids = nullptr;     // capacity_samples entries
   std::size_t count = 0;            // samples in this batch
   std::size_t skipped = 0;          // samples dropped by the skip policy
-  std::size_t sample_bytes = 0;     // bytes of one collated sample
-  dtype type = dtype::u8;
+  std::size_t sample_bytes = 0;     // bytes of one sample of the first tensor
+  dtype type = dtype::u8;           // dtype of the first tensor
   std::uint64_t index = 0;          // batch index within the epoch run
   std::uint64_t epoch = 0;
   std::uint64_t first_position = 0;  // position in the epoch order of this batch's first sample
   void* device_data = nullptr;      // set by a to_device stage; equals data on the host backend
+  int device_id = -1;               // CUDA device of device_data; -1: host memory
   void* ready_event = nullptr;      // set by a to_device stage (a cudaEvent_t), else null
   void* stage_state = nullptr;      // the typed per-slot state of the batch stages
+  // Holders of the slot: the batch handle and each DLPack export. The last one returns it.
+  std::atomic<std::uint32_t> holders{0};
 };
 
 class ring_base {
@@ -81,10 +89,11 @@ class batch {
   }
   ~batch() { reset(); }
 
-  // Returns the slot to the ring now (the destructor does the same).
+  // Gives up this handle's hold on the slot (the destructor does the same). The slot returns to
+  // the ring when no DLPack export of it is alive either.
   void reset() noexcept {
     if (slot_ != nullptr) {
-      ring_->release(*slot_);
+      if (slot_->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) ring_->release(*slot_);
       slot_ = nullptr;
     }
     ring_.reset();
@@ -103,28 +112,52 @@ class batch {
   [[nodiscard]] std::uint64_t epoch() const noexcept { return slot_->epoch; }
   [[nodiscard]] std::uint64_t first_position() const noexcept { return slot_->first_position; }
 
+  // The tensors of the batch, in the order the collator wrote them.
+  [[nodiscard]] std::size_t tensor_count() const noexcept { return slot_->layout.count; }
+  [[nodiscard]] tensor_view tensor(std::size_t i) const noexcept {
+    const tensor_desc& d = slot_->layout.tensors[i];
+    return {&d, slot_->data + d.offset,
+            slot_->device_data != nullptr ? static_cast<std::byte*>(slot_->device_data) + d.offset : nullptr,
+            slot_->device_id};
+  }
+  [[nodiscard]] bool has_field(std::string_view name) const noexcept { return slot_->layout.find(name) != nullptr; }
+  // A tensor by name; a usage_error lists the names the batch has.
+  [[nodiscard]] tensor_view field(std::string_view name) const {
+    for (std::size_t i = 0; i < slot_->layout.count; ++i)
+      if (slot_->layout.tensors[i].name == name) return tensor(i);
+    std::string have;
+    for (std::size_t i = 0; i < slot_->layout.count; ++i)
+      have += (i ? ", " : "") + std::string(slot_->layout.tensors[i].name);
+    throw usage_error("sluice: the batch has no tensor '" + std::string(name) + "' (it has: " + have + ")");
+  }
+
+  // The first tensor (the classic collate's "data"): all of it, typed, or one sample's bytes.
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
-    return {slot_->data, slot_->count * slot_->sample_bytes};
+    return {first_data(), slot_->count * slot_->sample_bytes};
   }
   [[nodiscard]] std::span<std::byte> mutable_bytes() noexcept {
-    return {slot_->data, slot_->count * slot_->sample_bytes};
+    return {first_data(), slot_->count * slot_->sample_bytes};
   }
-  // Typed view of the data; T must match type() (uint8_t for u8, float for f32).
-  template <class T>
+  // T must match type(): std::uint8_t or std::byte for u8, float for f32, and so on.
+  template <element_type T>
   [[nodiscard]] std::span<const T> data() const {
     check_type<T>();
-    return {reinterpret_cast<const T*>(slot_->data), slot_->count * sample_elements()};
+    return {reinterpret_cast<const T*>(first_data()), slot_->count * sample_elements()};
   }
-  template <class T>
+  template <element_type T>
   [[nodiscard]] std::span<T> mutable_data() {
     check_type<T>();
-    return {reinterpret_cast<T*>(slot_->data), slot_->count * sample_elements()};
+    return {reinterpret_cast<T*>(first_data()), slot_->count * sample_elements()};
   }
-  // One sample's bytes.
   [[nodiscard]] std::span<const std::byte> sample(std::size_t i) const noexcept {
-    return {slot_->data + i * slot_->sample_bytes, slot_->sample_bytes};
+    return {first_data() + i * slot_->sample_bytes, slot_->sample_bytes};
   }
-  [[nodiscard]] std::span<const std::int64_t> labels() const noexcept { return {slot_->labels, slot_->count}; }
+  // The "label" tensor when the batch has one of int64 (classification), else empty.
+  [[nodiscard]] std::span<const std::int64_t> labels() const noexcept {
+    const tensor_desc* d = slot_->layout.find("label");
+    if (d == nullptr || d->type != dtype::i64) return {};
+    return {reinterpret_cast<const std::int64_t*>(slot_->data + d->offset), static_cast<std::size_t>(d->numel())};
+  }
   [[nodiscard]] std::span<const std::uint64_t> ids() const noexcept { return {slot_->ids, slot_->count}; }
 
   // Where a to_device stage put the batch (host data when there is no device), and the event
@@ -141,15 +174,61 @@ class batch {
  private:
   template <class T>
   void check_type() const {
-    constexpr bool is_u8 = sizeof(T) == 1;
-    constexpr bool is_f32 = std::is_same_v<std::remove_cv_t<T>, float>;
-    static_assert(is_u8 || is_f32, "sluice::batch::data<T>: T is std::uint8_t/std::byte (u8) or float (f32)");
-    if ((is_u8 && slot_->type != dtype::u8) || (is_f32 && slot_->type != dtype::f32))
-      throw usage_error(std::string("sluice: batch holds ") + dtype_name(slot_->type) +
-                        " data; ask for data<" + (slot_->type == dtype::f32 ? "float" : "std::uint8_t") + ">()");
+    if (dtype_of<T> != slot_->type)
+      throw usage_error(std::string("sluice: batch holds ") + dtype_name(slot_->type) + " data, not " +
+                        dtype_name(dtype_of<T>) + (slot_->type == dtype::f32 ? "; ask for data<float>()" :
+                                                   slot_->type == dtype::u8 ? "; ask for data<std::uint8_t>()" : ""));
+  }
+  [[nodiscard]] std::byte* first_data() const noexcept {
+    return slot_->data + (slot_->layout.count ? slot_->layout.tensors[0].offset : 0);
   }
   std::shared_ptr<detail::ring_base> ring_;
   detail::slot_base* slot_ = nullptr;
+};
+
+// One tensor a collator emits, as the compiler knows it: its name and element type.
+template <fixed_string Name, element_type T>
+struct output {
+  static constexpr auto name = Name;
+  using value_type = T;
+};
+
+namespace detail {
+template <fixed_string Name, class T = void>
+struct no_such_field {
+  static_assert(always_false_v<T>,
+                "sluice: the batch has no field of this name (see no_such_field<\"...\"> in this error for the "
+                "name you asked for); check its spelling against the collate(...) of the pipeline");
+  using type = std::uint8_t;
+};
+template <fixed_string Name, class... Outs>
+struct find_output {
+  using type = typename no_such_field<Name>::type;
+};
+template <fixed_string Name, class First, class... Rest>
+  requires(!(First::name == Name))
+struct find_output<Name, First, Rest...> {
+  using type = typename find_output<Name, Rest...>::type;
+};
+template <fixed_string Name, class First, class... Rest>
+  requires(First::name == Name)
+struct find_output<Name, First, Rest...> {
+  using type = typename First::value_type;
+};
+}  // namespace detail
+
+// A batch whose tensors the compiler knows: `get<"name">()` is checked at compile time (a name
+// the collator does not emit is an error naming it) and typed with the field's element type.
+template <class... Outputs>
+class typed_batch : public batch {
+ public:
+  typed_batch() = default;
+  explicit typed_batch(batch&& b) noexcept : batch(std::move(b)) {}
+  template <fixed_string Name>
+  [[nodiscard]] auto get() const {
+    using T = typename detail::find_output<Name, Outputs...>::type;
+    return typed_tensor<T>(field(Name.view()));
+  }
 };
 
 }  // namespace sluice

@@ -13,9 +13,12 @@
 //                  path() for error messages. record(i) may throw sluice::format_error.
 //   codec          output_bytes() the fixed size of a decoded sample; decode(in, out, ctx)
 //                  writes exactly output_bytes() bytes into caller-given memory.
-//   collatable     what collate accepts: an id and a label, and either bytes() (copied once) or
-//                  size_bytes() + write_into(dst, ctx) (written in place, e.g. decoded straight
-//                  into the batch slot).
+//   collatable     what the classic collate accepts: an id and a label, and either bytes()
+//                  (copied once) or size_bytes() + write_into(dst, ctx) (written in place, e.g.
+//                  decoded straight into the batch slot). Samples with fields: core/schema.hpp.
+//   collator_for   what turns a batch's samples into its tensors (below). stage/collate.hpp
+//                  has the classic one and the per-field ones (stack, pad, pack, ragged); the
+//                  core knows only this concept, so a user may write their own.
 #pragma once
 
 #include <concepts>
@@ -25,6 +28,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "sluice/core/tensor.hpp"
+
 namespace sluice {
 
 struct sampler_tag {};
@@ -32,6 +37,7 @@ struct reader_tag {};
 struct codec_tag {};
 struct sample_stage_tag {};  // per-sample stage: read, cache, decode, map
 struct batch_stage_tag {};   // per-batch stage: pin, to_device
+struct collate_tag {};       // samples -> a batch's tensors
 
 // Everything a stage may need to know about the sample it is processing. Random augmentation
 // must draw only from counter_rng(seed, epoch, id) so output does not depend on the worker.
@@ -122,5 +128,44 @@ concept batch_stage = requires {
   requires std::same_as<typename T::stage_concept, batch_stage_tag>;
   { T::name } -> std::convertible_to<std::string_view>;
 };
+
+// A collator writes the samples of one batch into the tensors of one block of slot storage. The
+// loader calls it on a worker thread, per batch, in this order:
+//   begin(scratch)                     a new batch (scratch: per-worker state, reused: no
+//                                      allocation once warm)
+//   check(sample, scratch)             each sample as it arrives; may throw: the sample then
+//                                      fails (its error reaches the trainer, or on_error::skip
+//                                      drops it) before anything is written
+//   plan(samples, scratch, layout)     the batch's tensors (names, dtypes, shapes, offsets);
+//                                      layout.bytes is what the slot must hold
+//   write(sample, i, base, scratch, ctx)  sample i into its place; may throw (a decoder): the
+//                                      sample fails and, under skip, the batch is planned again
+//   finish(samples, base, scratch, layout) what depends on the whole batch (offsets, lengths,
+//                                      masks, padding)
+// plus batch_size(), drop_last(), a `name` for errors and stats, and `batch_type<Sample>`: the
+// handle the trainer receives (a typed_batch when the tensors are known at compile time).
+// A collator may also define `bind<Sample>()`, returning the collator to use for that sample
+// type (the classic collate turns into a per-field one for samples with fields).
+template <class C>
+concept collator = requires(const C& c) {
+  typename C::collate_concept;
+  requires std::same_as<typename C::collate_concept, collate_tag>;
+  { C::name } -> std::convertible_to<std::string_view>;
+  { c.batch_size() } -> std::convertible_to<std::size_t>;
+  { c.drop_last() } -> std::convertible_to<bool>;
+};
+
+template <class C, class Sample>
+concept collator_for =
+    collator<C> && requires(const C& c, const Sample& s, std::span<const Sample> all,
+                            typename C::scratch_type& sc, batch_layout& layout, std::byte* base,
+                            std::size_t i, const sample_context& ctx) {
+      typename C::template batch_type<Sample>;
+      c.begin(sc);
+      c.check(s, sc);
+      c.plan(all, sc, layout);
+      c.write(s, i, base, sc, ctx);
+      c.finish(all, base, sc, layout);
+    };
 
 }  // namespace sluice

@@ -4,8 +4,12 @@
 //  * A batch is a ticket. Batch k of an epoch covers positions [start + k*B, start + (k+1)*B) of
 //    the sampler's order, and the sampler maps a position to a sample id by a pure function of
 //    (seed, epoch, position). Whichever worker claims ticket k computes exactly the same batch.
-//  * Workers claim tickets in order (under the ring's mutex, once per batch), run the fused
-//    per-sample function for each sample of the batch straight into slot k % C, and mark it ready.
+//  * Workers claim tickets in order (under the ring's mutex, once per batch) and fill slot k % C:
+//    the fused per-sample function runs for each sample of the batch (sample views, nothing
+//    copied yet), the collator checks each and plans the batch's tensors (shapes, offsets; a
+//    variable-length field makes the batch as large as its samples need), the slot's storage
+//    grows if this batch is the largest it has held, and the collator writes each sample once,
+//    straight into its place (a deferred sample, e.g. a decoder, writes itself there).
 //  * The consumer takes batches k = 0, 1, 2, ... in order; the batch handle returns its slot when
 //    dropped. The ring has C = max_depth + max_workers slots; a worker may start batch k only
 //    while fewer than depth + workers batches are alive (being filled, ready, or held by the
@@ -14,11 +18,13 @@
 // Guarantees:
 //  * Determinism: same sampler, seed and epoch -> bit-identical batches for any worker count.
 //  * Bounded memory: batches alive <= depth + workers <= C; bytes in flight are reported.
-//  * No allocation in steady state: slots and their label/id arrays are allocated on first use.
+//  * No allocation in steady state: slots, their id arrays and the workers' sample lists are
+//    allocated on first use; a slot's storage grows to the largest batch it held, then is reused.
 //  * Errors reach the consumer: a stage's exception is stored in the slot and rethrown by the
 //    consumer's next() for that batch, as stage_error(stage, sample id, cause) with the original
 //    nested. Batches before it are delivered normally. With on_error::skip the sample is dropped
-//    from its batch (which is then smaller) and counted.
+//    from its batch (which is then smaller) and counted. Every error is a stage_error with the
+//    cause nested (std::rethrow_if_nested works on all of them).
 //  * Clean stop: destroying the loader (or starting another epoch) cancels the running epoch;
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
@@ -111,22 +117,34 @@ struct slot : slot_base {
   slot_status status = slot_status::free;
   std::exception_ptr error;
   std::tuple<typename slot_state_of<BatchStages>::type...> states;
-  std::unique_ptr<std::int64_t[]> label_store;
   std::unique_ptr<std::uint64_t[]> id_store;
+};
+
+// What a worker keeps between batches: the batch's samples (views), their positions, and the
+// collator's scratch. Cleared per batch, never shrunk: no allocation once warm.
+template <class Sample, class Collate>
+struct worker_scratch {
+  std::vector<Sample> samples;
+  std::vector<std::uint64_t> positions;
+  typename Collate::scratch_type collate;
 };
 
 template <class BChain, depth_policy Depth>
 class ring;
 
-template <class SampleChain, class... BatchStages, depth_policy Depth>
-class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
+template <class SampleChain, class Collate, class... BatchStages, depth_policy Depth>
+class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     : public ring_base,
-      public std::enable_shared_from_this<ring<batch_chain<SampleChain, BatchStages...>, Depth>> {
+      public std::enable_shared_from_this<ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth>> {
   using slot_type = slot<BatchStages...>;
+  using sample_type = typename SampleChain::output_type;
+  using scratch_type = worker_scratch<sample_type, Collate>;
   static constexpr std::size_t n_stages = SampleChain::stage_count;
 
  public:
-  ring(batch_chain<SampleChain, BatchStages...> chain, Depth depth, loader_options opt)
+  using batch_type = typename Collate::template batch_type<sample_type>;
+
+  ring(batch_chain<SampleChain, Collate, BatchStages...> chain, Depth depth, loader_options opt)
       : chain_(std::move(chain)), depth_policy_(std::move(depth)), opt_(opt) {
     if (opt_.workers == 0) throw usage_error("sluice: prefetch: workers must be at least 1");
     if (opt_.max_workers < opt_.workers) opt_.max_workers = opt_.workers;
@@ -137,7 +155,6 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
     slots_ = std::make_unique<slot_type[]>(capacity_);
     for (std::size_t i = 0; i < capacity_; ++i) slots_[i].stage_state = &slots_[i].states;
     counters_ = std::make_unique<worker_counters<n_stages>[]>(opt_.max_workers);
-    sample_bytes_in_ = chain_.collate.options().sample_bytes;
   }
   ring(const ring&) = delete;
   ring& operator=(const ring&) = delete;
@@ -192,15 +209,9 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
     total_ = n;
     const std::uint64_t b = chain_.collate.batch_size();
     const std::uint64_t rem = n - start;
-    num_batches_ = chain_.collate.options().drop_last ? rem / b : (rem + b - 1) / b;
+    num_batches_ = chain_.collate.drop_last() ? rem / b : (rem + b - 1) / b;
     next_ticket_ = 0;
     delivered_ = 0;
-    if (sample_bytes_in_ == 0 && num_batches_ > 0) {
-      lk.unlock();
-      probe_sample_size();  // workers are idle: no active run
-      lk.lock();
-    }
-    slot_bytes_ = chain_.collate.output_bytes(sample_bytes_in_) * b;
     clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
     ++epochs_;
     active_ = true;
@@ -264,6 +275,7 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
       std::rethrow_exception(e);
     }
     s.status = slot_status::held;
+    s.holders.store(1, std::memory_order_relaxed);
     ++consumer_held_;
     ++delivered_;
     delivered_total_ += 1;
@@ -360,15 +372,18 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
     s.depth = depth_;
     s.workers = active_workers_;
     s.capacity = capacity_;
+    // Variable-length fields make batches differ in size: bytes are counted per slot, and the
+    // peak is bounded by the largest batch seen times the peak count.
     s.batch_bytes = slot_bytes_;
-    s.bytes_in_flight = live_ * slot_bytes_;
+    for (std::size_t i = 0; i < capacity_; ++i)
+      if (slots_[i].status != slot_status::free) s.bytes_in_flight += slots_[i].used_bytes;
     s.peak_batches_in_flight = peak_live_;
     s.peak_bytes_in_flight = peak_live_ * slot_bytes_;
     s.ready_batches = count_ready_locked();
     return s;
   }
 
-  [[nodiscard]] batch_chain<SampleChain, BatchStages...>& chain() noexcept { return chain_; }
+  [[nodiscard]] batch_chain<SampleChain, Collate, BatchStages...>& chain() noexcept { return chain_; }
   [[nodiscard]] Depth& depth_policy() noexcept { return depth_policy_; }
 
  private:
@@ -419,29 +434,10 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
     if (!done) ::operator delete(p, std::align_val_t{cache_line});
   }
 
-  // Learns the size of one sample from the first that succeeds (the first of the epoch's order,
-  // or the next ones under on_error::skip). Runs on the consumer's thread with no worker active.
-  void probe_sample_size() {
-    const auto& sampler = chain_.chain.sampler_;
-    const std::uint64_t limit = std::min<std::uint64_t>(total_, start_ + 64);
-    for (std::uint64_t pos = start_; pos < limit; ++pos) {
-      const std::uint64_t id = sampler.at(epoch_, pos);
-      sample_context ctx{opt_.seed, epoch_, id, pos};
-      try {
-        auto smp = chain_.chain.apply(id, ctx);
-        sample_bytes_in_ = collate_stage::input_bytes(smp);
-        if (sample_bytes_in_ == 0)
-          throw stage_error("collate", id, "sample has 0 bytes; collate needs fixed-size, non-empty samples");
-        return;
-      } catch (...) {
-        if (opt_.errors == on_error::raise) throw;
-      }
-    }
-    throw stage_error("collate", 0, "no sample among the first 64 of the epoch could be read to learn the sample size");
-  }
-
   void worker_main(std::size_t w) {
-    std::vector<std::byte> scratch;
+    scratch_type scratch;
+    scratch.samples.reserve(chain_.collate.batch_size());
+    scratch.positions.reserve(chain_.collate.batch_size());
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);
     for (;;) {
@@ -502,86 +498,56 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
 
   // Fills slot `s` with batch k. Returns false if the run was cancelled meanwhile.
   bool fill(slot_type& s, std::size_t w, std::uint64_t k, std::uint64_t epoch, std::uint64_t first,
-            std::uint64_t last, std::uint64_t gen, std::vector<std::byte>& scratch,
-            std::uint64_t& sample_counter) {
+            std::uint64_t last, std::uint64_t gen, scratch_type& ws, std::uint64_t& sample_counter) {
     const std::size_t b = chain_.collate.batch_size();
-    const std::size_t in_bytes = sample_bytes_in_;
-    const std::size_t out_bytes = chain_.collate.output_bytes(in_bytes);
-    // Batch stages may need to act before the slot's storage is written again (to_device waits
-    // for the previous copy out of it), and the storage may come from a capped pool: a failure of
-    // either reaches the consumer as this batch's error instead of ending the worker thread.
-    std::string_view failing = "collate";
-    try {
-      for_each_stage([&](auto& st, auto& state) {
-        if constexpr (requires { st.before_fill(s, state); }) {
-          failing = std::decay_t<decltype(st)>::name;
-          st.before_fill(s, state);
-        }
-      }, s);
-      failing = "collate";
-      if (s.data == nullptr || s.storage_bytes != out_bytes * b) {  // warm-up only
-        if (s.data != nullptr) free_storage(s.data, s.storage_bytes);
-        s.data = nullptr;
-        s.storage_bytes = 0;
-        s.data = static_cast<std::byte*>(allocate_storage(out_bytes * b));
-        s.storage_bytes = out_bytes * b;
-      }
-    } catch (...) {
-      s.index = k;
-      s.epoch = epoch;
-      s.first_position = first;
-      s.count = 0;
-      s.skipped = 0;
-      try {
-        throw_stage_error(failing, first);
-      } catch (...) {
-        s.error = std::current_exception();
-      }
-      return true;
-    }
-    if (!s.label_store) {
-      s.label_store = std::make_unique<std::int64_t[]>(b);
-      s.id_store = std::make_unique<std::uint64_t[]>(b);
-      s.labels = s.label_store.get();
-      s.ids = s.id_store.get();
-    }
     s.index = k;
     s.epoch = epoch;
     s.first_position = first;
-    s.sample_bytes = out_bytes;
-    s.type = chain_.collate.output();
     s.count = 0;
     s.skipped = 0;
     s.error = nullptr;
     s.device_data = nullptr;
+    s.device_id = -1;
+    if (!s.id_store) {
+      s.id_store = std::make_unique<std::uint64_t[]>(b);
+      s.ids = s.id_store.get();
+    }
     auto& ctr = counters_[w];
     const auto& sampler = chain_.chain.sampler_;
+    const auto& col = chain_.collate;
     std::uint64_t local_stage_ns[n_stages + 1] = {};
-    std::uint64_t samples = 0, skipped = 0;
+    std::uint64_t skipped = 0, timed = 0;
+    ws.samples.clear();
+    ws.positions.clear();
+    struct clear_on_exit {  // the samples may pin cache entries: drop them with the batch
+      scratch_type& ws;
+      ~clear_on_exit() { ws.samples.clear(); }
+    } clear_guard{ws};
+    col.begin(ws.collate);
+
+    // 1. Run the per-sample stages and check each sample: views only, nothing written yet.
     for (std::uint64_t pos = first; pos < last; ++pos) {
       if (generation_.load(std::memory_order_relaxed) != gen) return false;
       std::uint64_t id = 0;
       try {
         id = sampler.at(epoch, pos);
         sample_context ctx{opt_.seed, epoch, id, pos};
-        std::byte* dst = s.data + s.count * out_bytes;
         if ((sample_counter++ % stage_timing_stride) == 0) {
-          auto smp = chain_.chain.template apply<true>(id, ctx, local_stage_ns);
-          const std::uint64_t t0 = now_ns();
-          write_sample(smp, in_bytes, dst, ctx, scratch);
-          local_stage_ns[n_stages] += now_ns() - t0;
-          s.labels[s.count] = static_cast<std::int64_t>(smp.label);
+          ws.samples.push_back(chain_.chain.template apply<true>(id, ctx, local_stage_ns));
+          ++timed;
         } else {
-          auto smp = chain_.chain.apply(id, ctx);
-          write_sample(smp, in_bytes, dst, ctx, scratch);
-          s.labels[s.count] = static_cast<std::int64_t>(smp.label);
+          ws.samples.push_back(chain_.chain.apply(id, ctx));
         }
-        s.ids[s.count] = id;
-        ++s.count;
-        ++samples;
+        try {
+          col.check(ws.samples.back(), ws.collate);
+        } catch (...) {
+          ws.samples.pop_back();
+          throw_stage_error(Collate::name, id);
+        }
+        s.ids[ws.positions.size()] = id;
+        ws.positions.push_back(pos);
       } catch (...) {
         if (opt_.errors == on_error::skip) {
-          ++s.skipped;
           ++skipped;
           continue;
         }
@@ -589,26 +555,112 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
         break;
       }
     }
+    // 2. Batch stages act before the slot's storage is written again (to_device waits for the
+    // previous copy out of it), and the storage may come from a capped pool: a failure of either
+    // reaches the consumer as this batch's error instead of ending the worker thread.
+    std::string_view failing = Collate::name;
+    if (!s.error) {
+      try {
+        for_each_stage([&](auto& st, auto& state) {
+          if constexpr (requires { st.before_fill(s, state); }) {
+            failing = std::decay_t<decltype(st)>::name;
+            st.before_fill(s, state);
+          }
+        }, s);
+      } catch (...) {
+        record_error(s, failing, first);
+      }
+    }
+    // 3. Plan the batch's tensors, grow the storage if needed, write every sample once. A sample
+    // that fails to write (a decoder) is dropped under on_error::skip and the batch re-planned.
+    const std::uint64_t t_collate = now_ns();
+    bool recheck = false;
+    while (!s.error) {
+      if (generation_.load(std::memory_order_relaxed) != gen) return false;
+      std::size_t failed_at = ws.samples.size();
+      try {
+        failing = Collate::name;
+        if (recheck) {  // after a drop: what the collator learnt may have come from that sample
+          recheck = false;
+          col.begin(ws.collate);
+          for (std::size_t i = 0; i < ws.samples.size(); ++i) {
+            failed_at = i;
+            col.check(ws.samples[i], ws.collate);
+          }
+          failed_at = ws.samples.size();
+        }
+        s.layout.clear();
+        col.plan(std::span<const sample_type>(ws.samples), ws.collate, s.layout);
+        ensure_storage(s, s.layout.bytes);
+        for (std::size_t i = 0; i < ws.samples.size(); ++i) {
+          failed_at = i;
+          sample_context ctx{opt_.seed, epoch, s.ids[i], ws.positions[i]};
+          col.write(ws.samples[i], i, s.data, ws.collate, ctx);
+        }
+        failed_at = ws.samples.size();
+        col.finish(std::span<const sample_type>(ws.samples), s.data, ws.collate, s.layout);
+        break;
+      } catch (...) {
+        const std::uint64_t id = failed_at < ws.samples.size() ? s.ids[failed_at] : first;
+        if (opt_.errors == on_error::skip && failed_at < ws.samples.size()) {
+          ++skipped;
+          ws.samples.erase(ws.samples.begin() + static_cast<std::ptrdiff_t>(failed_at));
+          ws.positions.erase(ws.positions.begin() + static_cast<std::ptrdiff_t>(failed_at));
+          for (std::size_t i = failed_at; i < ws.samples.size(); ++i) s.ids[i] = s.ids[i + 1];
+          recheck = true;
+          continue;
+        }
+        record_error(s, failing, id);
+      }
+    }
+    local_stage_ns[n_stages] = (now_ns() - t_collate + stage_timing_stride - 1) / stage_timing_stride;
+    const std::uint64_t samples = ws.samples.size();
+    s.count = samples;
+    s.skipped = skipped;
+    s.used_bytes = s.error ? 0 : s.layout.bytes;
+    if (s.error) s.layout.clear();
+    const bool has_first = s.layout.count > 0;
+    s.type = has_first ? s.layout.tensors[0].type : dtype::u8;
+    s.sample_bytes = has_first && samples > 0 ? s.layout.tensors[0].bytes / samples : 0;
     ctr.samples.add(samples);
     ctr.skipped.add(skipped);
     for (std::size_t i = 0; i <= n_stages; ++i) {
       ctr.stage_ns[i].add(local_stage_ns[i] * stage_timing_stride);
       ctr.stage_calls[i].add(samples + (i < n_stages ? skipped : 0));
     }
+    (void)timed;
     return true;
   }
 
-  template <class Smp>
-  SLUICE_ALWAYS_INLINE void write_sample(const Smp& smp, std::size_t in_bytes, std::byte* dst,
-                                         const sample_context& ctx, std::vector<std::byte>& scratch) const {
+  // Stores the exception being handled as the slot's error, as a stage_error naming `stage`.
+  void record_error(slot_type& s, std::string_view stage, std::uint64_t id) noexcept {
     try {
-      chain_.collate.write(smp, in_bytes, dst, ctx, scratch);
+      throw_stage_error(stage, id);
     } catch (...) {
-      throw_stage_error("collate", ctx.id);
+      s.error = std::current_exception();
     }
   }
 
-  batch_chain<SampleChain, BatchStages...> chain_;
+  // The slot's storage holds at least `bytes`: it grows (by a quarter at least, so a slowly
+  // growing variable field reallocates a few times at warm-up, not every batch), never shrinks.
+  void ensure_storage(slot_type& s, std::size_t bytes) {
+    bytes = std::max<std::size_t>(bytes, cache_line);
+    if (s.data != nullptr && s.storage_bytes >= bytes) return;
+    std::size_t want = bytes;
+    if (s.data != nullptr) {
+      want = std::max(bytes, s.storage_bytes + s.storage_bytes / 4);
+      free_storage(s.data, s.storage_bytes);
+      s.data = nullptr;
+      s.storage_bytes = 0;
+    }
+    want = (want + cache_line - 1) / cache_line * cache_line;
+    s.data = static_cast<std::byte*>(allocate_storage(want));
+    s.storage_bytes = want;
+    std::lock_guard lk(m_);
+    slot_bytes_ = std::max(slot_bytes_, want);
+  }
+
+  batch_chain<SampleChain, Collate, BatchStages...> chain_;
   Depth depth_policy_;
   loader_options opt_;
   std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
@@ -623,7 +675,7 @@ class ring<batch_chain<SampleChain, BatchStages...>, Depth> final
   bool active_ = false;
   std::uint64_t epoch_ = 0, start_ = 0, total_ = 0, num_batches_ = 0, next_ticket_ = 0, delivered_ = 0;
   std::size_t live_ = 0, peak_live_ = 0, filling_ = 0, consumer_held_ = 0;
-  std::size_t sample_bytes_in_ = 0, slot_bytes_ = 0;
+  std::size_t slot_bytes_ = 0;  // the largest slot storage so far
   std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
@@ -670,12 +722,12 @@ class loader {
    public:
     class iterator {
      public:
-      using value_type = batch;
+      using value_type = typename ring_type::batch_type;
       using difference_type = std::ptrdiff_t;
       iterator() = default;
       explicit iterator(ring_type* r) : ring_(r) { advance(); }
-      batch& operator*() noexcept { return current_; }
-      batch* operator->() noexcept { return &current_; }
+      value_type& operator*() noexcept { return current_; }
+      value_type* operator->() noexcept { return &current_; }
       iterator& operator++() {
         current_.reset();  // free the slot before waiting for the next batch
         advance();
@@ -685,9 +737,9 @@ class loader {
       friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.current_; }
 
      private:
-      void advance() { current_ = ring_->next(); }
+      void advance() { current_ = value_type(ring_->next()); }
       ring_type* ring_ = nullptr;
-      batch current_;
+      value_type current_;
     };
 
     epoch_range(ring_type* r, std::uint64_t e, std::uint64_t start) : ring_(r), epoch_(e), start_(start) {}

@@ -28,20 +28,12 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/fixed_string.hpp"
 #include "sluice/core/stats.hpp"
-#include "sluice/stage/collate.hpp"
 
 namespace sluice {
 
 namespace detail {
-
-template <std::size_t N>
-struct fixed_string {
-  char chars[N]{};
-  constexpr fixed_string(const char (&s)[N]) noexcept {  // NOLINT(google-explicit-constructor)
-    for (std::size_t i = 0; i < N; ++i) chars[i] = s[i];
-  }
-};
 
 template <class>
 inline constexpr bool always_false = false;
@@ -62,9 +54,10 @@ struct stage_cannot_follow {
                 "sluice: this stage cannot take what the stage before it hands out (decode and "
                 "cache need records: put read(reader) right after from(sampler))");
   static_assert(Fault != chain_fault::collate_needs_samples || always_false<T>,
-                "sluice: collate needs samples with bytes (records from read(reader), or decoded "
-                "samples), but the stage before it hands out something else (from(sampler) hands "
-                "out sample ids: put read(reader) between them)");
+                "sluice: collate needs samples with bytes or fields (records from read(reader), "
+                "decoded samples, fields_sample), but the stage before it hands out something else "
+                "(from(sampler) hands out sample ids: put read(reader) between them; a per-field "
+                "collate needs samples with fields)");
   static_assert(Fault != chain_fault::collate_twice || always_false<T>,
                 "sluice: a pipeline collates once: remove the second collate(...)");
   static constexpr bool value = false;
@@ -161,26 +154,35 @@ sample_chain<std::decay_t<Sampler>> from(Sampler&& s) {
 
 // ---------------------------------------------------------------------------------------------
 // Per-batch part: the collated chain and the batch stages after it.
-template <class SampleChain, class... BatchStages>
+template <class SampleChain, class Collate, class... BatchStages>
 class batch_chain {
  public:
   using sample_chain_type = SampleChain;
+  using collate_type = Collate;
   static constexpr std::string_view last_name = [] {
-    if constexpr (sizeof...(BatchStages) == 0) return std::string_view("collate");
+    if constexpr (sizeof...(BatchStages) == 0) return std::string_view(Collate::name);
     else return std::get<sizeof...(BatchStages) - 1>(std::tuple{BatchStages::name...});
   }();
-  batch_chain(SampleChain c, collate_stage col, std::tuple<BatchStages...> b)
+  batch_chain(SampleChain c, Collate col, std::tuple<BatchStages...> b)
       : chain(std::move(c)), collate(std::move(col)), batch_stages(std::move(b)) {}
   SampleChain chain;
-  collate_stage collate;
+  Collate collate;
   std::tuple<BatchStages...> batch_stages;
 };
 
 namespace detail {
 template <class T>
 struct is_batch_chain : std::false_type {};
-template <class C, class... B>
-struct is_batch_chain<batch_chain<C, B...>> : std::true_type {};
+template <class C, class Col, class... B>
+struct is_batch_chain<batch_chain<C, Col, B...>> : std::true_type {};
+
+// The collator a chain with samples of type Sample uses: c.bind<Sample>() where defined.
+template <class Col, class Sample>
+auto bind_collator(Col&& c) {
+  using C = std::decay_t<Col>;
+  if constexpr (requires { c.template bind<Sample>(); }) return c.template bind<Sample>();
+  else return C(std::forward<Col>(c));
+}
 
 // Turns a stage's `name` (a string_view over a literal) into a fixed_string type argument.
 template <class Stage>
@@ -224,17 +226,19 @@ auto operator|(Chain&& c, Stage&& st) {
   }
 }
 
-// sample_chain | collate
-template <class Chain>
-  requires detail::is_sample_chain<std::decay_t<Chain>>::value
-auto operator|(Chain&& c, collate_stage col) {
+// sample_chain | collate (any collator)
+template <class Chain, class Col>
+  requires detail::is_sample_chain<std::decay_t<Chain>>::value && collator<std::decay_t<Col>>
+auto operator|(Chain&& c, Col&& col) {
   using C = std::decay_t<Chain>;
-  if constexpr (!collatable<typename C::output_type>) {
+  using Sample = typename C::output_type;
+  using Bound = decltype(detail::bind_collator<Col, Sample>(std::forward<Col>(col)));
+  if constexpr (!collator_for<Bound, Sample>) {
     (void)detail::stage_cannot_follow<"collate", detail::chain_label<C>::value,
                                       detail::chain_fault::collate_needs_samples>::value;
     return c;
   } else {
-    return batch_chain<C>(std::forward<Chain>(c), std::move(col), {});
+    return batch_chain<C, Bound>(std::forward<Chain>(c), detail::bind_collator<Col, Sample>(std::forward<Col>(col)), {});
   }
 }
 
@@ -255,7 +259,8 @@ auto operator|(BChain&& b, Stage&& st) {
   using B = std::decay_t<BChain>;
   return std::apply(
       [&](auto&&... prev) {
-        return batch_chain<typename B::sample_chain_type, std::decay_t<decltype(prev)>..., std::decay_t<Stage>>(
+        return batch_chain<typename B::sample_chain_type, typename B::collate_type, std::decay_t<decltype(prev)>...,
+                           std::decay_t<Stage>>(
             std::forward<BChain>(b).chain, std::forward<BChain>(b).collate,
             std::tuple{std::move(prev)..., std::forward<Stage>(st)});
       },
@@ -273,9 +278,9 @@ auto operator|(BChain&& b, Stage&&) {
 }
 
 // batch_chain | collate -> error
-template <class BChain>
-  requires detail::is_batch_chain<std::decay_t<BChain>>::value
-auto operator|(BChain&& b, collate_stage) {
+template <class BChain, class Col>
+  requires detail::is_batch_chain<std::decay_t<BChain>>::value && collator<std::decay_t<Col>>
+auto operator|(BChain&& b, Col&&) {
   (void)detail::stage_cannot_follow<"collate", detail::chain_label<std::decay_t<BChain>>::value,
                                     detail::chain_fault::collate_twice>::value;
   return b;

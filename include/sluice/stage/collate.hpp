@@ -1,4 +1,4 @@
-// sluice/stage/collate.hpp — `collate({...})`: samples -> one contiguous batch, written once.
+// sluice/stage/collate.hpp — `collate({...})`: samples -> one batch, each sample written once.
 //
 // Collate is where bytes are finally copied: each sample is written straight into its place in
 // the batch slot (which is pinned memory when a transfer follows). A sample that can write itself
@@ -7,11 +7,20 @@
 //
 //   sluice::collate({.batch = 256})                                     // uint8, as stored
 //   sluice::collate({.batch = 256, .output = sluice::dtype::f32,
-//                    .mean = {0.286f}, .std = {0.353f}, .channels = 1})  // normalised floats
+//                    .mean = {0.286f}, .std = {0.353f}, .shape = {1, 28, 28}})  // normalised floats
 //
-// Every sample of a batch must have the same size (the first sample of the first epoch sets it,
-// or `.sample_bytes` states it); a different size is an error naming the sample. `drop_last`
-// drops a final partial batch. The batch count of an epoch is ceil(n / batch) (or floor).
+// This is the classic collate for samples that are one block and a label (records, decoded
+// images): the batch has the tensors "data" ({n, .shape...}, or {n, bytes} without a shape) and
+// "label" (int64 {n}). Every sample of a batch must have the same size (`.sample_bytes` fixes it
+// for all batches); a different size is an error naming the sample. `drop_last` drops a final
+// partial batch. The batch count of an epoch is ceil(n / batch) (or floor).
+//
+// With several channels, normalisation needs to know where a pixel's channels are: `.layout`
+// (hwc: interleaved, chw: planes). A decoder states the layout it wrote; a `.layout` that
+// contradicts it is an error naming the sample, never a silent reinterpretation.
+//
+// For samples with fields (core/schema.hpp) `collate({...})` stacks every field; per-field
+// collators (stack, normalize, pad, pack, ragged) are in stage/field_collate.hpp.
 #pragma once
 
 #include <cstddef>
@@ -25,31 +34,51 @@
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/stage/field_collate.hpp"
 
 namespace sluice {
 
-enum class layout : std::uint8_t { hwc, chw };
+// The layout names of the first data model (collate's `.layout`); image_layout is the type.
+using layout = image_layout;
+inline constexpr image_layout hwc = image_layout::hwc;
+inline constexpr image_layout chw = image_layout::chw;
 
 struct collate_options {
   std::size_t batch = 256;
   bool drop_last = false;
-  dtype output = dtype::u8;
+  dtype output = dtype::u8;  // u8 (as stored) or f32 (normalised)
   // float32 output only:
   float scale = 1.0f / 255.0f;
   std::vector<float> mean{};  // per channel; empty: 0
   std::vector<float> std{};   // per channel; empty: 1
   std::size_t channels = 1;
-  sluice::layout layout = layout::hwc;
-  // Bytes of one input sample; 0 = learn it from the first sample.
+  image_layout layout = image_layout::none;  // hwc or chw; none: the producer's (or hwc)
+  // Bytes of one input sample; 0 = each batch's first sample sets it.
   std::size_t sample_bytes = 0;
+  // Shape of one sample in the batch's "data" tensor (elements); empty: {elements}.
+  std::vector<std::int64_t> shape{};
 };
 
 class collate_stage {
  public:
+  using collate_concept = collate_tag;
   static constexpr std::string_view name = "collate";
+  template <class Sample>
+  using batch_type = batch;
+
+  struct scratch_type {
+    std::size_t in_bytes = 0;  // this batch's sample size
+    image_layout layout = image_layout::none;
+    std::vector<std::byte> conv;  // a self-writing sample's bytes before conversion to float
+    std::size_t data = 0, labels = 0;
+  };
 
   explicit collate_stage(collate_options o) : opt_(std::move(o)) {
     if (opt_.batch == 0) throw usage_error("sluice: collate({.batch = 0}): a batch needs at least one sample");
+    if (opt_.output != dtype::u8 && opt_.output != dtype::f32)
+      throw usage_error(std::string("sluice: collate: .output is u8 or f32, not ") + dtype_name(opt_.output) +
+                        " (per-field collators write other types)");
     if (opt_.output == dtype::f32) {
       if (opt_.channels == 0) throw usage_error("sluice: collate: channels must be at least 1");
       auto check = [&](const std::vector<float>& v, const char* what) {
@@ -73,10 +102,24 @@ class collate_stage {
 
   [[nodiscard]] const collate_options& options() const noexcept { return opt_; }
   [[nodiscard]] std::size_t batch_size() const noexcept { return opt_.batch; }
+  [[nodiscard]] bool drop_last() const noexcept { return opt_.drop_last; }
   [[nodiscard]] dtype output() const noexcept { return opt_.output; }
   // Bytes one sample takes in the batch, given its input size.
   [[nodiscard]] std::size_t output_bytes(std::size_t input_bytes) const noexcept {
     return input_bytes * dtype_size(opt_.output);
+  }
+
+  // For samples with fields, collate({...}) stacks every field (a variable field is a compile
+  // error that says to choose pad, pack or ragged for it).
+  template <class Sample>
+    requires field_sample<Sample>
+  [[nodiscard]] auto bind() const {
+    if (opt_.output != dtype::u8 || !opt_.mean.empty() || !opt_.std.empty() || !opt_.shape.empty())
+      throw usage_error("sluice: collate({...}) on samples with fields takes only .batch and .drop_last; "
+                        "normalise or shape a field with normalize<\"name\">{...} or stack<\"name\">{.shape = ...}");
+    using C = typename detail::default_collate<typename Sample::schema_type>::type;
+    return std::apply([&](auto... fs) { return C(batch_options{opt_.batch, opt_.drop_last}, fs...); },
+                      default_fields<C>());
   }
 
   template <collatable S>
@@ -85,38 +128,86 @@ class collate_stage {
     else return s.size_bytes();
   }
 
-  // Writes one sample into `dst` (output_bytes(input_bytes) bytes). `scratch` is a per-worker
-  // buffer used only when a self-writing sample must be converted to float.
+  // --- the collator steps (core/concepts.hpp) ---
+  void begin(scratch_type& sc) const noexcept {
+    sc.in_bytes = opt_.sample_bytes;
+    sc.layout = image_layout::none;
+  }
   template <collatable S>
-  void write(const S& s, std::size_t expected_input_bytes, std::byte* dst, const sample_context& ctx,
-             std::vector<std::byte>& scratch) const {
-    std::size_t n = input_bytes(s);
-    if (n != expected_input_bytes)
-      throw usage_error("sample is " + std::to_string(n) + " bytes but this pipeline's samples are " +
-                        std::to_string(expected_input_bytes) +
-                        " bytes; resize them to one size before collate");
+  void check(const S& s, scratch_type& sc) const {
+    const std::size_t n = input_bytes(s);
+    if (n == 0) throw usage_error("sample has 0 bytes; collate needs fixed-size, non-empty samples");
+    if (sc.in_bytes == 0) sc.in_bytes = n;
+    if (n != sc.in_bytes)
+      throw usage_error("sample is " + std::to_string(n) + " bytes but this batch's samples are " +
+                        std::to_string(sc.in_bytes) + " bytes; resize them to one size before collate");
+    if constexpr (requires { s.geometry(); }) {  // a decoder says how it laid out the pixels
+      const image_layout wrote = s.geometry().layout;
+      if (opt_.output == dtype::f32 && opt_.channels > 1 && opt_.layout != image_layout::none &&
+          wrote != image_layout::none && wrote != opt_.layout)
+        throw usage_error(std::string("collate({.layout = ") + (opt_.layout == image_layout::chw ? "chw" : "hwc") +
+                          "}) but the decoder wrote " + (wrote == image_layout::chw ? "CHW" : "HWC") +
+                          " pixels: the per-channel mean/std would go to the wrong channels");
+      sc.layout = wrote;
+    }
+    if (!opt_.shape.empty()) {
+      std::int64_t e = 1;
+      for (auto d : opt_.shape) e *= d;
+      if (static_cast<std::size_t>(e) != n)
+        throw usage_error("sample is " + std::to_string(n) + " elements but collate's .shape says " + std::to_string(e));
+    }
+  }
+  template <collatable S>
+  void plan(std::span<const S> samples, scratch_type& sc, batch_layout& layout) const {
+    std::array<std::int64_t, max_dims> sh{};
+    std::size_t nd = 1;
+    sh[0] = static_cast<std::int64_t>(samples.size());
+    if (opt_.shape.empty()) {
+      sh[nd++] = static_cast<std::int64_t>(sc.in_bytes);
+    } else {
+      if (opt_.shape.size() + 1 > max_dims) throw usage_error("sluice: collate: .shape has too many dimensions");
+      for (auto d : opt_.shape) sh[nd++] = d;
+    }
+    sc.data = layout.tensors[layout.add("data", opt_.output, std::span<const std::int64_t>(sh.data(), nd))].offset;
+    sc.labels = layout.tensors[layout.add("label", dtype::i64, std::span<const std::int64_t>(sh.data(), 1))].offset;
+  }
+  template <collatable S>
+  void write(const S& s, std::size_t i, std::byte* base, scratch_type& sc, const sample_context& ctx) const {
+    const std::size_t n = sc.in_bytes;
+    std::byte* dst = base + sc.data + i * output_bytes(n);
     if constexpr (bytes_sample<S>) {
       auto src = s.bytes();
       if (opt_.output == dtype::u8) std::memcpy(dst, src.data(), n);
-      else to_float(reinterpret_cast<const std::uint8_t*>(src.data()), n, reinterpret_cast<float*>(dst));
+      else to_float(reinterpret_cast<const std::uint8_t*>(src.data()), n, reinterpret_cast<float*>(dst), sc.layout);
     } else {
       if (opt_.output == dtype::u8) {
         s.write_into(std::span<std::byte>(dst, n), ctx);
       } else {
-        if (scratch.size() < n) scratch.resize(n);  // once per worker, at warm-up
-        s.write_into(std::span<std::byte>(scratch.data(), n), ctx);
-        to_float(reinterpret_cast<const std::uint8_t*>(scratch.data()), n, reinterpret_cast<float*>(dst));
+        if (sc.conv.size() < n) sc.conv.resize(n);  // once per worker, at warm-up
+        s.write_into(std::span<std::byte>(sc.conv.data(), n), ctx);
+        to_float(reinterpret_cast<const std::uint8_t*>(sc.conv.data()), n, reinterpret_cast<float*>(dst), sc.layout);
       }
     }
+    const std::int64_t label = static_cast<std::int64_t>(s.label);
+    std::memcpy(base + sc.labels + i * sizeof(std::int64_t), &label, sizeof label);
   }
+  template <collatable S>
+  void finish(std::span<const S>, std::byte*, scratch_type&, const batch_layout&) const noexcept {}
 
  private:
-  void to_float(const std::uint8_t* x, std::size_t n, float* y) const noexcept {
+  template <class C>
+  static auto default_fields() {
+    return []<field_collator... Fs>(std::type_identity<fields_collate<Fs...>>) { return std::tuple<Fs...>{}; }(
+        std::type_identity<C>{});
+  }
+
+  void to_float(const std::uint8_t* x, std::size_t n, float* y, image_layout producer) const noexcept {
     const std::size_t ch = opt_.channels;
+    const image_layout lay = opt_.layout != image_layout::none ? opt_.layout : producer;
     if (ch == 1) {
       const float a = a_[0], b = b_[0];
       for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]) * a + b;
-    } else if (opt_.layout == layout::chw) {
+    } else if (lay == image_layout::chw) {
       const std::size_t plane = n / ch;
       for (std::size_t c = 0; c < ch; ++c) {
         const float a = a_[c], b = b_[c];

@@ -91,7 +91,7 @@ class basic_pin_stage {
   }
   void on_filled(detail::slot_base& s, auto& /*no per-slot state*/) {
     state_->batches.fetch_add(1, std::memory_order_relaxed);
-    state_->bytes.fetch_add(s.count * s.sample_bytes, std::memory_order_relaxed);
+    state_->bytes.fetch_add(s.used_bytes, std::memory_order_relaxed);
     // The first batch of a new epoch applies the pool's shrink rule to the epoch before.
     std::uint64_t seen = state_->epoch.load(std::memory_order_relaxed);
     while (s.epoch > seen) {

@@ -11,6 +11,9 @@
 // An lvalue reader is referenced (it must outlive the pipeline, like a container under a view);
 // an rvalue reader is moved into the stage and owned by it. A sample id outside the reader is an
 // error naming the reader's file.
+//
+// A reader of samples with fields (core/schema.hpp: `fields(i)` instead of `record(i)`, e.g.
+// io/tokens.hpp) is read the same way; the stage then hands on its fields_sample.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +24,24 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
 
 namespace sluice {
 
-template <record_reader Reader>
+// A reader whose records have named fields: fields(i) -> a field sample (views into the reader).
+template <class R>
+concept fields_reader = requires(const R& r, std::size_t i) {
+  typename R::reader_concept;
+  requires std::same_as<typename R::reader_concept, reader_tag>;
+  { r.size() } -> std::convertible_to<std::size_t>;
+  { r.fields(i) } -> field_sample;
+  { r.path() } -> std::convertible_to<std::string_view>;
+};
+
+template <class R>
+concept any_reader = record_reader<R> || fields_reader<R>;
+
+template <any_reader Reader>
 class read_stage {
  public:
   using stage_concept = sample_stage_tag;
@@ -34,13 +51,16 @@ class read_stage {
   explicit read_stage(std::shared_ptr<const Reader> owned) noexcept
       : owned_(std::move(owned)), reader_(owned_.get()) {}
 
-  record_view operator()(sample_id id, const sample_context&) const {
+  auto operator()(sample_id id, const sample_context&) const {
     if (id.value >= reader_->size())
       throw format_error(std::string(reader_->path()), {.record = id.value},
                          "sample id is past the last record (the file has " +
                              std::to_string(reader_->size()) + " records)");
-    return record_view{id.value, reader_->record(static_cast<std::size_t>(id.value)),
-                       reader_->label(static_cast<std::size_t>(id.value)), reader_->path()};
+    if constexpr (record_reader<Reader>)
+      return record_view{id.value, reader_->record(static_cast<std::size_t>(id.value)),
+                         reader_->label(static_cast<std::size_t>(id.value)), reader_->path()};
+    else
+      return reader_->fields(static_cast<std::size_t>(id.value));
   }
   [[nodiscard]] const Reader& reader() const noexcept { return *reader_; }
 
@@ -49,11 +69,11 @@ class read_stage {
   const Reader* reader_;
 };
 
-template <record_reader Reader>
+template <any_reader Reader>
 read_stage<Reader> read(const Reader& r) {
   return read_stage<Reader>(r);
 }
-template <record_reader Reader>
+template <any_reader Reader>
   requires(!std::is_lvalue_reference_v<Reader>)
 read_stage<Reader> read(Reader&& r) {
   return read_stage<Reader>(std::make_shared<const Reader>(std::move(r)));

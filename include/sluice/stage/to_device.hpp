@@ -108,7 +108,7 @@ class to_device_stage {
   }
   // Worker, after collate: queue the copy.
   void on_filled(detail::slot_base& s, slot_state& st) {
-    const std::size_t bytes = s.count * s.sample_bytes;
+    const std::size_t bytes = s.used_bytes;
     if (bytes == 0) return;
     cuda::check(cudaSetDevice(state_->device), "cudaSetDevice");
     if (st.copied == nullptr)
@@ -121,6 +121,7 @@ class to_device_stage {
     cuda::check(cudaEventRecord(st.copied, copy), "cudaEventRecord");
     st.copy_queued = true;
     s.device_data = block.data();
+    s.device_id = state_->device;
     s.ready_event = st.copied;
     st.block = std::move(block);
     state_->counters.batches.fetch_add(1, std::memory_order_relaxed);
@@ -135,6 +136,7 @@ class to_device_stage {
     if (st.block) (void)cudaEventRecord(st.block.fence(), state_->consumer);
     st.block.reset();
     s.device_data = nullptr;
+    s.device_id = -1;
     s.ready_event = nullptr;
   }
   void on_destroy(detail::slot_base&, slot_state& st) noexcept {
@@ -203,7 +205,7 @@ class to_device_stage {
 
   void before_fill(detail::slot_base&, slot_state& st) { st.block.reset(); }
   void on_filled(detail::slot_base& s, slot_state& st) {
-    const std::size_t bytes = s.count * s.sample_bytes;
+    const std::size_t bytes = s.used_bytes;
     if (bytes == 0) return;
     std::uint64_t seen = state_->counters.epoch.load(std::memory_order_relaxed);
     while (s.epoch > seen)
@@ -222,6 +224,7 @@ class to_device_stage {
   void on_release(detail::slot_base& s, slot_state& st) noexcept {
     st.block.reset();
     s.device_data = nullptr;
+    s.device_id = -1;
   }
   void on_destroy(detail::slot_base&, slot_state& st) noexcept { st.block.reset(); }
 
