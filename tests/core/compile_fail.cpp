@@ -16,6 +16,15 @@ struct decode_stage {
   static constexpr std::string_view name = "decode";
   sluice::record_view operator()(sluice::record_view r, const sluice::sample_context&) const { return r; }
 };
+// A reader of samples with fields: an image and a label.
+using img_schema = sluice::schema<sluice::field<"image", std::uint8_t>, sluice::field<"label", std::int64_t>,
+                                  sluice::field<"boxes", float, sluice::variable>>;
+struct field_reader {
+  using reader_concept = sluice::reader_tag;
+  std::size_t size() const { return 1; }
+  std::string_view path() const { return "mem"; }
+  sluice::fields_sample<img_schema> fields(std::size_t) const { return {}; }
+};
 struct pin_stage {
   using stage_concept = sluice::batch_stage_tag;
   static constexpr std::string_view name = "pin";
@@ -35,7 +44,31 @@ int main() {
   auto p = sluice::from(s) | sluice::collate({.batch = 1});
 #elif defined(PREFETCH_BEFORE_COLLATE)
   auto p = sluice::from(s) | sluice::read(r) | sluice::prefetch(2);
+#elif defined(MISSPELT_BATCH_FIELD)
+  field_reader fr;
+  auto l = sluice::from(s) | sluice::read(fr) |
+           sluice::collate({.batch = 1}, sluice::stack<"image">{}, sluice::ragged<"boxes">{.row = {4}}) | sluice::prefetch(2);
+  for (auto& b : l.epoch(0)) (void)b.get<"imgae">();
+  int p = 0;
+#elif defined(MISSPELT_COLLATE_FIELD)
+  field_reader fr;
+  auto l = sluice::from(s) | sluice::read(fr) | sluice::collate({.batch = 1}, sluice::stack<"lable">{}) | sluice::prefetch(2);
+  for (auto& b : l.epoch(0)) (void)b;
+  int p = 0;
+#elif defined(WRONG_FIELD_DTYPE)
+  sluice::fields_sample<img_schema> smp;
+  std::vector<float> px(3);
+  smp.set<"image">(px);
+  int p = 0;
+#elif defined(VARIABLE_FIELD_STACKED)
+  field_reader fr;
+  auto l = sluice::from(s) | sluice::read(fr) | sluice::collate({.batch = 1}) | sluice::prefetch(2);
+  int p = 0;
 #else
+  field_reader fr;
+  auto l = sluice::from(s) | sluice::read(fr) |
+           sluice::collate({.batch = 1}, sluice::stack<"image">{}, sluice::ragged<"boxes">{.row = {4}}) | sluice::prefetch(2);
+  for (auto& b : l.epoch(0)) (void)b.get<"image">();
   auto p = sluice::from(s) | sluice::read(r) | decode_stage{} | sluice::collate({.batch = 1}) | pin_stage{} |
            sluice::prefetch(2);
 #endif

@@ -604,7 +604,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         const std::uint64_t id = failed_at < ws.samples.size() ? s.ids[failed_at] : first;
         if (opt_.errors == on_error::skip && failed_at < ws.samples.size()) {
           ++skipped;
-          ws.samples.erase(ws.samples.begin() + static_cast<std::ptrdiff_t>(failed_at));
+          erase_at(ws.samples, failed_at);
           ws.positions.erase(ws.positions.begin() + static_cast<std::ptrdiff_t>(failed_at));
           for (std::size_t i = failed_at; i < ws.samples.size(); ++i) s.ids[i] = s.ids[i + 1];
           recheck = true;
@@ -630,6 +630,21 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     (void)timed;
     return true;
+  }
+
+  // Removes v[i], keeping the order; samples need not be assignable (a view with a const
+  // member, a type that counts its copies), only movable.
+  template <class T>
+  static void erase_at(std::vector<T>& v, std::size_t i) {
+    if constexpr (std::is_move_assignable_v<T>) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      for (; i + 1 < v.size(); ++i) {
+        std::destroy_at(&v[i]);
+        std::construct_at(&v[i], std::move(v[i + 1]));
+      }
+      v.pop_back();
+    }
   }
 
   // Stores the exception being handled as the slot's error, as a stage_error naming `stage`.

@@ -116,7 +116,7 @@ class collate_stage {
   [[nodiscard]] auto bind() const {
     if (opt_.output != dtype::u8 || !opt_.mean.empty() || !opt_.std.empty() || !opt_.shape.empty())
       throw usage_error("sluice: collate({...}) on samples with fields takes only .batch and .drop_last; "
-                        "normalise or shape a field with normalize<\"name\">{...} or stack<\"name\">{.shape = ...}");
+                        "normalise or shape a field with normalized<\"name\">{...} or stack<\"name\">{.shape = ...}");
     using C = typename detail::default_collate<typename Sample::schema_type>::type;
     return std::apply([&](auto... fs) { return C(batch_options{opt_.batch, opt_.drop_last}, fs...); },
                       default_fields<C>());

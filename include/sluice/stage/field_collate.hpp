@@ -1,4 +1,4 @@
-// sluice/stage/field_collate.hpp — collate per field: stack, normalize, pad, pack, ragged.
+// sluice/stage/field_collate.hpp — collate per field: stack, normalized, pad, pack, ragged.
 //
 // For samples with fields (core/schema.hpp), collate takes one collator per field it should
 // emit; each writes its field's tensors into the batch (one block of slot storage, so a device
@@ -6,7 +6,7 @@
 //
 //   auto loader = sluice::from(sampler) | sluice::read(reader)     // reader -> fields_sample<det>
 //               | sluice::collate({.batch = 64},
-//                                 sluice::normalize<"image">{.mean = {0.485f, 0.456f, 0.406f},
+//                                 sluice::normalized<"image">{.mean = {0.485f, 0.456f, 0.406f},
 //                                                            .std = {0.229f, 0.224f, 0.225f},
 //                                                            .output = sluice::image_layout::chw},
 //                                 sluice::ragged<"boxes">{.row = {4}},
@@ -21,7 +21,7 @@
 // What each emits (T: the field's element type; n: the batch's sample count):
 //   stack<"f">       "f" T {n, shape...}: fixed-size fields; shape from .shape, from the producer
 //                    (an image codec says {H, W, C} or {C, H, W}), else flat
-//   normalize<"f">   "f" float {n, shape...}: u8 images, y = (x * scale - mean[c]) / std[c], per
+//   normalized<"f">   "f" float {n, shape...}: u8 images, y = (x * scale - mean[c]) / std[c], per
 //                    channel for the layout the producer wrote; .output = chw/hwc transposes in the
 //                    same pass. A .layout claim that contradicts the producer is an error.
 //   ragged<"f">      "f" T {rows, row...} (all samples' rows, concatenated) + "f.offsets" int64 {n+1}
@@ -230,9 +230,9 @@ struct stack {
 };
 
 // ---------------------------------------------------------------------------------------------
-// normalize<"f">: u8 image -> float, per channel, in the producer's layout or transposed.
+// normalized<"f">: u8 image -> float, per channel, in the producer's layout or transposed.
 template <fixed_string Name>
-struct normalize {
+struct normalized {
   using field_collate_concept = field_collate_tag;
   static constexpr auto field = Name;
   std::vector<float> mean{};          // per channel (or one for all); empty: 0
@@ -261,15 +261,15 @@ struct normalize {
   void check(const S& s, scratch& sc) const {
     using F = detail::field_of_t<Name, S>;
     static_assert(std::is_same_v<typename F::value_type, std::uint8_t>,
-                  "sluice: normalize<Name> converts u8 images to float; the field (see Name) is not u8");
-    static_assert(F::kind == extent::fixed, "sluice: normalize<Name> needs a fixed-shape image field");
+                  "sluice: normalized<Name> converts u8 images to float; the field (see Name) is not u8");
+    static_assert(F::kind == extent::fixed, "sluice: normalized<Name> needs a fixed-shape image field");
     const std::size_t n = s.template size_of<Name>();
     if (sc.known) {
       if (n != sc.bytes)
         detail::field_error<Name>(s, std::to_string(n) + " bytes, but the batch's images have " + std::to_string(sc.bytes));
       return;
     }
-    const std::string nm = "sluice: normalize<\"" + std::string(Name.view()) + "\">: ";
+    const std::string nm = "sluice: normalized<\"" + std::string(Name.view()) + "\">: ";
     field_geometry g = detail::producer_geometry<Name>(s);
     image_layout in = g.layout;
     if (layout != image_layout::none && in != image_layout::none && layout != in)
