@@ -1,10 +1,12 @@
 // DLPack export of batch tensors: what the DLTensor says, and how long the slot stays held.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "sluice/core/dlpack.hpp"
@@ -146,7 +148,7 @@ TEST_CASE("misuse is a usage_error: no such tensor, index past the end, empty ha
   CHECK_THROWS_AS((void)to_dlpack(empty, "data"), usage_error);
 }
 
-TEST_CASE("an export holds the slot after the batch is dropped; its deleter returns it") {
+TEST_CASE("an export holds the slot after the batch is dropped, and its deleter returns it") {
   // Depth 1 and one worker: the ring has 2 slots.
   mem_reader r(64, 12);
   auto loader = from(sample::sequential{r.size()}) | read(r) | collate({.batch = 8}) |
@@ -177,6 +179,32 @@ TEST_CASE("an export holds the slot after the batch is dropped; its deleter retu
   ++it;
   REQUIRE(it != range.end());
   CHECK(it->index() == 3);
+}
+
+TEST_CASE("deleters run on another thread while the loader goes on") {
+  // Each batch's export is checked and released by a thread of its own, concurrently with the
+  // next batch's delivery and the workers' fills; at most two slots are held, the ring has four.
+  mem_reader r(256, 16);
+  auto loader = from(sample::sequential{r.size()}) | read(r) | collate({.batch = 8}) | prefetch(2, {.workers = 2});
+  std::thread consumer;
+  std::atomic<std::size_t> bad{0};
+  std::size_t batches = 0;
+  for (auto& b : loader.epoch(0)) {
+    DLManagedTensor* m = to_dlpack(b, "data");
+    std::vector<std::uint64_t> ids(b.ids().begin(), b.ids().end());
+    b.reset();
+    if (consumer.joinable()) consumer.join();
+    consumer = std::thread([m, ids = std::move(ids), &bad] {
+      const auto* px = static_cast<const std::uint8_t*>(m->dl_tensor.data);
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        for (std::size_t j = 0; j < 16; ++j) bad += px[i * 16 + j] != record_byte(ids[i], j);
+      m->deleter(m);
+    });
+    ++batches;
+  }
+  if (consumer.joinable()) consumer.join();
+  CHECK(batches == 32);
+  CHECK(bad.load() == 0);
 }
 
 TEST_CASE("the deleter may run after the loader is destroyed") {
