@@ -12,6 +12,7 @@
 #include "sluice/core/dlpack.hpp"
 #include "sluice/sluice.hpp"
 #include "sluice/stage/field_collate.hpp"
+#include "sluice/stage/to_device.hpp"
 #include "test_util.hpp"
 
 static_assert(SLUICE_HAS_DLPACK(), "tests/dlpack is built only where dlpack/dlpack.h is");
@@ -264,4 +265,57 @@ TEST_CASE("a field batch exports a ragged field and its offsets, by compile-time
     ++batches;
   }
   CHECK(batches == 3);
+}
+
+TEST_CASE("the host backend of to_device exports its copy as kDLCPU memory") {
+  mem_reader r(32, 8);
+  auto loader = from(sample::sequential{r.size()}) | read(r) | collate({.batch = 4}) | to_device() | prefetch(2);
+  for (auto& b : loader.epoch(0)) {
+    owned_export data(to_dlpack(b, "data"));
+    REQUIRE(b.slot().device_data != nullptr);
+    CHECK(b.slot().device_id == -1);
+    CHECK(data.t().data == b.field("data").device_data());
+    CHECK(data.t().device.device_type == kDLCPU);
+    CHECK(data.t().device.device_id == 0);
+    const auto* px = static_cast<const std::uint8_t*>(data.t().data);
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::size_t j = 0; j < 8; ++j) CHECK(px[i * 8 + j] == record_byte(b.ids()[i], j));
+  }
+}
+
+namespace {
+// A ring of one slot that counts its releases, for what a loader cannot show without a GPU.
+struct counting_ring final : detail::ring_base {
+  std::atomic<int> releases{0};
+  void release(detail::slot_base&) noexcept override { ++releases; }
+};
+}  // namespace
+
+TEST_CASE("a CUDA device copy exports as kDLCUDA with the device ordinal; the last holder releases once") {
+  auto ring = std::make_shared<counting_ring>();
+  alignas(64) static std::byte host[256];
+  alignas(64) static std::byte device[256];  // stands in for device memory: only the pointer is used
+  detail::slot_base slot;
+  slot.data = host;
+  slot.layout.add("x", dtype::bf16, {2, 3});
+  slot.layout.add("y", dtype::boolean, {2});
+  slot.count = 2;
+  slot.device_data = device;
+  slot.device_id = 1;
+  slot.holders.store(1);
+  batch b(ring, &slot);
+  owned_export x(to_dlpack(b, "x"));
+  owned_export y(to_dlpack(b, "y"));
+  CHECK(x.t().device.device_type == kDLCUDA);
+  CHECK(x.t().device.device_id == 1);
+  CHECK(x.t().data == static_cast<void*>(device + slot.layout.tensors[0].offset));
+  CHECK(same_dtype(x.t().dtype, kDLBfloat, 16));
+  CHECK(y.t().data == static_cast<void*>(device + slot.layout.tensors[1].offset));
+  CHECK(slot.holders.load() == 3);
+  b.reset();
+  x.reset();
+  CHECK(ring->releases.load() == 0);
+  y.reset();
+  CHECK(ring->releases.load() == 1);
+  CHECK(slot.holders.load() == 0);
 }
