@@ -22,6 +22,17 @@ if(SLUICE_TURBOJPEG_FOUND)
   target_compile_definitions(sluice_jpeg INTERFACE SLUICE_WITH_TURBOJPEG=1)
 endif()
 
+# DLPack's header (Debian: libdlpack-dev): sluice/core/dlpack.hpp. Header-only, nothing to link;
+# the target puts its directory on the include path (a no-op for /usr/include).
+find_path(SLUICE_DLPACK_INCLUDE_DIR dlpack/dlpack.h DOC "Directory holding dlpack/dlpack.h")
+if(SLUICE_DLPACK_INCLUDE_DIR)
+  add_library(sluice_dlpack INTERFACE)
+  add_library(sluice::dlpack ALIAS sluice_dlpack)
+  target_link_libraries(sluice_dlpack INTERFACE sluice)
+  # Build tree only: an installed sluice looks for the header again (sluiceConfig.cmake).
+  target_include_directories(sluice_dlpack SYSTEM INTERFACE $<BUILD_INTERFACE:${SLUICE_DLPACK_INCLUDE_DIR}>)
+endif()
+
 # CUDA: see cmake/SluiceCuda.cmake (added by the GPU path).
 if(SLUICE_ENABLE_CUDA AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/SluiceCuda.cmake)
   include(SluiceCuda)

@@ -5,18 +5,20 @@
 // order (6000, 3597, ..., 60; 14,891 images in all). The pipeline:
 //   from(shuffle) | read(long-tailed view of the IDX reader) | collate(f32, normalised) | prefetch
 //
-// Zero copy into libtorch: each batch becomes tensors with torch::from_blob over sluice's own slot
-// memory. The batch handle is moved into a heap holder shared by the deleters of the image and
-// label tensors, so the slot stays alive exactly as long as the tensors do and returns to sluice's
-// ring when the last one dies (the trainer counts releases to prove it).
+// Zero copy into libtorch through DLPack: at::fromDLPack(sluice::to_dlpack(b, "data")) is a tensor
+// over sluice's own slot memory (sluice/core/dlpack.hpp). Each export holds the slot, so the batch
+// handle is dropped at once and the slot returns to sluice's ring when the last tensor made from
+// it dies. The trainer proves it: with --check it keeps a weak reference to every batch's image
+// storage and fails unless each has died by the time the next batch is asked for (a slot held
+// longer would also stop the loader, which refuses to hand out more batches than it has slots).
 //
 //   libtorch_trainer [--data /usr/share/datasets/fashion-mnist] [--epochs 1] [--max-steps 0]
 //                    [--batch 64] [--workers 2] [--seed 7] [--lr 0.01] [--threads 1] [--check]
 // --check makes it exit non-zero unless the loss fell and every batch was released (ctest).
+#include <ATen/DLConvertor.h>  // at::fromDLPack
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/core/dlpack.hpp"  // after torch: ATen's dlpack.h already defined the types
 #include "sluice/io/idx.hpp"
 #include "sluice/sluice.hpp"
 
@@ -71,26 +74,39 @@ struct net_impl : torch::nn::Module {
 };
 TORCH_MODULE_IMPL(net, net_impl);  // net: a shared handle to net_impl
 
-// ---- sluice batch -> tensors, no copy.
+// ---- sluice batch -> tensors, no copy: "data" is float {n, 1, 28, 28} (collate's .shape),
+// "label" int64 {n}. The exports hold the slot; the handle lets go of it here.
 struct batch_tensors {
   torch::Tensor images, labels;
 };
 
-std::atomic<std::uint64_t> batches_released{0};
-
 batch_tensors to_tensors(sluice::batch&& b) {
-  const auto n = static_cast<std::int64_t>(b.size());
-  // The holder owns the batch; each tensor's deleter owns a reference to the holder.
-  auto holder = std::shared_ptr<sluice::batch>(new sluice::batch(std::move(b)), [](sluice::batch* p) {
-    delete p;  // returns the slot to sluice's ring
-    batches_released.fetch_add(1, std::memory_order_relaxed);
-  });
-  float* pixels = holder->mutable_data<float>().data();
-  auto* labels = const_cast<std::int64_t*>(holder->labels().data());
-  auto images = torch::from_blob(pixels, {n, 1, 28, 28}, [holder](void*) {}, torch::kFloat32);
-  auto targets = torch::from_blob(labels, {n}, [holder](void*) {}, torch::kInt64);
-  return {images, targets};
+  batch_tensors t{at::fromDLPack(sluice::to_dlpack(b, "data")), at::fromDLPack(sluice::to_dlpack(b, "label"))};
+  b.reset();
+  return t;
 }
+
+// Counts the batches whose tensors have all died. A tensor's storage expires exactly when its
+// DLPack deleter runs (which drops that export's hold on the slot); the slot is back in the ring
+// once both storages of its batch have expired.
+struct release_count {
+  struct weak_pair {
+    c10::weak_intrusive_ptr<c10::StorageImpl> images, labels;
+  };
+  std::vector<weak_pair> alive;
+  std::uint64_t released = 0;
+  void track(const batch_tensors& t) {
+    alive.push_back({t.images.storage().getWeakStorageImpl(), t.labels.storage().getWeakStorageImpl()});
+  }
+  std::uint64_t collect() {
+    std::erase_if(alive, [&](const weak_pair& w) {
+      const bool gone = w.images.expired() && w.labels.expired();
+      released += gone ? 1 : 0;
+      return gone;
+    });
+    return released;
+  }
+};
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
@@ -123,7 +139,8 @@ double evaluate(net& model, const sluice::io::idx_reader& test, std::vector<std:
   torch::NoGradGuard no_grad;
   model->eval();
   auto loader = sluice::from(sluice::sample::sequential{test.size()}) | sluice::read(test) |
-                sluice::collate({.batch = 500, .output = sluice::dtype::f32, .mean = {0.286f}, .std = {0.353f}}) |
+                sluice::collate({.batch = 500, .output = sluice::dtype::f32, .mean = {0.286f}, .std = {0.353f},
+                                 .shape = {1, 28, 28}}) |
                 sluice::prefetch(2, {.workers = 1});
   std::int64_t right = 0, all = 0;
   for (auto& b : loader.epoch(0)) {
@@ -156,17 +173,19 @@ int run(int argc, char** argv) {
 
   auto loader = sluice::from(sluice::sample::shuffle{train.size(), {.seed = o.seed}}) | sluice::read(train) |
                 sluice::collate({.batch = o.batch, .drop_last = true, .output = sluice::dtype::f32,
-                                 .mean = {0.286f}, .std = {0.353f}}) |
+                                 .mean = {0.286f}, .std = {0.353f}, .shape = {1, 28, 28}}) |
                 sluice::prefetch(2, {.workers = o.workers, .seed = o.seed});
 
   net model;
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(o.lr).momentum(0.9));
   std::uint64_t step = 0, delivered = 0;
   std::vector<double> losses;
+  release_count releases;
   for (std::uint64_t e = 0; e < o.epochs && (o.max_steps == 0 || step < o.max_steps); ++e) {
     for (auto& b : loader.epoch(e)) {
       ++delivered;
       auto t = to_tensors(std::move(b));  // b is now empty; the tensors hold the slot
+      releases.track(t);
       optimizer.zero_grad();
       auto loss = torch::nn::functional::cross_entropy(model->forward(t.images), t.labels);
       loss.backward();
@@ -179,7 +198,7 @@ int run(int argc, char** argv) {
   }
   const auto st = loader.stats();
   std::vector<std::int64_t> correct(10, 0), total(10, 0);
-  const std::uint64_t released_in_training = batches_released.load();
+  const std::uint64_t released_in_training = releases.collect();
   const double acc = evaluate(model, test, correct, total);
   const std::size_t k = std::min<std::size_t>(20, losses.size() / 2);
   const double first = k ? std::accumulate(losses.begin(), losses.begin() + static_cast<std::ptrdiff_t>(k), 0.0) / k : 0;

@@ -170,6 +170,10 @@ class batch {
   // For batch stages: the slot this batch holds.
   [[nodiscard]] detail::slot_base& slot() noexcept { return *slot_; }
   [[nodiscard]] const detail::slot_base& slot() const noexcept { return *slot_; }
+  // For holders that outlive this handle (a DLPack export, core/dlpack.hpp): the ring the slot
+  // returns to. Such a holder keeps a copy, takes a hold with slot().holders.fetch_add(1) while
+  // this handle is alive, and on the way out does what reset() does.
+  [[nodiscard]] const std::shared_ptr<detail::ring_base>& ring() const noexcept { return ring_; }
 
  private:
   template <class T>
