@@ -29,6 +29,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "sluice/core/concepts.hpp"
@@ -87,6 +88,23 @@ struct schema {
   template <fixed_string Name>
   using field_t = std::tuple_element_t<index_of<Name>, std::tuple<Fields...>>;
 };
+
+namespace detail {
+template <class Schema, class NewField>
+struct replace_field;
+template <class... Fields, class NewField>
+struct replace_field<schema<Fields...>, NewField> {
+  static_assert(detail::is_field<NewField>::value, "sluice::replace_field_t takes a sluice::field<...>");
+  // A name the schema lacks fails here with schema_has_no_field<"name">.
+  static_assert(schema<Fields...>::template index_of<NewField::name> < sizeof...(Fields));
+  using type = schema<std::conditional_t<Fields::name == NewField::name, NewField, Fields>...>;
+};
+}  // namespace detail
+
+// The schema with the field named like NewField replaced by NewField (same place): what a stage
+// that turns a field into another type hands on, e.g. decode<"jpg"> (encoded bytes -> u8 pixels).
+template <class Schema, class NewField>
+using replace_field_t = typename detail::replace_field<Schema, NewField>::type;
 
 // The shape (per sample, without the batch dimension) and layout a producer wrote, when it knows
 // them (an image codec does). Collators use it for the batch's shape and to check claims.

@@ -142,12 +142,19 @@ class collate_stage {
       throw usage_error("sample is " + std::to_string(n) + " bytes but this batch's samples are " +
                         std::to_string(sc.in_bytes) + " bytes; resize them to one size before collate");
     if constexpr (requires { s.geometry(); }) {  // a decoder says how it laid out the pixels
-      const image_layout wrote = s.geometry().layout;
+      const field_geometry g = s.geometry();
+      const image_layout wrote = g.layout;
       if (opt_.output == dtype::f32 && opt_.channels > 1 && opt_.layout != image_layout::none &&
           wrote != image_layout::none && wrote != opt_.layout)
         throw usage_error(std::string("collate({.layout = ") + (opt_.layout == image_layout::chw ? "chw" : "hwc") +
                           "}) but the decoder wrote " + (wrote == image_layout::chw ? "CHW" : "HWC") +
                           " pixels: the per-channel mean/std would go to the wrong channels");
+      if (opt_.output == dtype::f32 && opt_.channels > 1 && wrote != image_layout::none && g.ndim == 3) {
+        const auto c = g.shape[wrote == image_layout::chw ? 0 : 2];
+        if (c != static_cast<std::int64_t>(opt_.channels))
+          throw usage_error("collate({.channels = " + std::to_string(opt_.channels) + "}) but the decoder wrote " +
+                            std::to_string(c) + "-channel pixels: the per-channel mean/std would go to the wrong values");
+      }
       sc.layout = wrote;
     }
     if (!opt_.shape.empty()) {
