@@ -21,6 +21,8 @@
 //   s.template write<N>(dst, ctx)        writes exactly size_of<N>() bytes
 //   s.template bytes_of<N>()             (optional) the bytes as a view, when no work is deferred
 //   s.template geometry_of<N>()          (optional) the shape and layout its producer wrote
+// Such a stage hands on replace_field_t<Schema, field<"jpg", std::uint8_t>>: the input's schema
+// with that one field's type changed (stage/decode.hpp).
 #pragma once
 
 #include <array>

@@ -16,8 +16,15 @@
 // partial batch. The batch count of an epoch is ceil(n / batch) (or floor).
 //
 // With several channels, normalisation needs to know where a pixel's channels are: `.layout`
-// (hwc: interleaved, chw: planes). A decoder states the layout it wrote; a `.layout` that
-// contradicts it is an error naming the sample, never a silent reinterpretation.
+// (hwc: interleaved, chw: planes). A decoder states the layout it wrote (decode(codec) forwards
+// the codec's geometry(): codecs::jpeg writes HWC or CHW, its `.layout`); with `.layout` left
+// none, collate normalises in the decoder's layout (hwc when it says nothing). A `.layout` or a
+// `.channels` that contradicts what the decoder wrote is a usage_error (reaching the trainer as
+// a stage_error naming the sample), never a silent reinterpretation:
+//
+//   sluice::decode(sluice::codecs::jpeg{{.width = 224, .height = 224, .layout = sluice::chw}})
+//   | sluice::collate({.batch = 64, .output = sluice::dtype::f32, .mean = {0.485f, 0.456f, 0.406f},
+//                      .std = {0.229f, 0.224f, 0.225f}, .channels = 3, .layout = sluice::chw})
 //
 // For samples with fields (core/schema.hpp) `collate({...})` stacks every field; per-field
 // collators (stack, normalize, pad, pack, ragged) are in stage/field_collate.hpp.

@@ -172,8 +172,8 @@ template <fixed_string Name, codec Codec>
 class decode_field_stage {
  public:
   using stage_concept = sample_stage_tag;
-  static constexpr auto label = concat_v<concat_v<"decode<\"", Name>, "\">">;
-  static constexpr std::string_view name = label.view();
+  static constexpr auto name_chars = concat_v<concat_v<"decode<\"", Name>, "\">">;
+  static constexpr std::string_view name = name_chars.view();
 
   explicit decode_field_stage(Codec c) : codec_(std::move(c)) {}
 
