@@ -3,7 +3,12 @@
 // Needs the sluice::jpeg CMake target (pkg-config libturbojpeg; defines SLUICE_WITH_TURBOJPEG=1).
 //
 // decode(in, out, ctx) writes exactly output_bytes() = width × height × channels bytes into the
-// caller's memory (a batch slot), resized and cropped per codec/transform.hpp. When the output is
+// caller's memory (a batch slot), resized and cropped per codec/transform.hpp, in the layout of
+// `.layout`: hwc (default, interleaved as libjpeg writes it) or chw (one plane per channel, what a
+// convolution takes). CHW is written by the resize/crop pass itself — no transposing copy — and is
+// the transpose of the HWC output bit for bit. geometry() states what decode writes: shape
+// {H, W, C} or {C, H, W} and the layout; the decode stages hand it to collate, which uses it for
+// the batch's shape and rejects a layout claim that contradicts it. When the output is
 // smaller than the image, the JPEG is decoded at the smallest DCT scale (1/8 … 8/8, from
 // tjGetScalingFactors) whose result still covers what the resize needs, which skips most of the
 // IDCT and colour-conversion work; a bilinear pass does the rest.
@@ -19,9 +24,11 @@
 //
 // (The namespace is `codecs`: `sluice::codec` is the concept a codec satisfies, core/concepts.hpp.)
 //
-//   sluice::codecs::jpeg dec{{.width = 64, .height = 64, .crop = sluice::codecs::crop_at::random}};
+//   sluice::codecs::jpeg dec{{.width = 64, .height = 64, .crop = sluice::codecs::crop_at::random,
+//                             .layout = sluice::image_layout::chw}};
 //   std::vector<std::byte> img(dec.output_bytes());
-//   dec.decode(jpeg_bytes, img, {.seed = 1, .epoch = 0, .id = 42});
+//   dec.decode(jpeg_bytes, img, {.seed = 1, .epoch = 0, .id = 42});   // 3 planes of 64 × 64
+//   dec.geometry();   // {.ndim = 3, .shape = {3, 64, 64}, .layout = image_layout::chw}
 #pragma once
 
 #include <turbojpeg.h>
@@ -35,6 +42,8 @@
 #include "sluice/codec/transform.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/core/tensor.hpp"
 
 namespace sluice::codecs {
 
@@ -51,6 +60,7 @@ struct jpeg_options {
   bool dct_scaling = true;          // decode large images at a reduced DCT scale
   bool fast_dct = false;            // TJFLAG_FASTDCT: faster, slightly less accurate
   std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;  // 64 Mpixel after DCT scaling
+  image_layout layout = image_layout::hwc;  // of the output: hwc (interleaved) or chw (planes)
 };
 
 struct jpeg_header {
@@ -130,6 +140,8 @@ class jpeg {
   jpeg() = default;
   explicit jpeg(jpeg_options o) : opt_(o) {
     if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: jpeg output width and height must be positive");
+    if (o.layout != image_layout::hwc && o.layout != image_layout::chw)
+      throw usage_error("sluice: jpeg .layout is image_layout::hwc or image_layout::chw");
   }
 
   [[nodiscard]] int channels() const noexcept { return opt_.format == pixels::rgb ? 3 : 1; }
@@ -137,15 +149,24 @@ class jpeg {
     return static_cast<std::size_t>(opt_.width) * static_cast<std::size_t>(opt_.height) * channels();
   }
   [[nodiscard]] const jpeg_options& options() const noexcept { return opt_; }
-  [[nodiscard]] geometry_options geometry() const noexcept {
-    return {opt_.width, opt_.height, opt_.mode, opt_.crop, opt_.resize_scale, opt_.random_flip};
+  // What decode writes: shape {H, W, C} (hwc) or {C, H, W} (chw), and the layout.
+  [[nodiscard]] field_geometry geometry() const noexcept {
+    const std::int64_t h = opt_.height, w = opt_.width, c = channels();
+    field_geometry g{.ndim = 3, .layout = opt_.layout};
+    if (opt_.layout == image_layout::chw) g.shape = {c, h, w};
+    else g.shape = {h, w, c};
+    return g;
+  }
+  // The resize/crop/flip options of the transform pass (codec/transform.hpp).
+  [[nodiscard]] geometry_options transform() const noexcept {
+    return {opt_.width, opt_.height, opt_.mode, opt_.crop, opt_.resize_scale, opt_.random_flip, opt_.layout};
   }
 
   void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context& ctx) const {
     if (out.size() < output_bytes()) throw usage_error("sluice: jpeg decode destination is smaller than output_bytes()");
     const jpeg_header hd = read_jpeg_header(in);
     tjhandle h = detail::thread_decompressor();
-    const geometry_options g = geometry();
+    const geometry_options g = transform();
     tjscalingfactor sf{1, 1};
     if (opt_.dct_scaling) sf = detail::pick_scale(source_scale_needed(hd.width, hd.height, g));
     const int dw = TJSCALED(hd.width, sf), dh = TJSCALED(hd.height, sf);

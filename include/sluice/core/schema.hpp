@@ -21,6 +21,8 @@
 //   s.template write<N>(dst, ctx)        writes exactly size_of<N>() bytes
 //   s.template bytes_of<N>()             (optional) the bytes as a view, when no work is deferred
 //   s.template geometry_of<N>()          (optional) the shape and layout its producer wrote
+// Such a stage hands on replace_field_t<Schema, field<"jpg", std::uint8_t>>: the input's schema
+// with that one field's type changed (stage/decode.hpp).
 #pragma once
 
 #include <array>
@@ -29,6 +31,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "sluice/core/concepts.hpp"
@@ -87,6 +90,23 @@ struct schema {
   template <fixed_string Name>
   using field_t = std::tuple_element_t<index_of<Name>, std::tuple<Fields...>>;
 };
+
+namespace detail {
+template <class Schema, class NewField>
+struct replace_field;
+template <class... Fields, class NewField>
+struct replace_field<schema<Fields...>, NewField> {
+  static_assert(detail::is_field<NewField>::value, "sluice::replace_field_t takes a sluice::field<...>");
+  // A name the schema lacks fails here with schema_has_no_field<"name">.
+  static_assert(schema<Fields...>::template index_of<NewField::name> < sizeof...(Fields));
+  using type = schema<std::conditional_t<Fields::name == NewField::name, NewField, Fields>...>;
+};
+}  // namespace detail
+
+// The schema with the field named like NewField replaced by NewField (same place): what a stage
+// that turns a field into another type hands on, e.g. decode<"jpg"> (encoded bytes -> u8 pixels).
+template <class Schema, class NewField>
+using replace_field_t = typename detail::replace_field<Schema, NewField>::type;
 
 // The shape (per sample, without the batch dimension) and layout a producer wrote, when it knows
 // them (an image codec does). Collators use it for the batch's shape and to check claims.

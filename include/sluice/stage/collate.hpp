@@ -16,8 +16,15 @@
 // partial batch. The batch count of an epoch is ceil(n / batch) (or floor).
 //
 // With several channels, normalisation needs to know where a pixel's channels are: `.layout`
-// (hwc: interleaved, chw: planes). A decoder states the layout it wrote; a `.layout` that
-// contradicts it is an error naming the sample, never a silent reinterpretation.
+// (hwc: interleaved, chw: planes). A decoder states the layout it wrote (decode(codec) forwards
+// the codec's geometry(): codecs::jpeg writes HWC or CHW, its `.layout`); with `.layout` left
+// none, collate normalises in the decoder's layout (hwc when it says nothing). A `.layout` or a
+// `.channels` that contradicts what the decoder wrote is a usage_error (reaching the trainer as
+// a stage_error naming the sample), never a silent reinterpretation:
+//
+//   sluice::decode(sluice::codecs::jpeg{{.width = 224, .height = 224, .layout = sluice::chw}})
+//   | sluice::collate({.batch = 64, .output = sluice::dtype::f32, .mean = {0.485f, 0.456f, 0.406f},
+//                      .std = {0.229f, 0.224f, 0.225f}, .channels = 3, .layout = sluice::chw})
 //
 // For samples with fields (core/schema.hpp) `collate({...})` stacks every field; per-field
 // collators (stack, normalize, pad, pack, ragged) are in stage/field_collate.hpp.
@@ -142,12 +149,19 @@ class collate_stage {
       throw usage_error("sample is " + std::to_string(n) + " bytes but this batch's samples are " +
                         std::to_string(sc.in_bytes) + " bytes; resize them to one size before collate");
     if constexpr (requires { s.geometry(); }) {  // a decoder says how it laid out the pixels
-      const image_layout wrote = s.geometry().layout;
+      const field_geometry g = s.geometry();
+      const image_layout wrote = g.layout;
       if (opt_.output == dtype::f32 && opt_.channels > 1 && opt_.layout != image_layout::none &&
           wrote != image_layout::none && wrote != opt_.layout)
         throw usage_error(std::string("collate({.layout = ") + (opt_.layout == image_layout::chw ? "chw" : "hwc") +
                           "}) but the decoder wrote " + (wrote == image_layout::chw ? "CHW" : "HWC") +
                           " pixels: the per-channel mean/std would go to the wrong channels");
+      if (opt_.output == dtype::f32 && opt_.channels > 1 && wrote != image_layout::none && g.ndim == 3) {
+        const auto c = g.shape[wrote == image_layout::chw ? 0 : 2];
+        if (c != static_cast<std::int64_t>(opt_.channels))
+          throw usage_error("collate({.channels = " + std::to_string(opt_.channels) + "}) but the decoder wrote " +
+                            std::to_string(c) + "-channel pixels: the per-channel mean/std would go to the wrong values");
+      }
       sc.layout = wrote;
     }
     if (!opt_.shape.empty()) {
