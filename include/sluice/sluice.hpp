@@ -1,17 +1,32 @@
-// sluice/sluice.hpp — the common set: composition, samplers, readers, per-sample and per-batch
-// stages, prefetch. Optional parts with extra dependencies (JPEG via libjpeg-turbo, gzip IDX via
-// zlib, CUDA) are included explicitly from their own headers.
+// sluice/sluice.hpp — everything a CPU pipeline composes: composition, samples with fields,
+// samplers (rank and world from the environment), readers, per-sample stages, collate (classic and
+// per field), pin, to_device (its host backend without CUDA), prefetch, the monitors and the
+// advisor, and the DLPack export where DLPack's header is installed. Optional parts with extra
+// dependencies (JPEG via libjpeg-turbo, gzip IDX via zlib, CUDA kernels) are included explicitly
+// from their own headers.
 #pragma once
 
 #include "sluice/codec/transform.hpp"
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/config.hpp"
+#include "sluice/core/dlpack.hpp"
+#include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/loader.hpp"
 #include "sluice/core/pipeline.hpp"
 #include "sluice/core/random.hpp"
+#include "sluice/core/schema.hpp"
 #include "sluice/core/stats.hpp"
+#include "sluice/core/tensor.hpp"
+#include "sluice/diag/advisor.hpp"
+#include "sluice/diag/class_balance.hpp"
+#include "sluice/diag/drift.hpp"
+#include "sluice/diag/json.hpp"
+#include "sluice/diag/noise_scale.hpp"
+#include "sluice/diag/proc_probe.hpp"
+#include "sluice/diag/report.hpp"
+#include "sluice/diag/trace.hpp"
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/fixed_records.hpp"
 #include "sluice/io/mapped_file.hpp"
@@ -29,13 +44,17 @@
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/class_weights.hpp"
 #include "sluice/sample/distributed.hpp"
+#include "sluice/sample/rank.hpp"
 #include "sluice/sample/sequential.hpp"
 #include "sluice/sample/shuffle.hpp"
 #include "sluice/sample/length_bucket.hpp"
 #include "sluice/stage/cache.hpp"
 #include "sluice/stage/collate.hpp"
 #include "sluice/stage/decode.hpp"
+#include "sluice/stage/field_collate.hpp"
 #include "sluice/stage/map.hpp"
 #include "sluice/stage/pad.hpp"
+#include "sluice/stage/pin.hpp"
 #include "sluice/stage/prefetch.hpp"
 #include "sluice/stage/read.hpp"
+#include "sluice/stage/to_device.hpp"

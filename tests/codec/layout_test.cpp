@@ -1,6 +1,6 @@
 // Image layout end to end: the JPEG codec writes HWC or CHW (the CHW output is the transpose of
 // the HWC output bit for bit, whatever the resize, crop and flip); the classic collate and the
-// per-field normalize<"f"> normalise each channel in the layout the codec wrote and reject a
+// per-field normalized<"f"> normalise each channel in the layout the codec wrote and reject a
 // layout claim that contradicts it; decode<"f">(codec) decodes one field of a sample with fields.
 #include <doctest/doctest.h>
 
@@ -284,7 +284,7 @@ TEST_CASE("decode<\"jpg\">: the field sample protocol of the decoded sample") {
   }
 }
 
-TEST_CASE("decode<\"jpg\"> + normalize<\"jpg\">: float {n, 3, H, W} equal to a reference, either codec layout") {
+TEST_CASE("decode<\"jpg\"> + normalized<\"jpg\">: float {n, 3, H, W} equal to a reference, either codec layout") {
   const int n = 10, W = 20, H = 16;
   const jpeg_fields rd(n);
   const jpeg_options base{.width = W, .height = H, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true};
@@ -293,7 +293,7 @@ TEST_CASE("decode<\"jpg\"> + normalize<\"jpg\">: float {n, 3, H, W} equal to a r
   auto run = [&](image_layout codec_layout, image_layout claim) {
     auto loader = from(sample::sequential(rd.size())) | read(rd) | decode<"jpg">(jpeg(with_layout(base, codec_layout))) |
                   collate(batch_options{.batch = 4},
-                          normalize<"jpg">{.mean = kMean, .std = kStd, .layout = claim, .output = image_layout::chw},
+                          normalized<"jpg">{.mean = kMean, .std = kStd, .layout = claim, .output = image_layout::chw},
                           stack<"label">{}) |
                   prefetch(2, {.workers = 2, .seed = seed});
     std::vector<float> all;

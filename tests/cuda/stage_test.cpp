@@ -54,9 +54,15 @@ TEST_CASE("pin + to_device (host backend): one write per sample into pinned slot
                   return counted_sample{id.value, static_cast<std::int64_t>(id.value % 10), &log};
                 }) |
                 sluice::collate({.batch = batch}) | pinned | transfer | sluice::prefetch(2, {.workers = 3});
+  std::uint64_t batch_bytes = 0;  // every tensor of every batch: data, then int64 labels
   for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
     std::uint64_t seen = 0, batches = 0;
     for (auto& b : loader.epoch(epoch)) {
+      batch_bytes += b.slot().used_bytes;
+      CHECK(b.slot().used_bytes == (b.size() * sample_bytes + 63) / 64 * 64 + b.size() * 8);
+      // The labels travel in the same copy: the device tensor holds them too.
+      const auto dev_labels = b.field("label");
+      CHECK(std::memcmp(dev_labels.device_data(), b.labels().data(), b.size() * 8) == 0);
       const auto* dev = static_cast<const std::byte*>(b.device_data());
       REQUIRE(dev != nullptr);
       CHECK(static_cast<const void*>(dev) != static_cast<const void*>(b.bytes().data()));  // a separate copy
@@ -75,9 +81,9 @@ TEST_CASE("pin + to_device (host backend): one write per sample into pinned slot
   // Exactly one write per sample, every one straight into pinned memory: no staging copy.
   CHECK(log.writes == 3 * n);
   CHECK(log.into_pinned == 3 * n);
-  CHECK(pinned.stats().bytes_in_place == 3 * n * sample_bytes);
+  CHECK(pinned.stats().bytes_in_place == batch_bytes);
   // Exactly one host-to-device copy of each batch's bytes.
-  CHECK(transfer.stats().bytes_copied == 3 * n * sample_bytes);
+  CHECK(transfer.stats().bytes_copied == batch_bytes);
   CHECK(transfer.stats().batches == 3 * ((n + batch - 1) / batch));
   // Memory is reused: slots are allocated once per ring slot, device blocks at most once per
   // batch alive (depth + workers), whatever the number of batches.
@@ -85,7 +91,7 @@ TEST_CASE("pin + to_device (host backend): one write per sample into pinned slot
   CHECK(dev_pool.allocations <= 2 + 3);
   CHECK(dev_pool.reuses >= dev_pool.acquires - dev_pool.allocations);
   CHECK(pinned.stats().slot_allocations <= 2 + 3);
-  CHECK(pinned.stats().pool.held_bytes <= (2 + 3) * ((batch * sample_bytes + 65535) / 65536 * 65536));
+  CHECK(pinned.stats().pool.held_bytes <= (2 + 3) * ((batch * (sample_bytes + 8) + 64 + 65535) / 65536 * 65536));
 }
 
 TEST_CASE("a pinned pool too small for a batch fails that batch with a clear error, not a crash") {

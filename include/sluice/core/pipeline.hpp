@@ -8,7 +8,9 @@
 //               | sluice::prefetch(2);           // runs it: workers, ring, stats
 //
 // The pipeline's type is the chain of its stages: `sample_chain<Sampler, Stages...>` until
-// collate, then `batch_chain<SampleChain, BatchStages...>`, then `loader<...>` (core/loader.hpp).
+// collate, then `batch_chain<SampleChain, Collate, BatchStages...>`, then `loader<...>`
+// (core/loader.hpp). The core knows collate only as a concept (core/concepts.hpp: any type that
+// models collator_for<C, Sample>); the classic and per-field collators live in stage/.
 // The per-sample stages are applied by one inlined function per sample (`sample_chain::apply`):
 // no virtual call, no type erasure, nothing allocated.
 //

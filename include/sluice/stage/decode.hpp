@@ -30,7 +30,7 @@
 //               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 224, .height = 224,
 //                                                             .layout = sluice::image_layout::chw}})
 //               | sluice::collate({.batch = 64},
-//                                 sluice::normalize<"jpg">{.mean = {0.485f, 0.456f, 0.406f},
+//                                 sluice::normalized<"jpg">{.mean = {0.485f, 0.456f, 0.406f},
 //                                                          .std = {0.229f, 0.224f, 0.225f}},
 //                                 sluice::stack<"label">{})
 //               | sluice::prefetch(2);          // b.get<"jpg">(): float {64, 3, 224, 224}

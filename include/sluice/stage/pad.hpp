@@ -14,8 +14,9 @@
 //               | sluice::prefetch(2);
 //   for (auto& b : loader.epoch(e)) { auto lens = sluice::padded_lengths(b); ... }
 //
-// The lead's collate could later take a `collate_padded` option that sizes each batch to its own
-// longest sample; this stage is the variant that needs no change to collate.
+// For samples with fields, `collate({...}, pad<"tokens">{...})` (stage/field_collate.hpp) sizes
+// each batch to its own longest sequence and emits the lengths (and a mask) as tensors; this
+// stage is the variant for plain records and the classic collate.
 #pragma once
 
 #include <algorithm>
