@@ -409,3 +409,64 @@ TEST_CASE("vocabulary bound: lazily in fields(i), or once at open") {
   CHECK(contains(format_error_text([&] { io::token_documents<std::uint16_t>{tp, op, {.vocab = 256, .vocab_check = io::vocab_check::open}}; }),
                  "record 1"));
 }
+
+TEST_CASE("documents: empty documents, and pack without split") {
+  temp_dir dir;
+  const std::string tp = dir.file("docs.bin"), op = dir.file("docs.idx");
+  // 0 tokens in documents 0..2; then 5, 12, 7, 16, 3 tokens
+  std::vector<std::vector<std::uint16_t>> docs{{}, {}, {}};
+  for (std::size_t n : {5u, 12u, 7u, 16u, 3u}) {
+    docs.emplace_back();
+    for (std::size_t k = 0; k < n; ++k) docs.back().push_back(static_cast<std::uint16_t>(docs.size() * 100 + k));
+  }
+  io::write_token_documents<std::uint16_t>(tp, op, docs);
+  io::token_documents<std::uint16_t> d{tp, op};
+  REQUIRE(d.size() == 8);
+  CHECK(d.length(0) == 0);
+  CHECK(d.fields(1).bytes_of<"tokens">().empty());
+
+  SUBCASE("a batch of only empty documents") {
+    auto pk = from(sample::sequential(3)) | read(d) | collate(batch_options{.batch = 3}, pack<"tokens">{.length = 16}) |
+              prefetch(1);
+    std::size_t n = 0;
+    for (auto& b : pk.epoch(0)) {
+      CHECK(b.size() == 3);
+      CHECK(b.get<"tokens">().shape()[0] == 0);
+      CHECK(as_vec<std::int32_t>(b.get<"tokens.cu_seqlens">()) == std::vector<std::int32_t>{0});
+      ++n;
+    }
+    CHECK(n == 1);
+    auto pd = from(sample::sequential(3)) | read(d) | collate(batch_options{.batch = 3}, pad<"tokens">{.value = 50256}) |
+              prefetch(1);
+    for (auto& b : pd.epoch(0)) {
+      CHECK(b.get<"tokens">().shape()[1] == 0);
+      CHECK(as_vec<std::int64_t>(b.get<"tokens.lengths">()) == std::vector<std::int64_t>{0, 0, 0});
+    }
+  }
+  SUBCASE("split = false: a document that does not fit the row's rest starts a new row") {
+    auto pk = from(sample::sequential(d.size())) | read(d) |
+              collate(batch_options{.batch = 8}, pack<"tokens">{.length = 16, .split = false, .value = 50256}) | prefetch(1);
+    for (auto& b : pk.epoch(0)) {
+      // documents 3..7 of 5, 12, 7, 16, 3 tokens (document i's token k is (i + 1) * 100 + k):
+      // row 0: doc3 (5) + pad 11; row 1: doc4 (12) + pad 4; row 2: doc5 (7) + pad 9;
+      // row 3: doc6 (16); row 4: doc7 (3) + pad 13
+      auto t = b.get<"tokens">();
+      REQUIRE(t.shape()[0] == 5);
+      auto doc = as_vec<std::int32_t>(b.get<"tokens.doc_ids">());
+      auto row_doc = [&](std::size_t r, std::size_t k) { return doc[r * 16 + k]; };
+      CHECK(row_doc(0, 0) == 3);
+      CHECK(row_doc(0, 5) == -1);
+      CHECK(row_doc(1, 0) == 4);
+      CHECK(row_doc(1, 12) == -1);
+      CHECK(row_doc(2, 6) == 5);
+      CHECK(row_doc(2, 7) == -1);
+      CHECK(row_doc(3, 15) == 6);
+      CHECK(row_doc(4, 2) == 7);
+      CHECK(row_doc(4, 3) == -1);
+      CHECK(t[1 * 16 + 11] == 511);
+      CHECK(t[1 * 16 + 12] == 50256);
+      CHECK(as_vec<std::int32_t>(b.get<"tokens.cu_seqlens">()) ==
+            std::vector<std::int32_t>{0, 5, 16, 28, 32, 39, 48, 64, 67, 80});
+    }
+  }
+}
