@@ -3,9 +3,14 @@
 // measured in the same binary: a plain memcpy gather of the same records, in the same order, into
 // one batch buffer (with 1 thread, and with 2 threads each gathering its own batches).
 //
-// Run: build/bench/core/sluice_bench_collate --benchmark_counters_tabular=true
+// A diagnostic variant of the roofline gathers into `slots` batch buffers in turn, as the loader's
+// ring does (depth 2 + workers slots), instead of rewriting one buffer that stays in cache.
+//
+// Run: build/bench/core/sluice_bench_collate --benchmark_counters_tabular=true [--json]
 // Counters: samples/s (items_per_second) and bytes/s; bench/README.md keeps the figures.
 #include <benchmark/benchmark.h>
+
+#include "json_lines.hpp"
 
 #include <sluice/sluice.hpp>
 
@@ -45,18 +50,20 @@ sluice::io::fixed_records& reader() {
   return r;
 }
 
-void BM_roofline_memcpy_gather(benchmark::State& state) {
-  const auto threads = static_cast<std::size_t>(state.range(0));
+void gather(benchmark::State& state, std::size_t threads, std::size_t slots) {
   auto& r = reader();
   sluice::sample::shuffle order(records, {.seed = 1});
   std::vector<std::unique_ptr<std::byte[]>> bufs;
-  for (std::size_t t = 0; t < threads; ++t) bufs.emplace_back(new (std::align_val_t{64}) std::byte[batch * record_bytes]);
+  for (std::size_t t = 0; t < threads * slots; ++t) {
+    bufs.emplace_back(new (std::align_val_t{64}) std::byte[batch * record_bytes]);
+    std::memset(bufs.back().get(), 0, batch * record_bytes);
+  }
   std::uint64_t epoch = 0;
   for (auto _ : state) {
     const std::size_t nb = records / batch;
     auto work = [&](std::size_t t) {
       for (std::size_t k = t; k < nb; k += threads) {
-        std::byte* dst = bufs[t].get();
+        std::byte* dst = bufs[t * slots + (k / threads) % slots].get();
         for (std::size_t i = 0; i < batch; ++i) {
           auto rec = r.record(order.at(epoch, k * batch + i));
           std::memcpy(dst + i * record_bytes, rec.data(), record_bytes);
@@ -78,6 +85,10 @@ void BM_roofline_memcpy_gather(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * records * record_bytes));
 }
 
+void BM_roofline_memcpy_gather(benchmark::State& state) { gather(state, static_cast<std::size_t>(state.range(0)), 1); }
+// One thread, gathering into `slots` buffers in turn (the loader's ring: prefetch(2) + 1 worker = 3).
+void BM_roofline_memcpy_gather_ring(benchmark::State& state) { gather(state, 1, static_cast<std::size_t>(state.range(0))); }
+
 void BM_sluice_pipeline(benchmark::State& state) {
   const auto workers = static_cast<std::size_t>(state.range(0));
   auto& r = reader();
@@ -96,5 +107,13 @@ void BM_sluice_pipeline(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_roofline_memcpy_gather)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_roofline_memcpy_gather_ring)->Arg(3)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_sluice_pipeline)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_MAIN();
+
+int main(int argc, char** argv) {
+  return sluice_bench::run_main(argc, argv,
+                                {{"BM_roofline_memcpy_gather/2", "BM_roofline_memcpy_gather/1"},
+                                 {"BM_roofline_memcpy_gather_ring/3", "BM_roofline_memcpy_gather/1"},
+                                 {"BM_sluice_pipeline/1", "BM_roofline_memcpy_gather/1"},
+                                 {"BM_sluice_pipeline/2", "BM_roofline_memcpy_gather/2"}});
+}
