@@ -1,5 +1,6 @@
 # Runs the compiler on SRC with -D${CASE}; passes only if compilation fails AND the diagnostics
 # contain the expected words for that case (so a failure for another reason does not count).
+# The words are expect_${CASE} below, or the caller's -DEXPECT=<regex>.
 set(expect_DECODE_AFTER_FROM "this stage cannot take what the stage before it hands out" "\"decode\"" "from\\(sampler\\)")
 set(expect_BATCH_STAGE_BEFORE_COLLATE "per-batch stage .* cannot follow a per-sample" "\"pin\"" "\"read\"")
 set(expect_SAMPLE_STAGE_AFTER_COLLATE "per-sample stage .* cannot follow collate" "\"read\"" "\"collate\"")
@@ -14,6 +15,12 @@ execute_process(
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)
   message(FATAL_ERROR "case ${CASE} compiled, but it must not")
+endif()
+if(DEFINED EXPECT)
+  set(expect_${CASE} "${EXPECT}")
+endif()
+if(NOT expect_${CASE})
+  message(FATAL_ERROR "case ${CASE}: no expected diagnostic given")
 endif()
 foreach(pattern IN LISTS expect_${CASE})
   if(NOT err MATCHES "${pattern}")

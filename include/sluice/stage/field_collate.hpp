@@ -101,6 +101,19 @@ inline std::int64_t product(std::span<const std::int64_t> shape) {
   return n;
 }
 
+// The rows of shape `row` a variable field holds; a size that is not a whole number of rows is a
+// format_error naming the field.
+template <fixed_string Name, class S>
+std::size_t whole_rows(const S& s, std::span<const std::int64_t> row) {
+  using F = field_of_t<Name, S>;
+  const std::size_t rb = static_cast<std::size_t>(product(row)) * sizeof(typename F::value_type);
+  const std::size_t n = s.template size_of<Name>();
+  if (rb == 0 || n % rb != 0)
+    field_error<Name>(s, std::to_string(n) + " bytes are not a whole number of rows of shape " + shape_text(row) + " " +
+                             dtype_name(F::type) + " (" + std::to_string(rb) + " bytes each)");
+  return n / rb;
+}
+
 template <fixed_string Name, class S>
 field_geometry producer_geometry(const S& s) {
   if constexpr (requires { s.template geometry_of<Name>(); }) return s.template geometry_of<Name>();
@@ -396,13 +409,7 @@ struct ragged {
 
   template <class S>
   void check(const S& s, scratch&) const {
-    using F = detail::field_of_t<Name, S>;
-    const std::size_t rb = static_cast<std::size_t>(detail::product(row)) * sizeof(typename F::value_type);
-    const std::size_t n = s.template size_of<Name>();
-    if (rb == 0 || n % rb != 0)
-      detail::field_error<Name>(s, std::to_string(n) + " bytes are not a whole number of rows of shape " +
-                                       detail::shape_text(row) + " " + dtype_name(F::type) + " (" +
-                                       std::to_string(rb) + " bytes each)");
+    (void)detail::whole_rows<Name>(s, row);
   }
 
   template <class S>
@@ -462,14 +469,9 @@ struct pad {
 
   template <class S>
   void check(const S& s, scratch&) const {
-    using F = detail::field_of_t<Name, S>;
-    const std::size_t rb = static_cast<std::size_t>(detail::product(row)) * sizeof(typename F::value_type);
-    const std::size_t n = s.template size_of<Name>();
-    if (rb == 0 || n % rb != 0)
-      detail::field_error<Name>(s, std::to_string(n) + " bytes are not a whole number of rows of shape " +
-                                       detail::shape_text(row) + " " + dtype_name(F::type));
-    if (length != 0 && !truncate && n / rb > length)
-      detail::field_error<Name>(s, "a sequence of " + std::to_string(n / rb) + " is longer than pad's fixed length " +
+    const std::size_t rows = detail::whole_rows<Name>(s, row);
+    if (length != 0 && !truncate && rows > length)
+      detail::field_error<Name>(s, "a sequence of " + std::to_string(rows) + " is longer than pad's fixed length " +
                                        std::to_string(length) + " (set .truncate = true to cut it)");
   }
 
