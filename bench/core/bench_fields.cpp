@@ -41,6 +41,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef SLUICE_BENCH_PACK_PY
@@ -144,15 +145,19 @@ auto det_collator() {
 using det_collate_t = decltype(det_collator());
 using det_sample_t = sluice::fields_sample<det_schema>;
 
-// One batch through the collator's steps, as the loader's ring drives them.
+// One batch through the collator's steps, as the loader's ring drives them: the samples' views
+// gathered and checked, the tensors planned, then (with out != nullptr) each sample written and
+// the batch finished. Returns the batch's bytes.
+template <class Reader, class Collate>
 struct direct_collate {
-  det_collate_t col = det_collator();
-  det_collate_t::scratch_type sc{};
-  std::vector<det_sample_t> samples;
+  using sample_t = decltype(std::declval<const Reader&>().fields(0));
+  Collate col;
+  typename Collate::scratch_type sc{};
+  std::vector<sample_t> samples;
   sluice::batch_layout layout;
-  direct_collate() { samples.reserve(det_batch); }
+  explicit direct_collate(Collate c) : col(std::move(c)) { samples.reserve(col.batch_size()); }
 
-  std::size_t run(const mem_det_reader& r, const sluice::sample::shuffle& order, std::uint64_t epoch,
+  std::size_t run(const Reader& r, const sluice::sample::shuffle& order, std::uint64_t epoch,
                   std::size_t first, std::size_t n, std::byte* out) {
     samples.clear();
     col.begin(sc);
@@ -161,12 +166,13 @@ struct direct_collate {
       col.check(samples.back(), sc);
     }
     layout.clear();
-    col.plan(std::span<const det_sample_t>(samples), sc, layout);
+    col.plan(std::span<const sample_t>(samples), sc, layout);
+    if (out == nullptr) return layout.bytes;
     for (std::size_t i = 0; i < n; ++i) {
       const sluice::sample_context ctx{0, epoch, samples[i].id, first + i};
       col.write(samples[i], i, out, sc, ctx);
     }
-    col.finish(std::span<const det_sample_t>(samples), out, sc, layout);
+    col.finish(std::span<const sample_t>(samples), out, sc, layout);
     return layout.bytes;
   }
 };
@@ -183,7 +189,7 @@ void check_same_layout() {
     const auto& r = det_reader();
     sluice::sample::shuffle order(det_samples, {.seed = 1});
     auto a = zeroed(det_buffer_bytes), b = zeroed(det_buffer_bytes);
-    direct_collate dc;
+    direct_collate<mem_det_reader, det_collate_t> dc{det_collator()};
     for (std::size_t first : {std::size_t{0}, std::size_t{256 * 7}}) {
       const std::size_t na = hand_gather(r, order, 3, first, det_batch, a.get());
       const std::size_t nb = dc.run(r, order, 3, first, det_batch, b.get());
@@ -229,7 +235,7 @@ void BM_fields_direct_memcpy(benchmark::State& state) {
 void BM_fields_direct_collate(benchmark::State& state) {
   const auto& r = det_reader();
   auto buf = zeroed(det_buffer_bytes);
-  direct_collate dc;
+  direct_collate<mem_det_reader, det_collate_t> dc{det_collator()};
   det_epochs(state, [&](const auto& order, std::uint64_t epoch, std::size_t first, std::size_t n) {
     dc.run(r, order, epoch, first, n, buf.get());
     benchmark::DoNotOptimize(buf.get());
@@ -296,36 +302,13 @@ auto pack_collator() {
 }
 using pack_collate_t = decltype(pack_collator());
 
-struct direct_pack {
-  pack_collate_t col = pack_collator();
-  pack_collate_t::scratch_type sc{};
-  std::vector<tok_sample_t> samples;
-  sluice::batch_layout layout;
-  direct_pack() { samples.reserve(pack_batch); }
-  // Plans and (with out != nullptr) writes one batch; returns its bytes.
-  std::size_t run(const mem_tok_reader& r, const sluice::sample::shuffle& order, std::uint64_t epoch,
-                  std::size_t first, std::size_t n, std::byte* out) {
-    samples.clear();
-    col.begin(sc);
-    for (std::size_t i = 0; i < n; ++i) {
-      samples.push_back(r.fields(static_cast<std::size_t>(order.at(epoch, first + i))));
-      col.check(samples.back(), sc);
-    }
-    layout.clear();
-    col.plan(std::span<const tok_sample_t>(samples), sc, layout);
-    if (out == nullptr) return layout.bytes;
-    for (std::size_t i = 0; i < n; ++i) col.write(samples[i], i, out, sc, sluice::sample_context{0, epoch, samples[i].id, first + i});
-    col.finish(std::span<const tok_sample_t>(samples), out, sc, layout);
-    return layout.bytes;
-  }
-};
 
 // The largest batch of any of the first epochs (a bound for the preallocated buffer).
 std::size_t pack_buffer_bytes() {
   static const std::size_t bytes = [] {
     const auto& r = tok_reader();
     sluice::sample::shuffle order(tok_docs, {.seed = 1});
-    direct_pack dp;
+    direct_collate<mem_tok_reader, pack_collate_t> dp{pack_collator()};
     std::size_t m = 0;
     for (std::uint64_t e = 0; e < 64; ++e)
       for (std::size_t first = 0; first < tok_docs; first += pack_batch)
@@ -339,7 +322,7 @@ std::size_t pack_buffer_bytes() {
 long long pack_checksum(std::uint64_t epoch) {
   const auto& r = tok_reader();
   sluice::sample::shuffle order(tok_docs, {.seed = 1});
-  direct_pack dp;
+  direct_collate<mem_tok_reader, pack_collate_t> dp{pack_collator()};
   auto buf = zeroed(pack_buffer_bytes());
   long long sum = 0;
   for (std::size_t first = 0; first < tok_docs; first += pack_batch) {
@@ -392,7 +375,7 @@ void BM_pack_memcpy(benchmark::State& state) {
 void BM_pack_direct(benchmark::State& state) {
   const auto& r = tok_reader();
   auto buf = zeroed(pack_buffer_bytes());
-  direct_pack dp;
+  direct_collate<mem_tok_reader, pack_collate_t> dp{pack_collator()};
   pack_epochs(state, [&](const auto& order, std::uint64_t epoch, std::size_t first, std::size_t n) {
     dp.run(r, order, epoch, first, n, buf.get());
     benchmark::DoNotOptimize(buf.get());

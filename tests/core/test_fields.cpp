@@ -219,7 +219,8 @@ TEST_CASE("fields: pad to the longest, to a multiple, to a fixed length; lengths
   }
   SUBCASE("a pad value the element type cannot hold is a usage error") {
     auto bad = from(sample::sequential(r.size())) | read(r) | collate({.batch = 6}, pad<"tokens">{.value = 70000}) | prefetch(2);
-    CHECK_THROWS_AS([&] { for (auto& b : bad.epoch(0)) (void)b; }(), stage_error);
+    CHECK_THROWS_WITH_AS([&] { for (auto& b : bad.epoch(0)) (void)b; }(), doctest::Contains("does not fit its element type u16"),
+                         stage_error);
   }
 }
 
@@ -402,13 +403,22 @@ TEST_CASE("fields: batches are bit-identical for 1, 2 and 4 workers (variable fi
   }
 }
 
-TEST_CASE("fields: slot storage grows to the largest batch and is reused; bytes in flight follow the batches") {
-  tok_reader r(64, 32);
+TEST_CASE("fields: slot storage grows to the largest batch, then is reused; bytes in flight follow the batches") {
+  tok_reader r(64, 32);  // documents of 1..32 tokens: every batch pads to its own longest
   auto loader = from(sample::sequential(r.size())) | read(r) | collate({.batch = 8}, pad<"tokens">{}) | prefetch(1, {.workers = 1});
-  for (std::uint64_t e = 0; e < 3; ++e)
-    for (auto& b : loader.epoch(e)) CHECK(b.get<"tokens">().shape()[0] == static_cast<std::int64_t>(b.size()));
+  std::size_t largest_batch = 0, after_first = 0;
+  for (std::uint64_t e = 0; e < 3; ++e) {
+    for (auto& b : loader.epoch(e)) {
+      CHECK(b.get<"tokens">().shape()[0] == static_cast<std::int64_t>(b.size()));
+      largest_batch = std::max(largest_batch, b.slot().used_bytes);
+      CHECK(b.slot().used_bytes <= b.slot().storage_bytes);
+      CHECK(loader.stats().bytes_in_flight >= b.slot().used_bytes);  // the held batch counts
+    }
+    if (e == 0) after_first = loader.stats().batch_bytes;
+  }
   auto st = loader.stats();
-  CHECK(st.batch_bytes > 0);
+  CHECK(st.batch_bytes >= largest_batch);   // the largest slot holds the largest batch
+  CHECK(st.batch_bytes == after_first);     // and later epochs grew nothing
   CHECK(st.bytes_in_flight == 0);
   CHECK(st.samples == 3 * 64);
 }

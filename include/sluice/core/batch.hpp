@@ -123,8 +123,7 @@ class batch {
   [[nodiscard]] bool has_field(std::string_view name) const noexcept { return slot_->layout.find(name) != nullptr; }
   // A tensor by name; a usage_error lists the names the batch has.
   [[nodiscard]] tensor_view field(std::string_view name) const {
-    for (std::size_t i = 0; i < slot_->layout.count; ++i)
-      if (slot_->layout.tensors[i].name == name) return tensor(i);
+    if (const tensor_desc* d = slot_->layout.find(name)) return tensor(static_cast<std::size_t>(d - slot_->layout.tensors.data()));
     std::string have;
     for (std::size_t i = 0; i < slot_->layout.count; ++i)
       have += (i ? ", " : "") + std::string(slot_->layout.tensors[i].name);

@@ -17,8 +17,9 @@
 //                  (copied once) or size_bytes() + write_into(dst, ctx) (written in place, e.g.
 //                  decoded straight into the batch slot). Samples with fields: core/schema.hpp.
 //   collator_for   what turns a batch's samples into its tensors (below). stage/collate.hpp
-//                  has the classic one and the per-field ones (stack, pad, pack, ragged); the
-//                  core knows only this concept, so a user may write their own.
+//                  has the classic one, stage/field_collate.hpp the per-field ones (stack,
+//                  normalized, pad, pack, ragged); the core knows only this concept, so a user
+//                  may write their own.
 #pragma once
 
 #include <concepts>

@@ -372,11 +372,16 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.depth = depth_;
     s.workers = active_workers_;
     s.capacity = capacity_;
-    // Variable-length fields make batches differ in size: bytes are counted per slot, and the
-    // peak is bounded by the largest batch seen times the peak count.
+    // Variable-length fields make batches differ in size: a filled batch counts its own bytes
+    // (published to this thread by the status change under m_), a batch being filled counts the
+    // largest slot so far (its size is not known, nor safe to read, until it is filled); the peak
+    // is bounded by the largest slot times the peak count.
     s.batch_bytes = slot_bytes_;
-    for (std::size_t i = 0; i < capacity_; ++i)
-      if (slots_[i].status != slot_status::free) s.bytes_in_flight += slots_[i].used_bytes;
+    for (std::size_t i = 0; i < capacity_; ++i) {
+      const auto st = slots_[i].status;
+      if (st == slot_status::filling) s.bytes_in_flight += slot_bytes_;
+      else if (st != slot_status::free) s.bytes_in_flight += slots_[i].used_bytes;
+    }
     s.peak_batches_in_flight = peak_live_;
     s.peak_bytes_in_flight = peak_live_ * slot_bytes_;
     s.ready_batches = count_ready_locked();
@@ -515,8 +520,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     auto& ctr = counters_[w];
     const auto& sampler = chain_.chain.sampler_;
     const auto& col = chain_.collate;
-    std::uint64_t local_stage_ns[n_stages + 1] = {};
-    std::uint64_t skipped = 0, timed = 0;
+    std::uint64_t local_stage_ns[n_stages + 1] = {};  // sampled, 1 sample in stage_timing_stride (+1: never empty)
+    std::uint64_t skipped = 0;
     ws.samples.clear();
     ws.positions.clear();
     struct clear_on_exit {  // the samples may pin cache entries: drop them with the batch
@@ -534,7 +539,6 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         sample_context ctx{opt_.seed, epoch, id, pos};
         if ((sample_counter++ % stage_timing_stride) == 0) {
           ws.samples.push_back(chain_.chain.template apply<true>(id, ctx, local_stage_ns));
-          ++timed;
         } else {
           ws.samples.push_back(chain_.chain.apply(id, ctx));
         }
@@ -613,7 +617,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         record_error(s, failing, id);
       }
     }
-    local_stage_ns[n_stages] = (now_ns() - t_collate + stage_timing_stride - 1) / stage_timing_stride;
+    const std::uint64_t collate_ns = now_ns() - t_collate;  // the whole batch, not sampled
     const std::uint64_t samples = ws.samples.size();
     s.count = samples;
     s.skipped = skipped;
@@ -624,11 +628,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.sample_bytes = has_first && samples > 0 ? s.layout.tensors[0].bytes / samples : 0;
     ctr.samples.add(samples);
     ctr.skipped.add(skipped);
-    for (std::size_t i = 0; i <= n_stages; ++i) {
+    for (std::size_t i = 0; i < n_stages; ++i) {
       ctr.stage_ns[i].add(local_stage_ns[i] * stage_timing_stride);
-      ctr.stage_calls[i].add(samples + (i < n_stages ? skipped : 0));
+      ctr.stage_calls[i].add(samples + skipped);
     }
-    (void)timed;
+    ctr.stage_ns[n_stages].add(collate_ns);
+    ctr.stage_calls[n_stages].add(samples);
     return true;
   }
 

@@ -64,7 +64,7 @@ struct batch_layout {
     count = 0;
     bytes = 0;
   }
-  // Appends a tensor of `type` and `shape` after the previous one; returns its index.
+  // Appends a tensor of `type` and `shape` after the previous one; returns its byte offset.
   std::size_t add(std::string_view name, dtype type, std::span<const std::int64_t> shape) {
     if (count == max_tensors)
       throw usage_error("sluice: a batch holds at most " + std::to_string(max_tensors) + " tensors; '" +
@@ -84,10 +84,21 @@ struct batch_layout {
     t.offset = (bytes + alignment - 1) / alignment * alignment;
     t.bytes = static_cast<std::size_t>(t.numel()) * dtype_size(type);
     bytes = t.offset + t.bytes;
-    return count++;
+    ++count;
+    return t.offset;
   }
   std::size_t add(std::string_view name, dtype type, std::initializer_list<std::int64_t> shape) {
     return add(name, type, std::span<const std::int64_t>(shape.begin(), shape.size()));
+  }
+  // A tensor of shape {n, item...}: n samples (or rows) of shape `item`; returns its byte offset.
+  std::size_t add_batched(std::string_view name, dtype type, std::int64_t n, std::span<const std::int64_t> item) {
+    if (item.size() >= max_dims)
+      throw usage_error("sluice: tensor '" + std::string(name) + "' has " + std::to_string(item.size() + 1) +
+                        " dimensions; at most " + std::to_string(max_dims));
+    std::array<std::int64_t, max_dims> shape{};
+    shape[0] = n;
+    for (std::size_t i = 0; i < item.size(); ++i) shape[i + 1] = item[i];
+    return add(name, type, std::span<const std::int64_t>(shape.data(), item.size() + 1));
   }
   [[nodiscard]] const tensor_desc* find(std::string_view name) const noexcept {
     for (std::size_t i = 0; i < count; ++i)

@@ -75,6 +75,7 @@ class collate_stage {
   using batch_type = batch;
 
   struct scratch_type {
+    bool learnt = false;       // the batch's first sample has been checked
     std::size_t in_bytes = 0;  // this batch's sample size
     image_layout layout = image_layout::none;
     std::vector<std::byte> conv;  // a self-writing sample's bytes before conversion to float
@@ -82,6 +83,10 @@ class collate_stage {
   };
 
   explicit collate_stage(collate_options o) : opt_(std::move(o)) {
+    if (!opt_.shape.empty()) {
+      shape_elements_ = 1;
+      for (auto d : opt_.shape) shape_elements_ *= static_cast<std::size_t>(d);
+    }
     if (opt_.batch == 0) throw usage_error("sluice: collate({.batch = 0}): a batch needs at least one sample");
     if (opt_.output != dtype::u8 && opt_.output != dtype::f32)
       throw usage_error(std::string("sluice: collate: .output is u8 or f32, not ") + dtype_name(opt_.output) +
@@ -139,15 +144,22 @@ class collate_stage {
   void begin(scratch_type& sc) const noexcept {
     sc.in_bytes = opt_.sample_bytes;
     sc.layout = image_layout::none;
+    sc.learnt = false;
   }
   template <collatable S>
   void check(const S& s, scratch_type& sc) const {
     const std::size_t n = input_bytes(s);
+    if (sc.learnt) {  // every later sample of the batch: one comparison
+      if (n != sc.in_bytes) throw size_mismatch(n, sc.in_bytes);
+      return;
+    }
+    // The batch's first sample: its size, and what its producer says it wrote.
     if (n == 0) throw usage_error("sample has 0 bytes; collate needs fixed-size, non-empty samples");
     if (sc.in_bytes == 0) sc.in_bytes = n;
-    if (n != sc.in_bytes)
-      throw usage_error("sample is " + std::to_string(n) + " bytes but this batch's samples are " +
-                        std::to_string(sc.in_bytes) + " bytes; resize them to one size before collate");
+    if (n != sc.in_bytes) throw size_mismatch(n, sc.in_bytes);
+    if (shape_elements_ != 0 && shape_elements_ != n)
+      throw usage_error("sample is " + std::to_string(n) + " elements but collate's .shape says " +
+                        std::to_string(shape_elements_));
     if constexpr (requires { s.geometry(); }) {  // a decoder says how it laid out the pixels
       const field_geometry g = s.geometry();
       const image_layout wrote = g.layout;
@@ -164,26 +176,15 @@ class collate_stage {
       }
       sc.layout = wrote;
     }
-    if (!opt_.shape.empty()) {
-      std::int64_t e = 1;
-      for (auto d : opt_.shape) e *= d;
-      if (static_cast<std::size_t>(e) != n)
-        throw usage_error("sample is " + std::to_string(n) + " elements but collate's .shape says " + std::to_string(e));
-    }
+    sc.learnt = true;
   }
   template <collatable S>
   void plan(std::span<const S> samples, scratch_type& sc, batch_layout& layout) const {
-    std::array<std::int64_t, max_dims> sh{};
-    std::size_t nd = 1;
-    sh[0] = static_cast<std::int64_t>(samples.size());
-    if (opt_.shape.empty()) {
-      sh[nd++] = static_cast<std::int64_t>(sc.in_bytes);
-    } else {
-      if (opt_.shape.size() + 1 > max_dims) throw usage_error("sluice: collate: .shape has too many dimensions");
-      for (auto d : opt_.shape) sh[nd++] = d;
-    }
-    sc.data = layout.tensors[layout.add("data", opt_.output, std::span<const std::int64_t>(sh.data(), nd))].offset;
-    sc.labels = layout.tensors[layout.add("label", dtype::i64, std::span<const std::int64_t>(sh.data(), 1))].offset;
+    const auto n = static_cast<std::int64_t>(samples.size());
+    const auto flat = static_cast<std::int64_t>(sc.in_bytes);
+    sc.data = opt_.shape.empty() ? layout.add_batched("data", opt_.output, n, {&flat, 1})
+                                 : layout.add_batched("data", opt_.output, n, opt_.shape);
+    sc.labels = layout.add("label", dtype::i64, {n});
   }
   template <collatable S>
   void write(const S& s, std::size_t i, std::byte* base, scratch_type& sc, const sample_context& ctx) const {
@@ -233,7 +234,13 @@ class collate_stage {
     }
   }
 
+  static usage_error size_mismatch(std::size_t n, std::size_t expected) {
+    return usage_error("sample is " + std::to_string(n) + " bytes but this batch's samples are " +
+                       std::to_string(expected) + " bytes; resize them to one size before collate");
+  }
+
   collate_options opt_;
+  std::size_t shape_elements_ = 0;  // product of .shape (0: no shape given)
   std::vector<float> a_, b_;
 };
 

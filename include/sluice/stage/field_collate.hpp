@@ -205,7 +205,7 @@ struct stack {
     constexpr std::size_t es = sizeof(typename F::value_type);
     field_geometry g = detail::producer_geometry<Name>(s);
     if (!shape.empty()) {
-      if (g.ndim != 0 && detail::shape_text({g.shape.data(), g.ndim}) != detail::shape_text(shape))
+      if (g.ndim != 0 && !std::equal(g.shape.begin(), g.shape.begin() + g.ndim, shape.begin(), shape.end()))
         throw usage_error("sluice: stack<\"" + std::string(Name.view()) + "\">{.shape = " + detail::shape_text(shape) +
                           "} contradicts the producer, which wrote " + detail::shape_text({g.shape.data(), g.ndim}));
       if (shape.size() > max_dims - 1) throw usage_error("sluice: stack: too many dimensions");
@@ -227,12 +227,8 @@ struct stack {
 
   template <class S>
   void plan(std::span<const S> samples, scratch& sc, batch_layout& layout) const {
-    using F = detail::field_of_t<Name, S>;
-    std::array<std::int64_t, max_dims> sh{};
-    sh[0] = static_cast<std::int64_t>(samples.size());
-    for (std::size_t i = 0; i < sc.geo.ndim; ++i) sh[i + 1] = sc.geo.shape[i];
-    const std::size_t t = layout.add(Name.view(), F::type, std::span<const std::int64_t>(sh.data(), sc.geo.ndim + 1u));
-    sc.offset = layout.tensors[t].offset;
+    sc.offset = layout.add_batched(Name.view(), detail::field_of_t<Name, S>::type, static_cast<std::int64_t>(samples.size()),
+                                   {sc.geo.shape.data(), sc.geo.ndim});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -338,11 +334,8 @@ struct normalized {
 
   template <class S>
   void plan(std::span<const S> samples, scratch& sc, batch_layout& layout_out) const {
-    std::array<std::int64_t, max_dims> sh{};
-    sh[0] = static_cast<std::int64_t>(samples.size());
-    for (std::size_t i = 0; i < sc.geo.ndim; ++i) sh[i + 1] = sc.geo.shape[i];
-    const std::size_t t = layout_out.add(Name.view(), dtype::f32, std::span<const std::int64_t>(sh.data(), sc.geo.ndim + 1u));
-    sc.offset = layout_out.tensors[t].offset;
+    sc.offset = layout_out.add_batched(Name.view(), dtype::f32, static_cast<std::int64_t>(samples.size()),
+                                       {sc.geo.shape.data(), sc.geo.ndim});
   }
 
   template <class S>
@@ -423,12 +416,8 @@ struct ragged {
       rows += samples[i].template size_of<Name>() / sc.row_bytes;
     }
     sc.start[samples.size()] = rows;
-    std::array<std::int64_t, max_dims> sh{};
-    sh[0] = static_cast<std::int64_t>(rows);
-    for (std::size_t i = 0; i < row.size(); ++i) sh[i + 1] = row[i];
-    sc.values = layout.tensors[layout.add(Name.view(), F::type, std::span<const std::int64_t>(sh.data(), row.size() + 1))].offset;
-    const std::int64_t n1 = static_cast<std::int64_t>(samples.size() + 1);
-    sc.offsets = layout.tensors[layout.add(offsets_name.view(), dtype::i64, std::span<const std::int64_t>(&n1, 1))].offset;
+    sc.values = layout.add_batched(Name.view(), F::type, static_cast<std::int64_t>(rows), row);
+    sc.offsets = layout.add(offsets_name.view(), dtype::i64, {static_cast<std::int64_t>(samples.size() + 1)});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -485,13 +474,16 @@ struct pad {
       for (const auto& s : samples) L = std::max(L, s.template size_of<Name>() / sc.row_bytes);
     L = (L + multiple - 1) / multiple * multiple;
     sc.L = L;
-    std::array<std::int64_t, max_dims> sh{};
-    sh[0] = static_cast<std::int64_t>(samples.size());
-    sh[1] = static_cast<std::int64_t>(L);
-    for (std::size_t i = 0; i < row.size(); ++i) sh[i + 2] = row[i];
-    sc.values = layout.tensors[layout.add(Name.view(), F::type, std::span<const std::int64_t>(sh.data(), row.size() + 2))].offset;
-    sc.lengths = layout.tensors[layout.add(lengths_name.view(), dtype::i64, std::span<const std::int64_t>(sh.data(), 1))].offset;
-    if (mask) sc.mask_at = layout.tensors[layout.add(mask_name.view(), dtype::boolean, std::span<const std::int64_t>(sh.data(), 2))].offset;
+    if (row.size() + 2 > max_dims)
+      throw usage_error("sluice: pad<\"" + std::string(Name.view()) + "\">: .row has " + std::to_string(row.size()) +
+                        " dimensions; a padded tensor has at most " + std::to_string(max_dims));
+    std::array<std::int64_t, max_dims - 1> item{};  // {L, row...}
+    item[0] = static_cast<std::int64_t>(L);
+    std::copy(row.begin(), row.end(), item.begin() + 1);
+    const auto n = static_cast<std::int64_t>(samples.size());
+    sc.values = layout.add_batched(Name.view(), F::type, n, {item.data(), row.size() + 1});
+    sc.lengths = layout.add(lengths_name.view(), dtype::i64, {n});
+    if (mask) sc.mask_at = layout.add(mask_name.view(), dtype::boolean, {n, item[0]});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -582,10 +574,10 @@ struct pack {
       throw usage_error("sluice: pack: a batch of " + std::to_string(sc.rows * L) + " tokens overflows int32 cu_seqlens");
     const std::array<std::int64_t, 2> sh{static_cast<std::int64_t>(sc.rows), static_cast<std::int64_t>(L)};
     const std::int64_t nseg = static_cast<std::int64_t>(segs + 1);
-    sc.values = layout.tensors[layout.add(Name.view(), F::type, sh)].offset;
-    sc.doc_ids = layout.tensors[layout.add(doc_ids_name.view(), dtype::i32, sh)].offset;
-    sc.position_ids = layout.tensors[layout.add(position_ids_name.view(), dtype::i32, sh)].offset;
-    sc.cu_seqlens = layout.tensors[layout.add(cu_seqlens_name.view(), dtype::i32, std::span<const std::int64_t>(&nseg, 1))].offset;
+    sc.values = layout.add(Name.view(), F::type, sh);
+    sc.doc_ids = layout.add(doc_ids_name.view(), dtype::i32, sh);
+    sc.position_ids = layout.add(position_ids_name.view(), dtype::i32, sh);
+    sc.cu_seqlens = layout.add(cu_seqlens_name.view(), dtype::i32, {nseg});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -608,7 +600,7 @@ struct pack {
     auto run = [&](std::size_t a, std::size_t b, std::int32_t d) {
       while (a < b) {
         const std::size_t e = std::min(b, (a / L + 1) * L);
-        for (std::size_t k = a; k < e; ++k) {
+        for (std::size_t k = a; k < e; ++k) {  // one pass writes both (measured faster than two)
           doc[k] = d;
           posid[k] = static_cast<std::int32_t>(k - a);
         }
