@@ -4,6 +4,9 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -17,6 +20,15 @@
 #include "sluice/core/concepts.hpp"
 
 namespace sluice_test {
+
+// Ends the running test case as Skipped: ctest runs each case alone and maps exit 77 to
+// "Skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). For a missing input, tool or device —
+// never for a failure.
+[[noreturn]] inline void skip(const std::string& why) {
+  std::fprintf(stderr, "SKIPPED: %s\n", why.c_str());
+  std::fflush(nullptr);
+  std::_Exit(77);
+}
 
 // Records of `record_bytes` bytes held in memory: record i's byte j is (i * 31 + j) & 0xff, its
 // label i % 10. A record_reader for pipeline tests that need no file.
