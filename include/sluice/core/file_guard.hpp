@@ -243,18 +243,20 @@ class file_registry {
         if (end == 0 || addr < b || addr >= end) continue;
         // Zero pages over the rest of the mapping: every page after a page past the end of a
         // truncated file is past it too, so one fault per file is the common case.
+        // Marked before the zero pages exist: a thread that reads them afterwards (a sample of
+        // the same file, on another worker) finds the mark when its sample is checked.
+        const std::uint64_t n = r.faults_.fetch_add(1, std::memory_order_seq_cst) + 1;
+        std::uint64_t zero = 0;
+        e.faulted_at.compare_exchange_strong(zero, n, std::memory_order_seq_cst);
+        std::uint32_t expected = 0;
+        if (e.changed.compare_exchange_strong(expected, 1, std::memory_order_seq_cst))
+          r.flagged_.fetch_add(1, std::memory_order_seq_cst);
         const std::uintptr_t page = r.page_size_.load(std::memory_order_relaxed);
         const std::uintptr_t from = addr & ~(page - 1);
         const std::uintptr_t to = (end + page - 1) & ~(page - 1);
         void* z = ::mmap(reinterpret_cast<void*>(from), to - from, PROT_READ,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
         if (z == MAP_FAILED) break;  // cannot repair: fall through to the previous handler
-        const std::uint64_t n = r.faults_.fetch_add(1, std::memory_order_acq_rel) + 1;
-        std::uint64_t zero = 0;
-        e.faulted_at.compare_exchange_strong(zero, n, std::memory_order_acq_rel);
-        std::uint32_t expected = 0;
-        if (e.changed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
-          r.flagged_.fetch_add(1, std::memory_order_relaxed);
         return;
       }
     }
@@ -295,15 +297,22 @@ class file_registry {
 
 }  // namespace detail
 
-// Brackets the reading of one sample: `tripped()` says whether any guarded mapping faulted since
-// the watch began; `check(origin)` throws the format_error for the sample's file if it was hit.
+// Brackets the reading of one sample. `suspect()` (two relaxed loads) says whether the sample
+// may hold zero pages: a guarded mapping faulted since the watch began, or some file is marked
+// (the sample's may be one whose pages another thread's fault replaced). `check(origin)` then
+// throws the format_error for the sample's file if it was hit.
 class fault_watch {
  public:
   fault_watch() noexcept : start_(detail::file_registry::instance().faults()) {}
-  [[nodiscard]] bool tripped() const noexcept { return detail::file_registry::instance().faults() != start_; }
+  [[nodiscard]] bool suspect() const noexcept {
+    const auto& r = detail::file_registry::instance();
+    return r.faults() != start_ || r.flagged() != 0;
+  }
   // `origin`: the sample's file (empty when unknown: any fault in the window then counts).
   void check(std::string_view origin = {}) const {
-    if (tripped()) detail::file_registry::instance().check_faults_since(start_, origin);
+    auto& r = detail::file_registry::instance();
+    if (r.faults() != start_) r.check_faults_since(start_, origin);
+    if (!origin.empty()) r.check_source(origin);
   }
 
  private:

@@ -668,7 +668,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           ws.samples.pop_back();
           throw_stage_error(Collate::name, id);
         }
-        if (watch.tripped()) [[unlikely]] {
+        if (watch.suspect()) [[unlikely]] {
           try {
             watch.check(origin_of(ws.samples.back()));
           } catch (...) {
@@ -732,7 +732,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           sample_context ctx{opt_.seed, epoch, s.ids[i], ws.positions[i]};
           const fault_watch watch;
           col.write(ws.samples[i], i, s.data, ws.collate, ctx);
-          if (watch.tripped()) [[unlikely]] {
+          if (watch.suspect()) [[unlikely]] {
             try {
               watch.check(origin_of(ws.samples[i]));
             } catch (...) {
