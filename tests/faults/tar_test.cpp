@@ -199,7 +199,7 @@ void header(std::vector<std::byte>& t, std::string_view name, std::uint64_t size
   }
   std::snprintf(reinterpret_cast<char*>(h + 136), 12, "%011o", 0u);
   h[156] = static_cast<std::byte>(type);
-  std::memcpy(h + 157, link.data(), std::min<std::size_t>(link.size(), 100));
+  if (!link.empty()) std::memcpy(h + 157, link.data(), std::min<std::size_t>(link.size(), 100));
   std::memcpy(h + 257, "ustar\0" "00", 8);
   std::memset(h + 148, ' ', 8);
   unsigned sum = 0;
