@@ -76,12 +76,6 @@ namespace detail {
 
 inline constexpr std::size_t tar_block = 512;
 
-inline bool all_zero(std::span<const std::byte> b) noexcept {
-  for (auto x : b)
-    if (x != std::byte{0}) return false;
-  return true;
-}
-
 // A NUL-terminated (or full-width) text field.
 inline std::string_view tar_text(const std::byte* p, std::size_t width) noexcept {
   auto c = reinterpret_cast<const char*>(p);
