@@ -369,3 +369,30 @@ TEST_CASE("a batch emptied by skip is not delivered; positions and resume stay e
     CHECK(it->ids()[0] == 0);
   }
 }
+
+namespace {
+// Starts deep, then drops to depth 1 at once: the ring has 4 + 2 slots, the policy allows 1 + 2.
+struct shrinking_depth {
+  std::size_t initial_depth() const noexcept { return 4; }
+  std::size_t max_depth() const noexcept { return 4; }
+  std::size_t update(const depth_signal&) noexcept { return 1; }
+};
+}  // namespace
+
+TEST_CASE("a policy that lowers the depth never fails a trainer that holds fewer batches than slots") {
+  sluice_test::temp_dir d;
+  const auto p = write_records(d, "data.bin", 128);
+  auto r = open_records(p);
+  auto loader = from(sample::sequential(128)) | read(r) | collate({.batch = 4}) |
+                prefetch(shrinking_depth{}, {.workers = 2});
+  std::vector<batch> held;
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) {
+    check_batch(b);
+    ++n;
+    if (held.size() < 5) held.push_back(std::move(b));  // 5 of the 6 slots, more than depth + workers
+  }
+  CHECK(n == 32);
+  for (auto& b : held) check_batch(b);
+  CHECK(loader.stats().depth == 1);
+}
