@@ -199,11 +199,14 @@ struct options {
   std::exit(exit_usage);
 }
 
+// The same file: equal after resolving symlinks, "." and "..", or (hard links) the same inode.
 bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ea, eb;
+  const auto ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (!ea && !eb && ca == cb) return true;
   std::error_code ec;
-  if (fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec) && !ec) return true;
-  ec.clear();
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec;
+  const bool same = fs::equivalent(a, b, ec);  // an error (either missing) means not the same
+  return !ec && same;
 }
 
 options parse(int argc, char** argv) {

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
@@ -64,6 +65,17 @@ TEST_CASE("mapped file: contents, empty file, missing file") {
     FAIL("no exception");
   } catch (const io_error& err) {
     CHECK(std::string(err.what()).find("missing") != std::string::npos);
+  }
+}
+
+TEST_CASE("mapped file: a FIFO is refused as not a regular file, without waiting for a writer") {
+  temp_dir d;
+  REQUIRE(::mkfifo(d.file("fifo").c_str(), 0600) == 0);
+  try {
+    io::mapped_file m(d.file("fifo"));
+    FAIL("no exception");
+  } catch (const io_error& err) {
+    CHECK(std::string(err.what()).find("not a regular file") != std::string::npos);
   }
 }
 

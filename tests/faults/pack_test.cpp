@@ -273,6 +273,9 @@ TEST_CASE("pack: -o naming an input is refused, also through a symlink, and the 
   CHECK(r.code == 2);
   r = run_pack({"npy", d.file("link.sluice"), "-o", d.path().string() + "/./x.npy"});
   CHECK(r.code == 2);
+  fs::create_hard_link(x, d.file("hard.sluice"));
+  r = run_pack({"npy", x, "-o", d.file("hard.sluice")});
+  CHECK(r.code == 2);
   // The partial file's name may not be an input either.
   r = run_pack({"npy", x, "-o", d.file("x")});
   CHECK(r.code == 0);
