@@ -71,7 +71,8 @@ kinds:
 
 options:
   -o, --out PATH      the shard to write (required; not one of the inputs). Written as
-                      PATH.partial, fsynced, verified, then renamed to PATH.
+                      PATH.partial, fsynced, verified, then renamed to PATH. No records at all
+                      (an empty folder, every input bad) is an error: no empty shard is written.
   --field EXT         wds: record field (default jpg)
   --label EXT         wds: label field (default cls; empty for none)
   --labels Y.npy      npy: labels
@@ -584,6 +585,14 @@ int run(const options& o) {
       bar.update(p.labels.size(), p.bytes);
     }
 #endif
+  }
+
+  // An empty shard is always a mistake upstream (a wrong directory, every input bad): refuse it.
+  if (p.crcs.empty()) {
+    for (const auto& [path, why] : p.skipped) std::fprintf(stderr, "sluice-pack: skipped '%s': %s\n", path.c_str(), why.c_str());
+    throw input_error(o.inputs[0], p.skipped.empty() ? "no records to pack"
+                                                     : "no records to pack (all " + std::to_string(p.skipped.size()) +
+                                                           " inputs were bad)");
   }
 
   // The skipped-input report is written beside the shard, also as a partial file.

@@ -369,6 +369,19 @@ TEST_CASE("pack: --skip-bad skips and lists bad JPEG inputs, without it the firs
   CHECK(text.find("fifo.jpg\tnot a regular file") != std::string::npos);
   CHECK_FALSE(fs::exists(out + ".partial"));
 
+  // Every input bad: no empty shard, an error listing them.
+  {
+    temp_dir e;
+    fs::create_directories(e.path() / "t" / "a");
+    sluice_test::write_file(e.file("t/a/zero.jpg"), std::string());
+    const auto eo = e.file("e.sluice");
+    auto er = run_pack({"imagefolder", e.file("t"), "-o", eo, "-q", "--skip-bad"});
+    CHECK(er.code == 1);
+    CHECK(er.err.find("no records to pack (all 1 inputs were bad)") != std::string::npos);
+    CHECK(er.err.find("zero.jpg': empty file") != std::string::npos);
+    check_nothing_left(eo);
+  }
+
   // A re-pack with nothing to skip removes the stale report (and an old .classes file).
   for (const char* f : {"._img0.jpg", "pic.JPEG", "trunc.jpg", "zero.jpg", "fifo.jpg"}) fs::remove(cat / f);
   sluice_test::write_file(out + ".classes", std::string("old\nnames\n"));
