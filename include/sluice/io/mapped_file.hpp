@@ -47,6 +47,8 @@ class mapped_file {
  public:
   mapped_file() = default;
   explicit mapped_file(std::string path, map_options opt = {}) : path_(std::move(path)) {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; with it the open
+    // returns and the S_ISREG check below refuses the FIFO. It has no effect on regular files.
     int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) throw io_error(path_, "cannot open", errno);
     struct stat st {};
