@@ -62,6 +62,8 @@ kinds:
   wds SHARD.tar...    WebDataset tar shards, in the order given. --field names the member
                       extension that is the record (default jpg), --label the extension of the
                       ASCII-integer label member (default cls; --label '' for none: label -1).
+                      A zero block followed by more members (two archives joined with cat) is an
+                      error naming the offset unless --ignore-zeros is given.
   tfrecord FILE...    TFRecord files; CRCs are checked; labels are -1.
   npy X.npy           rows of the first axis of X; --labels Y.npy gives a 1-D integer array with
                       one label per row.
@@ -75,6 +77,7 @@ options:
                       (an empty folder, every input bad) is an error: no empty shard is written.
   --field EXT         wds: record field (default jpg)
   --label EXT         wds: label field (default cls; empty for none)
+  --ignore-zeros      wds: read through all-zero blocks (concatenated archives), as GNU tar does
   --labels Y.npy      npy: labels
   --verify MODE       how the finished PATH.partial is checked before it is renamed:
                         crc   (default) record count, every record's CRC-32C against the CRC of
@@ -191,7 +194,7 @@ enum class verify_mode { none, crc, full };
 struct options {
   std::string kind, out, field = "jpg", label = "cls", labels_npy;
   std::vector<std::string> inputs;
-  bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false;
+  bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false, ignore_zeros = false;
   verify_mode verify = verify_mode::crc;
 };
 
@@ -234,6 +237,7 @@ options parse(int argc, char** argv) {
       else usage("--verify takes none, crc or full, not '" + m + "'");
     }
     else if (a == "--skip-bad") o.skip_bad = true;
+    else if (a == "--ignore-zeros") o.ignore_zeros = true;
     else if (a == "-q" || a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
     else if (o.kind.empty()) o.kind = a;
@@ -558,7 +562,8 @@ int run(const options& o) {
   } else if (o.kind == "wds") {
     pack_readers<sluice::io::wds_tar_reader>(o, w, p, [&](const std::string& in) {
       return sluice::io::wds_tar_reader(in, {.record_field = o.field, .label_field = o.label,
-                                             .index = sluice::io::saved_index::ignore});
+                                             .index = sluice::io::saved_index::ignore,
+                                             .ignore_zeros = o.ignore_zeros});
     });
   } else if (o.kind == "tfrecord") {
     pack_readers<sluice::io::tfrecord_reader>(o, w, p, [&](const std::string& in) {
