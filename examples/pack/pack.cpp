@@ -14,8 +14,10 @@
 //
 // Test hook: SLUICE_PACK_TEST_PAUSE_AT=<phase> (read, write, sealed, verify, commit) makes the
 // tool print "sluice-pack: test hook: paused at <phase>" to stderr and wait there for a signal,
-// so tests can interrupt each phase deterministically (tests/faults/pack_test.cpp).
+// so tests can interrupt each phase deterministically (tests/faults/pack_test.cpp); SIGUSR1 lets
+// it go on (a test changes an input while the tool has it mapped).
 #include <signal.h>
+#include <csignal>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,12 +171,29 @@ void clear_partial_name(int slot) {
 }
 
 // The test hook (see the top of this file).
+volatile std::sig_atomic_t resume_requested = 0;
+extern "C" void on_resume_signal(int) { resume_requested = 1; }
+
 void phase(const char* name) {
   static const char* at = std::getenv("SLUICE_PACK_TEST_PAUSE_AT");
   if (at == nullptr || std::strcmp(at, name) != 0) return;
+  // Waits for a signal: INT/TERM/HUP end the pack as always, SIGUSR1 lets it go on (so a test can
+  // change an input while it is mapped). SIGUSR1 stays blocked except inside sigsuspend: no race.
+  struct sigaction sa {};
+  sa.sa_handler = on_resume_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  sigset_t usr1, old;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ::sigprocmask(SIG_BLOCK, &usr1, &old);
   std::fprintf(stderr, "sluice-pack: test hook: paused at %s\n", name);
   std::fflush(stderr);
-  for (;;) ::pause();
+  sigset_t wait = old;
+  sigdelset(&wait, SIGUSR1);
+  while (resume_requested == 0) ::sigsuspend(&wait);
+  resume_requested = 0;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
 // ---- errors -------------------------------------------------------------------------------------
@@ -554,6 +573,7 @@ void verify(const options& o, const std::string& file, const packed& p) {
 
 int run(const options& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  const sluice::fault_watch inputs_watch;  // a mapped input that faults from here on fails the pack
   packed p;
   set_partial_name(0, o.out + ".partial");  // before the file exists: a signal never misses it
   sluice::io::shard_writer w(o.out, {.checksums = o.checksums});
@@ -610,6 +630,13 @@ int run(const options& o) {
     report->seal();
   }
 
+  // An input truncated while it was mapped reads as zeros past its new end (sluice's SIGBUS guard,
+  // core/file_guard.hpp) instead of killing the pack: such a pack is refused, naming the input.
+  try {
+    inputs_watch.check();
+  } catch (const sluice::format_error& e) {
+    throw input_error(e.file(), e.cause());
+  }
   w.seal();  // complete and fsynced, still only under the partial name
   phase("sealed");
   if (o.verify != verify_mode::none) verify(o, w.partial_path(), p);

@@ -451,3 +451,20 @@ TEST_CASE("pack: two tar archives joined with cat are refused, and packed whole 
   REQUIRE(s.size() == 6);
   for (std::size_t i = 0; i < 6; ++i) CHECK(s.label(i) == static_cast<std::int64_t>(i));
 }
+
+TEST_CASE("pack: an input truncated while the tool has it mapped fails the pack, naming it (no SIGBUS)") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 64, 64 * 1024);  // 4 MiB of rows
+  const auto out = d.file("t.sluice");
+  child c({"npy", x, "-o", out, "-q"}, "read");
+  REQUIRE(c.wait_for("paused at read"));
+  REQUIRE(::truncate(x.c_str(), 8192) == 0);  // the header and a little of the first row remain
+  c.send(SIGUSR1);
+  auto r = c.finish(60);
+  INFO(r.err);
+  CHECK(r.exited);
+  CHECK(r.code == 1);
+  CHECK(r.err.find(x) != std::string::npos);
+  CHECK(r.err.find("changed while in use") != std::string::npos);
+  check_nothing_left(out);
+}
