@@ -9,7 +9,8 @@
 //                                             .labels_path = "labels.i64"}};
 //
 // Checked at open: the data size (after the header) is a whole number of records, and the labels
-// file holds exactly one label per record.
+// file holds exactly one label per record; both paths are regular files (a FIFO, directory or
+// device is an io_error "not a regular file", refused before any open, so it cannot block).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice::io {
 
@@ -40,7 +42,7 @@ class fixed_records {
   using reader_concept = reader_tag;
 
   fixed_records(std::string data_path, fixed_records_options o)
-      : data_(std::move(data_path), o.map), record_bytes_(o.record_bytes), header_(o.header_bytes), ltype_(o.label_type) {
+      : data_(detail::regular_file_path(std::move(data_path)), o.map), record_bytes_(o.record_bytes), header_(o.header_bytes), ltype_(o.label_type) {
     const std::string& p = data_.path();
     if (record_bytes_ == 0) throw usage_error("sluice: fixed_records: record_bytes must be set");
     if (data_.size() < header_)
@@ -53,7 +55,7 @@ class fixed_records {
                              "-byte records (last record truncated: " + std::to_string(body % record_bytes_) + " bytes)");
     count_ = body / record_bytes_;
     if (!o.labels_path.empty()) {
-      labels_ = mapped_file(o.labels_path, {.advice = access::willneed});
+      labels_ = mapped_file(detail::regular_file_path(o.labels_path), {.advice = access::willneed});
       const std::size_t lb = label_bytes();
       if (labels_.size() != count_ * lb)
         throw format_error(labels_.path(), {.offset = 0},
