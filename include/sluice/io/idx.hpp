@@ -134,12 +134,14 @@ inline std::vector<std::byte> inflate_gzip(const std::string& path, std::span<co
   std::vector<std::byte> out;
   // ISIZE (last 4 bytes, little endian) is the size mod 2^32 of the last member. Deflate cannot
   // expand more than ~1032:1, so a hint beyond that is a lie and is ignored; a true hint saves the
-  // re-allocations. Either way, the vector only ever grows to hold bytes zlib has produced.
+  // re-allocations once the IDX header has confirmed it is not too much. Either way, the vector
+  // only ever grows to hold bytes zlib has produced.
+  std::uint64_t isize_hint = 0;
   if (in.size() >= 18) {
     const auto* t = in.data() + in.size() - 4;
     std::uint64_t isize = std::uint64_t(t[0]) | (std::uint64_t(t[1]) << 8) |
                           (std::uint64_t(t[2]) << 16) | (std::uint64_t(t[3]) << 24);
-    if (isize <= max_bytes && isize / 1032 <= in.size()) out.reserve(static_cast<std::size_t>(isize));
+    if (isize <= max_bytes && isize / 1032 <= in.size()) isize_hint = isize;
   }
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw io_error(path, "zlib inflateInit2 failed");
@@ -178,6 +180,7 @@ inline std::vector<std::byte> inflate_gzip(const std::string& path, std::span<co
                                  ", plus the header), more than idx_options::max_inflated_bytes = " +
                                  std::to_string(max_bytes) + " (offset in the decompressed stream)");
         limit = expected;
+        if (isize_hint != 0 && isize_hint <= limit) out.reserve(static_cast<std::size_t>(isize_hint));
       }
     }
     if (produced > limit) {
