@@ -348,6 +348,37 @@ TEST_CASE("tfrecord defer: a bad length CRC ends the scan there; a bad payload C
 }
 
 // ---------------------------------------------------------------------------------------------
+// 6. No 32-bit length in the TFRecord reader: a 5 GiB record (a sparse file: only the header and
+// the trailer are written, and with payload CRCs off nothing else is touched).
+
+TEST_CASE("tfrecord: a 5 GiB record is indexed and served whole") {
+  temp_dir dir;
+  const auto path = dir.file("huge.tfrecord");
+  const std::uint64_t len = std::uint64_t{5} << 30;
+  bytes head;
+  {
+    bytes h(8);
+    std::memcpy(h.data(), &len, 8);
+    const std::uint32_t c = io::mask_crc32c(io::crc32c(h));
+    head = h;
+    head.resize(12);
+    std::memcpy(head.data() + 8, &c, 4);
+  }
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    const bool sparse_ok = ::ftruncate(fd, static_cast<off_t>(12 + len + 4)) == 0;
+    ::close(fd);
+    if (!sparse_ok) sluice_test::skip("cannot make a 5 GiB sparse file in " + dir.path().string());
+  }
+  overwrite_in_place(path, head);
+  io::tfrecord_reader r(path, {.check_payload_crc = false, .index = io::saved_index::ignore});
+  REQUIRE(r.size() == 1);
+  CHECK(r.record(0).size() == len);
+  CHECK(r.offset(0) == 12);
+}
+
+// ---------------------------------------------------------------------------------------------
 // 4 and 5. npy: uint64 labels beyond int64, text after the header dict.
 
 TEST_CASE("npy: a uint64 label above INT64_MAX is a format_error naming the labels file and record") {
