@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/io/idx.hpp"
@@ -237,6 +239,35 @@ TEST_CASE("tfrecord: a payload corrupted after its index was saved is a CRC erro
   CHECK(fast.record(6).size() == 100);
   io::tfrecord_reader fast_scan(path, {.check_payload_crc = false, .index = io::saved_index::ignore});
   CHECK(fast_scan.record(6).size() == 100);
+}
+
+TEST_CASE("tfrecord: first-read payload checks from many threads at once agree (run under TSan)") {
+  temp_dir dir;
+  const auto path = dir.file("m.tfrecord");
+  auto img = tfrecords(300, 70, 21);
+  write_file(path, img);
+  { io::tfrecord_reader r(path); }
+  auto entries = *io::detail::load_index(path, "tfrecord:crc");
+  img[entries[131].offset] ^= std::byte{1};
+  write_file(path, img);
+  REQUIRE(io::detail::save_index(path, "tfrecord:crc", entries));
+  io::tfrecord_reader r(path);
+  std::atomic<int> good{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (std::size_t k = 0; k < r.size(); ++k) {
+        const std::size_t i = (k * 7 + static_cast<std::size_t>(t) * 75) % r.size();  // each thread its own order
+        try {
+          if (same(r.record(i), random_bytes(70, 21 + i))) ++good;
+        } catch (const format_error& e) {
+          if (e.record() == 131) ++bad;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(good == 4 * 299);
+  CHECK(bad == 4);
 }
 
 // ---------------------------------------------------------------------------------------------
