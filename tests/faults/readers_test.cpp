@@ -378,6 +378,52 @@ TEST_CASE("tfrecord defer: a bad length CRC ends the scan there; a bad payload C
   }
 }
 
+TEST_CASE("fixed_records defer: a data file cut inside its last record keeps its whole records") {
+  temp_dir dir;
+  const auto data = dir.file("x.u8"), lab = dir.file("y.u8");
+  auto d = random_bytes(10 * 8 + 3, 4);  // 10 whole 8-byte records and 3 bytes of the 11th
+  write_file(data, d);
+  bytes l(11);
+  for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::byte>(i);
+  write_file(lab, l);
+
+  auto e = expect_format_error([&] { io::fixed_records r(data, {.record_bytes = 8}); });
+  CHECK(e.record() == 10);
+
+  io::fixed_records r(data, {.record_bytes = 8, .labels_path = lab, .label_type = io::label_type::u8,
+                             .bad_records = io::bad_records::defer});
+  REQUIRE(r.size() == 11);
+  for (std::size_t i = 0; i < 10; ++i) {
+    CHECK(same(r.record(i), std::span<const std::byte>(d.data() + i * 8, 8)));
+    CHECK(r.label(i) == static_cast<std::int64_t>(i));
+  }
+  auto bad = expect_format_error([&] { (void)r.record(10); });
+  CHECK(bad.file() == data);
+  CHECK(bad.record() == 10);
+  CHECK(bad.offset() == 80);
+  CHECK(bad.cause().find("3 bytes") != std::string::npos);
+
+  auto loader = from(sample::sequential(r.size())) | read(r) | collate({.batch = 4}) |
+                prefetch(2, {.errors = on_error::skip});
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) n += b.size();
+  CHECK(n == 10);
+  CHECK(loader.stats().skipped == 1);
+
+  // Labels for the whole records only are accepted too; the partial record's label is -1.
+  write_file(lab, bytes(l.begin(), l.begin() + 10));
+  io::fixed_records r10(data, {.record_bytes = 8, .labels_path = lab, .label_type = io::label_type::u8,
+                               .bad_records = io::bad_records::defer});
+  CHECK(r10.label(9) == 9);
+  CHECK(r10.label(10) == -1);
+  // ... but not any other count.
+  write_file(lab, bytes(l.begin(), l.begin() + 9));
+  CHECK(expect_format_error([&] {
+          io::fixed_records r9(data, {.record_bytes = 8, .labels_path = lab, .label_type = io::label_type::u8,
+                                      .bad_records = io::bad_records::defer});
+        }).file() == lab);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. No 32-bit length in the TFRecord reader: a 5 GiB record (a sparse file: only the header and
 // the trailer are written, and with payload CRCs off nothing else is touched).

@@ -65,9 +65,10 @@ enum class saved_index {
 };
 
 // What a scanning reader does with a record it cannot index (truncated, a bad length CRC, a
-// length past the end, a bad payload CRC). Supported by tfrecord_reader (tfrecord.hpp); the
-// other readers in sluice::io either find no records to scan (npy, idx, fixed_records, tokens:
-// their header or size says where every record is) or always fail at open (wds_tar).
+// length past the end, a bad payload CRC). Supported by tfrecord_reader (tfrecord.hpp: every kind
+// of bad record) and fixed_records (fixed_records.hpp: a partial last record). The other readers
+// always fail at open: npy, idx and the token readers (their header or offsets say where every
+// record is, and a file that disagrees is refused whole), and wds_tar.
 enum class bad_records : std::uint8_t {
   fail,   // the constructor throws format_error at the first bad record (default)
   defer,  // index every record that can be found; a bad one stays an entry whose read throws
