@@ -25,14 +25,17 @@
 
 namespace sluice::io::detail {
 
-[[noreturn]] inline void throw_not_regular(const std::string& path, mode_t mode) {
+// `doing`: what was refused, e.g. "cannot read records from" or "will not write to".
+[[noreturn]] inline void throw_not_regular(const std::string& path, mode_t mode,
+                                           const char* doing = "cannot read records from") {
   const char* what = S_ISFIFO(mode)  ? "a FIFO"
                      : S_ISDIR(mode) ? "a directory"
                      : S_ISCHR(mode) ? "a character device"
                      : S_ISBLK(mode) ? "a block device"
                      : S_ISSOCK(mode) ? "a socket"
-                                      : "not a plain file";  // unreachable today
-  throw io_error(path, std::string("not a regular file (") + what + "), cannot read records from");
+                     : S_ISLNK(mode) ? "a symbolic link"  // from lstat(), where a link is refused
+                                      : "an unknown kind of file";
+  throw io_error(path, std::string("not a regular file (") + what + "), " + doing);
 }
 
 // Throws io_error unless `path` names a regular file (after symlinks); returns the path.
@@ -44,7 +47,7 @@ inline std::string regular_file_path(std::string path) {
 }
 
 // Opens `path` read-only without blocking and checks that the opened object is a regular file.
-// Returns the descriptor (O_NONBLOCK cleared; it has no effect on regular files anyway) and
+// Returns the descriptor (O_NONBLOCK stays set: it has no effect on reads of a regular file) and
 // fills `st`. Throws io_error.
 inline int open_regular_nonblocking(const std::string& path, struct stat& st) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);

@@ -131,7 +131,7 @@ template <class T>
 // regular file (or nothing) at a path about to be written.
 inline void require_writable_regular(const std::string& path) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw_not_regular(path, st.st_mode);
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw_not_regular(path, st.st_mode, "will not write to");
 }
 
 inline void write_all(std::ofstream& f, const std::string& path, const void* data, std::size_t n) {
