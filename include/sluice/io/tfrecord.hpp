@@ -138,7 +138,12 @@ class tfrecord_reader {
       auto idx = detail::load_index(file_.path(), kind);
       // An index built with payload checks also serves a reader that skips them.
       if (!idx && !opt.check_payload_crc) idx = detail::load_index(file_.path(), "tfrecord:crc");
-      if (idx) {
+      // The index was checked against the path as it is now; the mapping was made a moment
+      // before. Should the path have been replaced in between, entries that do not fit the
+      // mapping mean a scan instead (never a view past its end).
+      if (idx && std::all_of(idx->begin(), idx->end(), [&](const record_entry& e) {
+            return e.offset <= file_.size() && e.size + 4 <= file_.size() - e.offset;
+          })) {
         entries_ = std::move(*idx);
         loaded = true;
       }
