@@ -380,7 +380,7 @@ sluice::io::mapped_file read_image(const fs::path& path, const options& o) {
   try {
     if (o.verify == verify_mode::full) decode_fully(b);
     else (void)sluice::codecs::read_jpeg_header(b);
-  } catch (const sluice::format_error& e) {
+  } catch (const sluice::format_error& e) {  // e.g. a record over the shard format's 4 GiB limit
     throw input_error(p, e.cause());
   }
 #endif
@@ -558,7 +558,7 @@ void verify(const options& o, const std::string& file, const packed& p) {
       if (o.verify == verify_mode::full && looks_like_jpeg(rec)) {
         try {
           decode_fully(rec);
-        } catch (const sluice::format_error& e) {
+        } catch (const sluice::format_error& e) {  // e.g. a record over the shard format's 4 GiB limit
           fail("record " + std::to_string(i) + ": " + e.cause());
         }
       }
@@ -566,7 +566,7 @@ void verify(const options& o, const std::string& file, const packed& p) {
     }
     if (r.size() == 0) phase("verify");
     if (r.has_checksums()) (void)r.verify_all();
-  } catch (const sluice::format_error& e) {
+  } catch (const sluice::format_error& e) {  // e.g. a record over the shard format's 4 GiB limit
     fail(e.what());
   }
 }
@@ -634,7 +634,7 @@ int run(const options& o) {
   // core/file_guard.hpp) instead of killing the pack: such a pack is refused, naming the input.
   try {
     inputs_watch.check();
-  } catch (const sluice::format_error& e) {
+  } catch (const sluice::format_error& e) {  // e.g. a record over the shard format's 4 GiB limit
     throw input_error(e.file(), e.cause());
   }
   w.seal();  // complete and fsynced, still only under the partial name
@@ -692,10 +692,10 @@ int main(int argc, char** argv) {
   } catch (const sluice::io_error& e) {
     std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
     return exit_io;
-  } catch (const sluice::usage_error& e) {  // e.g. a record over the shard's 4 GiB limit
+  } catch (const sluice::usage_error& e) {
     std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
     return exit_bad_input;
-  } catch (const sluice::format_error& e) {
+  } catch (const sluice::format_error& e) {  // e.g. a record over the shard format's 4 GiB limit
     std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
     return exit_bad_input;
   } catch (const std::exception& e) {

@@ -531,7 +531,14 @@ TEST_CASE("readers: a FIFO, a directory or a character device is refused at once
   for (std::string p : {fifo, dir.path().string(), std::string("/dev/null")}) {
     CAPTURE(p);
     auto refused = [&](auto&& open) {
-      const std::string w = io_error_text(open);
+      std::string w = "<no error>";
+      try {
+        open();
+      } catch (const format_error& e) {
+        w = e.what();
+      } catch (const std::exception& e) {
+        w = std::string("<not a format_error> ") + e.what();
+      }
       CHECK(w.find("not a regular file") != std::string::npos);
       CHECK(w.find(p) != std::string::npos);
     };

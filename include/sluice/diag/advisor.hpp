@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "sluice/core/error.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice::diag {
 
@@ -297,7 +298,7 @@ inline std::string to_csv_row(const epoch_observation& o) {
 }
 
 inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
-  std::ifstream f(path);
+  std::ifstream f(io::detail::regular_file_path(path));  // a FIFO is refused, not waited on
   if (!f) throw io_error(path, "cannot open", errno);
   std::string line;
   std::vector<epoch_observation> out;

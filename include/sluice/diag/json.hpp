@@ -13,6 +13,8 @@
 // Misuse (a value where a key is due, an unbalanced end) is a programming error caught by assert.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cassert>
 #include <charconv>
 #include <cmath>
@@ -129,6 +131,9 @@ class json_writer {
 
 // Writes text to a file, replacing it; throws io_error when the file cannot be written.
 inline void write_text_file(const std::string& path, std::string_view text) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))  // a FIFO would block the open
+    throw io_error(path, "will not write a report to something that is not a regular file");
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw io_error(path, "cannot write", errno);
   f.write(text.data(), static_cast<std::streamsize>(text.size()));

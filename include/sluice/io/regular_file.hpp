@@ -3,7 +3,8 @@
 // Why: open(path, O_RDONLY) on a FIFO blocks until a writer appears — forever, for a dataset path
 // that a typo or a stale pipe points at — and a directory or a character device cannot be mapped
 // or read as records. Every reader in sluice::io calls this before it opens a path, so such a
-// path fails at once with io_error "not a regular file" naming it, instead of hanging. stat()
+// path fails at once with format_error "not a regular file" naming it, instead of hanging (an
+// output path that is not a regular file: io_error). stat()
 // follows symlinks, so a link to a regular file is fine.
 //
 //   file_(sluice::io::detail::regular_file_path(std::move(path)), opt.map)
@@ -19,6 +20,7 @@
 
 #include <cerrno>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "sluice/core/error.hpp"
@@ -35,10 +37,15 @@ namespace sluice::io::detail {
                      : S_ISSOCK(mode) ? "a socket"
                      : S_ISLNK(mode) ? "a symbolic link"  // from lstat(), where a link is refused
                                       : "an unknown kind of file";
-  throw io_error(path, std::string("not a regular file (") + what + "), " + doing);
+  const std::string why = std::string("not a regular file (") + what + "), " + doing;
+  // Reading: the input is not what a dataset can be (format_error, like mapped_file's refusal).
+  // Writing: the output path is unusable (io_error).
+  if (std::string_view(doing).starts_with("cannot read")) throw format_error(path, {}, why);
+  throw io_error(path, why);
 }
 
-// Throws io_error unless `path` names a regular file (after symlinks); returns the path.
+// Throws format_error unless `path` names a regular file (after symlinks), io_error when it
+// cannot be examined; returns the path.
 inline std::string regular_file_path(std::string path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw io_error(path, "cannot open", errno);

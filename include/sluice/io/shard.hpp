@@ -298,7 +298,9 @@ class shard_writer {
 
   void add(std::span<const std::byte> record, std::int64_t label = -1) {
     if (f_ == nullptr) throw usage_error("sluice: shard_writer::add after seal()");
-    if (record.size() > 0xffffffffu) throw usage_error("sluice: shard records are limited to 4 GiB each");
+    if (record.size() > 0xffffffffu)
+      throw format_error(path_, {.record = count_}, "record of " + std::to_string(record.size()) +
+                                                        " bytes is over the shard format's limit of 4 GiB - 1 per record");
     const std::uint64_t pad = (shard_format::record_alignment - offset_ % shard_format::record_alignment) %
                               shard_format::record_alignment;
     static constexpr std::byte zeros[shard_format::record_alignment]{};
