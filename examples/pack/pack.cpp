@@ -1,20 +1,33 @@
 // sluice-pack — converts an ImageFolder tree, WebDataset tar shards, TFRecord files, a .npy
-// array or IDX files (the MNIST family, plain or .gz) into one sluice shard (io/shard.hpp), then re-opens the shard and verifies it.
+// array or IDX files (the MNIST family, plain or .gz) into one sluice shard (io/shard.hpp), then
+// re-opens the shard and verifies it.
 //
 // Records are stored as they are (JPEG bytes stay JPEG: decoding happens in the pipeline), each
-// with its label. The shard is written to "<out>.partial" and renamed when complete, so a killed
-// or failed pack never leaves a half shard under the output name (SIGINT/SIGTERM also remove the
-// partial file). Run `sluice-pack --help` for the whole story.
+// with its label; ImageFolder class names go inside the shard (shard_reader::class_names()).
+//
+// Never a bad file under the output name: the shard is written to "<out>.partial", fsynced,
+// re-opened and verified there, and only then renamed to <out> (and the directory fsynced). A
+// failure at any step removes the partial file. SIGINT, SIGTERM and SIGHUP are handled at every
+// phase by a handler that unlinks the partial files (unlink is async-signal-safe) and exits with
+// 128 + the signal number; SIGKILL leaves at most "<out>.partial", never an unverified <out>.
+// Run `sluice-pack --help` for options and exit codes.
+//
+// Test hook: SLUICE_PACK_TEST_PAUSE_AT=<phase> (read, write, sealed, verify, commit) makes the
+// tool print "sluice-pack: test hook: paused at <phase>" to stderr and wait there for a signal,
+// so tests can interrupt each phase deterministically (tests/faults/pack_test.cpp).
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +55,10 @@ kinds:
   imagefolder DIR     DIR/<class>/<image>: one subfolder per class; the class index is the
                       position of the folder in sorted (byte-wise) order. Files ending in .jpg,
                       .jpeg (any case) are packed, in sorted order within each class; other files
-                      are skipped and counted. Each JPEG's header is checked while packing
-                      (--no-jpeg-check to skip). The class names are written, one a line in
-                      index order, to <out>.classes.
+                      are skipped and counted. Each JPEG is checked while packing (--no-jpeg-check
+                      to skip): not empty, JPEG data (not PNG, not a macOS ._ AppleDouble file),
+                      a readable header; with --verify full also decoded in full. The class names
+                      are stored inside the shard (shard_reader::class_names()).
   wds SHARD.tar...    WebDataset tar shards, in the order given. --field names the member
                       extension that is the record (default jpg), --label the extension of the
                       ASCII-integer label member (default cls; --label '' for none: label -1).
@@ -56,34 +70,144 @@ kinds:
                       labels file when given, else -1.
 
 options:
-  -o, --out PATH      the shard to write (required). Written as PATH.partial, renamed when done.
+  -o, --out PATH      the shard to write (required; not one of the inputs). Written as
+                      PATH.partial, fsynced, verified, then renamed to PATH. No records at all
+                      (an empty folder, every input bad) is an error: no empty shard is written.
   --field EXT         wds: record field (default jpg)
   --label EXT         wds: label field (default cls; empty for none)
   --labels Y.npy      npy: labels
+  --verify MODE       how the finished PATH.partial is checked before it is renamed:
+                        crc   (default) record count, every record's CRC-32C against the CRC of
+                              the input bytes, every label, the class names
+                        full  crc, and every JPEG record decoded in full with TurboJPEG (a
+                              truncated or corrupt JPEG fails); imagefolder inputs are also
+                              decoded while packing, so --skip-bad can skip them
+                        none  no check (the same as --no-verify)
+  --skip-bad          a bad input (unreadable, empty, not JPEG, bad header, failed decode, not a
+                      regular file; for wds/tfrecord a whole file that does not open) is skipped
+                      instead of ending the pack; each is listed as "path<TAB>reason" in
+                      PATH.skipped.tsv and their count is printed. Without it the first bad input
+                      ends the pack, naming the file and the cause.
   --no-checksums      do not store per-record CRC-32C in the shard
-  --no-jpeg-check     imagefolder: do not check JPEG headers
-  --no-verify         skip re-opening and checking the finished shard
+  --no-jpeg-check     imagefolder: do not check the JPEGs
+  --no-verify         --verify none
   -q, --quiet         no progress output
   -h, --help          this text
 
 Progress goes to stderr: a bar with rate and ETA on a terminal, plain lines otherwise.
-After writing, the shard is re-opened and checked: record count, every record's CRC-32C against
-the CRC computed from the input while packing, and every label. Exit status: 0 success,
-1 bad input or failed verification (nothing is left under the output name), 2 usage error.
+Nothing is ever left under PATH unless it was written completely and verified: a failure or a
+signal removes PATH.partial; SIGKILL or a power cut can leave PATH.partial, never a bad PATH.
+A pack that succeeds removes a PATH.skipped.tsv or PATH.classes left by an earlier run.
+
+exit status:
+  0        the shard was written and verified
+  1        bad input (named, with the cause) or verification failed; nothing written
+  2        usage error (unknown kind or option, missing value, -o names an input); nothing written
+  3        I/O error writing the output (disk full, permission, rename failed); nothing written
+  128+N    killed by signal N that sluice-pack handles (129 SIGHUP, 130 SIGINT, 143 SIGTERM);
+           the partial files are removed, nothing written (if the signal came after the rename,
+           PATH is complete and verified, and the message says so)
 )";
 
-std::atomic<bool> interrupted{false};
-void on_signal(int) { interrupted.store(true); }
+constexpr int exit_ok = 0, exit_bad_input = 1, exit_usage = 2, exit_io = 3;
+
+// ---- signals: every phase, no polling ----------------------------------------------------------
+// The handler removes the partial files named here and _exits. The names are written with the
+// signals blocked, so the handler never sees half a name.
+constexpr int n_partials = 2;
+char partial_names[n_partials][PATH_MAX + 64];
+volatile sig_atomic_t committed = 0;
+constexpr int handled_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void say(const char* s) {
+  ssize_t r = ::write(2, s, std::strlen(s));
+  (void)r;
+}
+extern "C" void on_signal(int sig) {
+  for (auto& n : partial_names)
+    if (n[0] != '\0') ::unlink(n);
+  say(committed ? "sluice-pack: interrupted after the shard was renamed into place; it is complete and verified\n"
+                : "sluice-pack: interrupted; partial files removed, no shard written\n");
+  ::_exit(128 + sig);
+}
+
+class signals_blocked {
+ public:
+  signals_blocked() {
+    sigset_t s;
+    sigemptyset(&s);
+    for (int sig : handled_signals) sigaddset(&s, sig);
+    ::sigprocmask(SIG_BLOCK, &s, &old_);
+  }
+  ~signals_blocked() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  signals_blocked(const signals_blocked&) = delete;
+  signals_blocked& operator=(const signals_blocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigfillset(&sa.sa_mask);  // one handler at a time
+  for (int sig : handled_signals) ::sigaction(sig, &sa, nullptr);
+}
+
+void set_partial_name(int slot, const std::string& path) {
+  signals_blocked b;
+  const std::size_t n = std::min(path.size(), sizeof partial_names[slot] - 1);
+  std::memcpy(partial_names[slot], path.data(), n);
+  partial_names[slot][n] = '\0';
+}
+void clear_partial_name(int slot) {
+  signals_blocked b;
+  partial_names[slot][0] = '\0';
+}
+
+// The test hook (see the top of this file).
+void phase(const char* name) {
+  static const char* at = std::getenv("SLUICE_PACK_TEST_PAUSE_AT");
+  if (at == nullptr || std::strcmp(at, name) != 0) return;
+  std::fprintf(stderr, "sluice-pack: test hook: paused at %s\n", name);
+  std::fflush(stderr);
+  for (;;) ::pause();
+}
+
+// ---- errors -------------------------------------------------------------------------------------
+// An input that cannot be packed (exit 1); caught per file by --skip-bad.
+struct input_error : sluice::error {
+  input_error(std::string file, std::string reason)
+      : sluice::error("sluice-pack: bad input '" + file + "': " + reason), file(std::move(file)), reason(std::move(reason)) {}
+  std::string file, reason;
+};
+// The written shard is not what was packed (exit 1).
+struct verify_error : sluice::error {
+  using sluice::error::error;
+};
+
+enum class verify_mode { none, crc, full };
 
 struct options {
   std::string kind, out, field = "jpg", label = "cls", labels_npy;
   std::vector<std::string> inputs;
-  bool checksums = true, jpeg_check = true, verify = true, quiet = false;
+  bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false;
+  verify_mode verify = verify_mode::crc;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "sluice-pack: %s (try --help)\n", why.c_str());
-  std::exit(2);
+  std::exit(exit_usage);
+}
+
+// The same file: equal after resolving symlinks, "." and "..", or (hard links) the same inode.
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ea, eb;
+  const auto ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (!ea && !eb && ca == cb) return true;
+  std::error_code ec;
+  const bool same = fs::equivalent(a, b, ec);  // an error (either missing) means not the same
+  return !ec && same;
 }
 
 options parse(int argc, char** argv) {
@@ -94,25 +218,49 @@ options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "-h" || a == "--help") { std::fputs(help_text, stdout); std::exit(0); }
+    if (a == "-h" || a == "--help") { std::fputs(help_text, stdout); std::exit(exit_ok); }
     else if (a == "-o" || a == "--out") o.out = next();
     else if (a == "--field") o.field = next();
     else if (a == "--label") o.label = next();
     else if (a == "--labels") o.labels_npy = next();
     else if (a == "--no-checksums") o.checksums = false;
     else if (a == "--no-jpeg-check") o.jpeg_check = false;
-    else if (a == "--no-verify") o.verify = false;
+    else if (a == "--no-verify") o.verify = verify_mode::none;
+    else if (a == "--verify") {
+      const std::string m = next();
+      if (m == "none") o.verify = verify_mode::none;
+      else if (m == "crc") o.verify = verify_mode::crc;
+      else if (m == "full") o.verify = verify_mode::full;
+      else usage("--verify takes none, crc or full, not '" + m + "'");
+    }
+    else if (a == "--skip-bad") o.skip_bad = true;
     else if (a == "-q" || a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
     else if (o.kind.empty()) o.kind = a;
     else o.inputs.push_back(a);
   }
   if (o.kind.empty()) usage("no kind given (imagefolder, wds, tfrecord, npy, idx)");
+  if (o.kind != "imagefolder" && o.kind != "wds" && o.kind != "tfrecord" && o.kind != "npy" && o.kind != "idx")
+    usage("unknown kind '" + o.kind + "' (imagefolder, wds, tfrecord, npy, idx)");
+#if !SLUICE_WITH_ZLIB
+  if (o.kind == "idx") usage("this sluice-pack was built without zlib: the idx kind needs sluice::zlib");
+#endif
+#if !SLUICE_WITH_TURBOJPEG
+  if (o.verify == verify_mode::full) usage("this sluice-pack was built without TurboJPEG: --verify full needs sluice::jpeg");
+#endif
   if (o.inputs.empty()) usage("no input given");
   if (o.out.empty()) usage("no output given (-o out.sluice)");
   if (o.kind == "npy" && o.inputs.size() != 1) usage("npy takes exactly one array");
   if (o.kind == "imagefolder" && o.inputs.size() != 1) usage("imagefolder takes exactly one directory");
   if (o.kind == "idx" && o.inputs.size() > 2) usage("idx takes an images file and optionally a labels file");
+  // The output (and its partial file) must not be an input: packing would truncate what it reads.
+  std::vector<std::string> all = o.inputs;
+  if (!o.labels_npy.empty()) all.push_back(o.labels_npy);
+  for (const auto& in : all)
+    for (const std::string& out : {o.out, o.out + ".partial"})
+      if (same_file(out, in))
+        usage("the output '" + out + "' is the input '" + in + "' (the same file): packing would overwrite it; "
+              "choose another -o");
   return o;
 }
 
@@ -151,162 +299,375 @@ class progress {
   clock::time_point start_ = clock::now(), last_ = clock::time_point{};
 };
 
-std::vector<std::byte> read_whole(const fs::path& p) {
-  sluice::io::mapped_file f(p.string());
-  return {f.bytes().begin(), f.bytes().end()};
-}
-
 bool is_jpeg_name(const fs::path& p) {
   std::string e = p.extension().string();
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return e == ".jpg" || e == ".jpeg";
 }
 
+bool starts_with(std::span<const std::byte> b, std::initializer_list<unsigned> magic) {
+  if (b.size() < magic.size()) return false;
+  std::size_t i = 0;
+  for (unsigned m : magic)
+    if (std::to_integer<unsigned>(b[i++]) != m) return false;
+  return true;
+}
+bool looks_like_jpeg(std::span<const std::byte> b) { return starts_with(b, {0xff, 0xd8, 0xff}); }
+
+// Decodes a JPEG in full (at its own size); throws format_error naming the cause. TurboJPEG's
+// warnings ("premature end of data", a truncated file) count as errors.
+void decode_fully(std::span<const std::byte> b) {
+#if SLUICE_WITH_TURBOJPEG
+  const auto hd = sluice::codecs::read_jpeg_header(b);
+  // Output at the image's own size, no DCT scaling: every coefficient is decoded.
+  const sluice::codecs::jpeg dec{{.width = hd.width, .height = hd.height, .dct_scaling = false}};
+  thread_local std::vector<std::byte> out;
+  out.resize(dec.output_bytes());
+  dec.decode(b, out, {});
+#else
+  (void)b;
+#endif
+}
+
+// Opens an input file without blocking: a FIFO or a device is refused, named, before any open.
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw input_error(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw input_error(path, "not a regular file");
+}
+
+// One ImageFolder file, read and checked; throws input_error with the reason.
+sluice::io::mapped_file read_image(const fs::path& path, const options& o) {
+  const std::string p = path.string();
+  require_regular_file(p);
+  std::optional<sluice::io::mapped_file> f;
+  try {
+    f.emplace(p);
+  } catch (const sluice::io_error& e) {
+    throw input_error(p, e.what());
+  }
+  const auto b = f->bytes();
+  if (b.empty()) throw input_error(p, "empty file (0 bytes)");
+  if (!o.jpeg_check) return std::move(*f);
+  if (starts_with(b, {0x00, 0x05, 0x16, 0x07}))
+    throw input_error(p, "macOS AppleDouble metadata (a ._ file), not an image");
+  if (starts_with(b, {0x89, 'P', 'N', 'G'})) throw input_error(p, "PNG data in a file named as a JPEG");
+  if (!looks_like_jpeg(b)) throw input_error(p, "not JPEG data (no start-of-image marker)");
+#if SLUICE_WITH_TURBOJPEG
+  try {
+    if (o.verify == verify_mode::full) decode_fully(b);
+    else (void)sluice::codecs::read_jpeg_header(b);
+  } catch (const sluice::format_error& e) {
+    throw input_error(p, e.cause());
+  }
+#endif
+  return std::move(*f);
+}
+
+// A file created as "<final>.partial" and renamed by commit(); removed if never committed.
+class partial_text_file {
+ public:
+  partial_text_file(std::string final_path, int slot) : final_(std::move(final_path)), partial_(final_ + ".partial"), slot_(slot) {
+    set_partial_name(slot_, partial_);
+    out_.open(partial_, std::ios::binary | std::ios::trunc);
+    if (!out_) {
+      clear_partial_name(slot_);
+      throw sluice::io_error(partial_, "cannot create", errno);
+    }
+  }
+  ~partial_text_file() {
+    if (!committed_) {
+      out_.close();
+      std::remove(partial_.c_str());
+      clear_partial_name(slot_);
+    }
+  }
+  partial_text_file(const partial_text_file&) = delete;
+  partial_text_file& operator=(const partial_text_file&) = delete;
+  std::ofstream& stream() { return out_; }
+  void seal() {
+    out_.flush();
+    out_.close();
+    if (out_.fail()) throw sluice::io_error(partial_, "cannot write");
+  }
+  void commit() {
+    std::error_code ec;
+    fs::rename(partial_, final_, ec);
+    if (ec) throw sluice::io_error(final_, "cannot rename '" + partial_ + "' to", ec.value());
+    committed_ = true;
+    clear_partial_name(slot_);
+  }
+
+ private:
+  std::string final_, partial_;
+  int slot_;
+  std::ofstream out_;
+  bool committed_ = false;
+};
+
+std::string tsv_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '\t') r += "\\t";
+    else if (c == '\n') r += "\\n";
+    else if (c == '\\') r += "\\\\";
+    else r += c;
+  }
+  return r;
+}
+
 struct packed {
   std::vector<std::uint32_t> crcs;
   std::vector<std::int64_t> labels;
+  std::vector<std::string> class_names;
+  std::vector<std::pair<std::string, std::string>> skipped;  // path, reason
   std::uint64_t bytes = 0;
 };
 
 // Adds a record to the shard and remembers what verification must find.
 void add(sluice::io::shard_writer& w, packed& p, std::span<const std::byte> rec, std::int64_t label) {
-  if (interrupted.load()) throw sluice::usage_error("interrupted");
   w.add(rec, label);
   p.crcs.push_back(sluice::io::crc32c(rec));
   p.labels.push_back(label);
   p.bytes += rec.size();
+  if (p.labels.size() == 1) phase("write");
 }
 
-packed pack_imagefolder(const options& o, sluice::io::shard_writer& w) {
+void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) {
   const fs::path root = o.inputs[0];
-  if (!fs::is_directory(root)) throw sluice::io_error(root.string(), "not a directory");
   std::vector<std::string> classes;
-  for (const auto& d : fs::directory_iterator(root))
-    if (d.is_directory()) classes.push_back(d.path().filename().string());
-  std::sort(classes.begin(), classes.end());
-  if (classes.empty()) throw sluice::format_error(root.string(), {}, "no class subfolders (expected DIR/<class>/<image>.jpg)");
   std::vector<std::pair<fs::path, std::int64_t>> files;
-  std::uint64_t skipped = 0;
-  for (std::size_t c = 0; c < classes.size(); ++c) {
-    std::vector<fs::path> in_class;
-    for (const auto& f : fs::recursive_directory_iterator(root / classes[c]))
-      if (f.is_regular_file()) {
+  std::uint64_t other = 0;
+  try {
+    if (!fs::is_directory(root)) throw input_error(root.string(), "not a directory");
+    for (const auto& d : fs::directory_iterator(root))
+      if (d.is_directory()) classes.push_back(d.path().filename().string());
+    std::sort(classes.begin(), classes.end());
+    if (classes.empty()) throw input_error(root.string(), "no class subfolders (expected DIR/<class>/<image>.jpg)");
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+      std::vector<fs::path> in_class;
+      for (const auto& f : fs::recursive_directory_iterator(root / classes[c])) {
+        if (f.is_directory()) continue;
+        // Named as a JPEG: packed (or refused, a FIFO included, with its reason). Else counted.
         if (is_jpeg_name(f.path())) in_class.push_back(f.path());
-        else ++skipped;
+        else ++other;
       }
-    std::sort(in_class.begin(), in_class.end());
-    for (auto& f : in_class) files.emplace_back(std::move(f), static_cast<std::int64_t>(c));
+      std::sort(in_class.begin(), in_class.end());
+      for (auto& f : in_class) files.emplace_back(std::move(f), static_cast<std::int64_t>(c));
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw input_error(e.path1().string(), e.code().message());
   }
+  p.class_names = classes;
+  w.set_class_names(classes);
   if (!o.quiet)
     std::fprintf(stderr, "sluice-pack: %zu classes, %zu JPEG files%s\n", classes.size(), files.size(),
-                 skipped ? (", " + std::to_string(skipped) + " other files skipped").c_str() : "");
-  packed p;
+                 other ? (", " + std::to_string(other) + " other files not packed").c_str() : "");
   progress bar(files.size(), o.quiet);
+  bool first = true;
   for (const auto& [path, label] : files) {
-    auto bytes = read_whole(path);
-#if SLUICE_WITH_TURBOJPEG
-    if (o.jpeg_check) {
-      try {
-        (void)sluice::codecs::read_jpeg_header(bytes);
-      } catch (const sluice::format_error& e) {
-        throw sluice::format_error(path.string(), {}, e.cause());
-      }
+    std::optional<sluice::io::mapped_file> f;
+    try {
+      f.emplace(read_image(path, o));
+    } catch (const input_error& e) {
+      if (!o.skip_bad) throw;
+      p.skipped.emplace_back(e.file, e.reason);
+      continue;
     }
-#endif
-    add(w, p, bytes, label);
-    bar.update(p.labels.size(), p.bytes);
+    if (std::exchange(first, false)) phase("read");
+    add(w, p, f->bytes(), label);
+    bar.update(p.labels.size() + p.skipped.size(), p.bytes);
   }
-  std::ofstream names(o.out + ".classes");
-  for (const auto& c : classes) names << c << '\n';
-  return p;
 }
 
 template <class Reader, class MakeReader>
-packed pack_readers(const options& o, sluice::io::shard_writer& w, MakeReader make) {
+void pack_readers(const options& o, sluice::io::shard_writer& w, packed& p, MakeReader make) {
   std::vector<Reader> readers;
   std::uint64_t total = 0;
   for (const auto& in : o.inputs) {
-    readers.push_back(make(in));
-    total += readers.back().size();
+    try {
+      require_regular_file(in);
+      try {
+        readers.push_back(make(in));
+      } catch (const input_error&) {
+        throw;
+      } catch (const sluice::error& e) {
+        throw input_error(in, e.what());
+      }
+      total += readers.back().size();
+    } catch (const input_error& e) {
+      if (!o.skip_bad) throw;
+      p.skipped.emplace_back(e.file, e.reason);
+    }
   }
-  packed p;
+  phase("read");
   progress bar(total, o.quiet);
   for (const auto& r : readers)
     for (std::size_t i = 0; i < r.size(); ++i) {
-      add(w, p, r.record(i), r.label(i));
+      std::span<const std::byte> rec;
+      std::int64_t label = -1;
+      try {
+        rec = r.record(i);
+        label = r.label(i);
+      } catch (const sluice::error& e) {
+        input_error err(std::string(r.path()) + " record " + std::to_string(i), e.what());
+        if (!o.skip_bad) throw err;
+        p.skipped.emplace_back(err.file, err.reason);
+        continue;
+      }
+      add(w, p, rec, label);
       bar.update(p.labels.size(), p.bytes);
     }
-  return p;
 }
 
-void verify(const options& o, const packed& p) {
-  sluice::io::shard_reader r(o.out, {.verify = false});
-  if (r.size() != p.crcs.size())
-    throw sluice::format_error(o.out, {}, "verification: " + std::to_string(r.size()) + " records, expected " +
-                                              std::to_string(p.crcs.size()));
-  for (std::size_t i = 0; i < r.size(); ++i) {
-    if (sluice::io::crc32c(r.record(i)) != p.crcs[i])
-      throw sluice::format_error(o.out, {.record = i}, "verification: record bytes differ from the input");
-    if (r.label(i) != p.labels[i]) throw sluice::format_error(o.out, {.record = i}, "verification: label differs");
+// Re-opens the sealed partial file and checks it against what was packed.
+void verify(const options& o, const std::string& file, const packed& p) {
+  auto fail = [&](std::string why) { throw verify_error("sluice-pack: verification of '" + file + "' failed: " + why); };
+  try {
+    sluice::io::shard_reader r(file, {.verify = false});
+    if (r.size() != p.crcs.size())
+      fail(std::to_string(r.size()) + " records, expected " + std::to_string(p.crcs.size()));
+    if (r.class_names() != p.class_names) fail("the class names differ from the input's");
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const auto rec = r.record(i);
+      if (sluice::io::crc32c(rec) != p.crcs[i]) fail("record " + std::to_string(i) + ": bytes differ from the input");
+      if (r.label(i) != p.labels[i]) fail("record " + std::to_string(i) + ": label differs");
+      if (o.verify == verify_mode::full && looks_like_jpeg(rec)) {
+        try {
+          decode_fully(rec);
+        } catch (const sluice::format_error& e) {
+          fail("record " + std::to_string(i) + ": " + e.cause());
+        }
+      }
+      if (i == 0) phase("verify");
+    }
+    if (r.size() == 0) phase("verify");
+    if (r.has_checksums()) (void)r.verify_all();
+  } catch (const sluice::format_error& e) {
+    fail(e.what());
   }
-  if (r.has_checksums()) (void)r.verify_all();
+}
+
+int run(const options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  packed p;
+  set_partial_name(0, o.out + ".partial");  // before the file exists: a signal never misses it
+  sluice::io::shard_writer w(o.out, {.checksums = o.checksums});
+  if (o.kind == "imagefolder") {
+    pack_imagefolder(o, w, p);
+  } else if (o.kind == "wds") {
+    pack_readers<sluice::io::wds_tar_reader>(o, w, p, [&](const std::string& in) {
+      return sluice::io::wds_tar_reader(in, {.record_field = o.field, .label_field = o.label,
+                                             .index = sluice::io::saved_index::ignore});
+    });
+  } else if (o.kind == "tfrecord") {
+    pack_readers<sluice::io::tfrecord_reader>(o, w, p, [&](const std::string& in) {
+      return sluice::io::tfrecord_reader(in, {.index = sluice::io::saved_index::ignore});
+    });
+  } else if (o.kind == "npy") {
+    pack_readers<sluice::io::npy_reader>(o, w, p, [&](const std::string& in) {
+      if (!o.labels_npy.empty()) require_regular_file(o.labels_npy);
+      return sluice::io::npy_reader(in, {.labels_path = o.labels_npy});
+    });
+  } else if (o.kind == "idx") {
+#if SLUICE_WITH_ZLIB
+    for (const auto& in : o.inputs) require_regular_file(in);
+    std::optional<sluice::io::idx_reader> r;
+    try {
+      r.emplace(o.inputs[0], o.inputs.size() > 1 ? o.inputs[1] : std::string());
+    } catch (const sluice::error& e) {
+      throw input_error(o.inputs[0], e.what());
+    }
+    phase("read");
+    progress bar(r->size(), o.quiet);
+    for (std::size_t i = 0; i < r->size(); ++i) {
+      add(w, p, r->record(i), r->label(i));
+      bar.update(p.labels.size(), p.bytes);
+    }
+#endif
+  }
+
+  // An empty shard is always a mistake upstream (a wrong directory, every input bad): refuse it.
+  if (p.crcs.empty()) {
+    for (const auto& [path, why] : p.skipped) std::fprintf(stderr, "sluice-pack: skipped '%s': %s\n", path.c_str(), why.c_str());
+    throw input_error(o.inputs[0], p.skipped.empty() ? "no records to pack"
+                                                     : "no records to pack (all " + std::to_string(p.skipped.size()) +
+                                                           " inputs were bad)");
+  }
+
+  // The skipped-input report is written beside the shard, also as a partial file.
+  std::optional<partial_text_file> report;
+  const std::string report_path = o.out + ".skipped.tsv";
+  if (!p.skipped.empty()) {
+    report.emplace(report_path, 1);
+    report->stream() << "path\treason\n";
+    for (const auto& [path, why] : p.skipped) report->stream() << tsv_escape(path) << '\t' << tsv_escape(why) << '\n';
+    report->seal();
+  }
+
+  w.seal();  // complete and fsynced, still only under the partial name
+  phase("sealed");
+  if (o.verify != verify_mode::none) verify(o, w.partial_path(), p);
+  phase("commit");
+  {
+    // The rename and the flag change together: the handler's message is true either way.
+    signals_blocked b;
+    w.commit();
+    clear_partial_name(0);
+    committed = 1;
+  }
+  std::error_code ec;
+  if (report) report->commit();
+  else if (fs::remove(report_path, ec) && !o.quiet)
+    std::fprintf(stderr, "sluice-pack: removed %s left by an earlier run\n", report_path.c_str());
+  if (fs::remove(o.out + ".classes", ec) && !o.quiet)
+    std::fprintf(stderr, "sluice-pack: removed %s.classes left by an earlier version (class names are in the shard)\n",
+                 o.out.c_str());
+  if (report) sluice::io::shard_writer::sync_directory_of(report_path);
+
+  if (!p.skipped.empty())
+    std::fprintf(stderr, "sluice-pack: skipped %zu bad input%s, listed in %s\n", p.skipped.size(),
+                 p.skipped.size() == 1 ? "" : "s", report_path.c_str());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.quiet)
+    std::fprintf(stderr, "sluice-pack: wrote %s: %zu records, %.1f MB in %.2f s%s\n", o.out.c_str(), p.crcs.size(),
+                 p.bytes / 1e6, s,
+                 o.verify == verify_mode::full ? ", verified (CRCs and full JPEG decode)"
+                 : o.verify == verify_mode::crc ? ", verified" : ", not verified (--verify none)");
+  return exit_ok;
 }
 
 }  // namespace
 
+// What a failure left: nothing, or (a failure after the rename) a complete, verified shard.
+const char* outcome() {
+  return committed ? "sluice-pack: the shard itself was written and verified before this failure"
+                   : "sluice-pack: no shard written";
+}
+
 int main(int argc, char** argv) {
+  install_signal_handlers();  // first: no phase runs unhandled
   const options o = parse(argc, argv);
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  const auto t0 = std::chrono::steady_clock::now();
-  bool finished = false;
   try {
-    packed p;
-    {
-      sluice::io::shard_writer w(o.out, {.checksums = o.checksums});
-      if (o.kind == "imagefolder") {
-        p = pack_imagefolder(o, w);
-      } else if (o.kind == "wds") {
-        p = pack_readers<sluice::io::wds_tar_reader>(o, w, [&](const std::string& in) {
-          return sluice::io::wds_tar_reader(in, {.record_field = o.field, .label_field = o.label,
-                                                 .index = sluice::io::saved_index::ignore});
-        });
-      } else if (o.kind == "tfrecord") {
-        p = pack_readers<sluice::io::tfrecord_reader>(o, w, [&](const std::string& in) {
-          return sluice::io::tfrecord_reader(in, {.index = sluice::io::saved_index::ignore});
-        });
-      } else if (o.kind == "npy") {
-        p = pack_readers<sluice::io::npy_reader>(o, w, [&](const std::string& in) {
-          return sluice::io::npy_reader(in, {.labels_path = o.labels_npy});
-        });
-      } else if (o.kind == "idx") {
-#if SLUICE_WITH_ZLIB
-        sluice::io::idx_reader r(o.inputs[0], o.inputs.size() > 1 ? o.inputs[1] : std::string());
-        progress bar(r.size(), o.quiet);
-        for (std::size_t i = 0; i < r.size(); ++i) {
-          add(w, p, r.record(i), r.label(i));
-          bar.update(p.labels.size(), p.bytes);
-        }
-#else
-        usage("this sluice-pack was built without zlib: the idx kind needs sluice::zlib");
-#endif
-      } else {
-        usage("unknown kind '" + o.kind + "'");
-      }
-      w.finish();
-      finished = true;
-    }
-    if (o.verify) verify(o, p);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!o.quiet)
-      std::fprintf(stderr, "sluice-pack: wrote %s: %zu records, %.1f MB in %.2f s%s\n", o.out.c_str(), p.crcs.size(),
-                   p.bytes / 1e6, s, o.verify ? ", verified" : "");
-    return 0;
+    return run(o);
+  } catch (const input_error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s%s\n", outcome(), o.skip_bad ? "" : " (--skip-bad skips bad inputs and lists them)");
+    return exit_bad_input;
+  } catch (const verify_error& e) {
+    std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
+    return exit_bad_input;
+  } catch (const sluice::io_error& e) {
+    std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
+    return exit_io;
+  } catch (const sluice::usage_error& e) {  // e.g. a record over the shard's 4 GiB limit
+    std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
+    return exit_bad_input;
+  } catch (const sluice::format_error& e) {
+    std::fprintf(stderr, "%s\n%s\n", e.what(), outcome());
+    return exit_bad_input;
   } catch (const std::exception& e) {
-    if (finished) std::remove(o.out.c_str());  // a shard that failed verification is not left behind
-    std::fprintf(stderr, "sluice-pack: %s\n", interrupted.load() ? "interrupted; no shard written" : e.what());
-    return 1;
+    std::fprintf(stderr, "sluice-pack: %s\n%s\n", e.what(), outcome());
+    return exit_io;
   }
 }

@@ -1,7 +1,9 @@
 // Self-test for sluice-pack (run by ctest): builds a tiny ImageFolder tree of real JPEGs, a pair of
 // WebDataset tar shards and a .npy with labels, packs each, and checks the shards record by record:
-// bytes, labels (ImageFolder: sorted class order), the .classes file; then that a corrupt JPEG
-// fails the pack with exit 1 and leaves no file under the output name, and that --help works.
+// bytes, labels (ImageFolder: sorted class order), the class names stored in the shard; then that
+// a corrupt JPEG fails the pack with exit 1 and leaves no file under the output name, and that
+// --help works and lists the exit codes. Signals, bad inputs and full disks:
+// tests/faults/pack_test.cpp.
 //
 //   sluice_pack_selftest /path/to/sluice-pack
 #include <sys/wait.h>
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   const fs::path dir = tmpl;
 
   EXPECT(run(pack + " --help >/dev/null") == 0);
+  EXPECT(run(pack + " --help | grep -q '128+N'") == 0);  // the exit codes are documented
   EXPECT(run(pack + " imagefolder") == 2);
 
   // ImageFolder: classes "cat" < "dog" < "zebra" (index 0, 1, 2); created out of order on purpose.
@@ -81,12 +84,12 @@ int main(int argc, char** argv) {
       EXPECT(same(r.record(i), expected[i].first));
       EXPECT(r.label(i) == expected[i].second);
     }
-    std::ifstream names(out + ".classes");
-    std::string a, b, c;
-    names >> a >> b >> c;
-    EXPECT(a == "cat" && b == "dog" && c == "zebra");
+    EXPECT(r.version() == 2);  // the class names make it a version-2 shard
+    EXPECT((r.class_names() == std::vector<std::string>{"cat", "dog", "zebra"}));
   }
   EXPECT(!fs::exists(out + ".partial"));
+  EXPECT(!fs::exists(out + ".classes"));  // the names are inside the shard, not beside it
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out + " --verify full") == 0);
 
   // A corrupt JPEG: the pack fails, and neither the output nor the partial file remains.
   auto bad = tiny_jpeg(99);

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,17 @@ TEST_CASE("mapped file: contents, empty file, missing file") {
     FAIL("no exception");
   } catch (const io_error& err) {
     CHECK(std::string(err.what()).find("missing") != std::string::npos);
+  }
+}
+
+TEST_CASE("mapped file: a FIFO is refused as not a regular file, without waiting for a writer") {
+  temp_dir d;
+  REQUIRE(::mkfifo(d.file("fifo").c_str(), 0600) == 0);
+  try {
+    io::mapped_file m(d.file("fifo"));
+    FAIL("no exception");
+  } catch (const io_error& err) {
+    CHECK(std::string(err.what()).find("not a regular file") != std::string::npos);
   }
 }
 
@@ -148,6 +161,142 @@ TEST_CASE("shard: bad files give format_error naming file, place and cause") {
     std::memcpy(b.data() + 40, &c, 4);
     CHECK(with(b).find("index would run past the end") != std::string::npos);
   }
+}
+
+TEST_CASE("shard: version 1 without metadata, version 2 with class names round-trips") {
+  temp_dir d;
+  auto p1 = write_shard(d, 10);
+  {
+    io::shard_reader r(p1);
+    CHECK(r.version() == 1);
+    CHECK(r.class_names().empty());
+    CHECK(r.size() == 10);
+    // A version-1 header leaves bytes 44..64 zero, exactly as shards written before version 2.
+    auto b = sluice_test::read_file(p1);
+    for (std::size_t i = 44; i < 64; ++i) CHECK(b[i] == std::byte{0});
+  }
+  const std::vector<std::string> names = {"cat", "dog", "", "zebra crossing", std::string(300, 'x')};
+  std::string p2 = d.file("n.sluice");
+  {
+    io::shard_writer w(p2);
+    w.set_class_names(names);
+    for (std::size_t i = 0; i < 40; ++i) w.add(sluice_test::random_bytes(5 + i, i), static_cast<std::int64_t>(i % 5));
+    w.finish();
+  }
+  io::shard_reader r(p2);
+  CHECK(r.version() == 2);
+  CHECK(r.class_names() == names);
+  REQUIRE(r.size() == 40);
+  for (std::size_t i = 0; i < 40; ++i) {
+    auto want = sluice_test::random_bytes(5 + i, i);
+    REQUIRE(r.record(i).size() == want.size());
+    CHECK(std::memcmp(r.record(i).data(), want.data(), want.size()) == 0);
+    CHECK(r.label(i) == static_cast<std::int64_t>(i % 5));
+  }
+  CHECK(r.verify_all() == 40);
+
+  const auto good = sluice_test::read_file(p2);
+  std::uint64_t meta_off = 0;
+  std::memcpy(&meta_off, good.data() + 48, 8);
+  auto bad = d.file("bad.sluice");
+  auto with = [&](std::vector<std::byte> bytes) {
+    sluice_test::write_file(bad, bytes);
+    return format_error_text([&] { io::shard_reader x(bad); });
+  };
+  SUBCASE("a flipped class-name byte fails the metadata checksum") {
+    auto b = good;
+    b[meta_off + 13] ^= std::byte{1};
+    CHECK(with(b).find("metadata checksum mismatch") != std::string::npos);
+  }
+  SUBCASE("a flipped metadata offset fails the version-2 header checksum") {
+    auto b = good;
+    b[48] ^= std::byte{1};
+    CHECK(with(b).find("header checksum mismatch (version-2 fields)") != std::string::npos);
+  }
+  SUBCASE("any single flipped byte gives a format_error or a shard that still checks out") {
+    for (std::size_t at = 0; at < good.size(); ++at) {
+      auto b = good;
+      b[at] ^= std::byte{0x5a};
+      sluice_test::write_file(bad, b);
+      try {
+        io::shard_reader x(bad);
+        (void)x.verify_all();
+        CHECK(x.class_names().size() == names.size());
+      } catch (const format_error&) {
+      }
+    }
+  }
+  SUBCASE("an unknown version is refused") {
+    auto b = good;
+    b[8] = std::byte{3};
+    CHECK(with(b).find("shard version 3 is not supported") != std::string::npos);
+  }
+}
+
+TEST_CASE("shard: seal() leaves a complete partial file, commit() names it, no commit removes it") {
+  temp_dir d;
+  const auto p = d.file("s.sluice");
+  {
+    io::shard_writer w(p);
+    w.add(sluice_test::random_bytes(100, 1), 3);
+    w.seal();
+    CHECK(w.partial_path() == p + ".partial");
+    CHECK_FALSE(std::filesystem::exists(p));
+    io::shard_reader r(w.partial_path());
+    CHECK(r.size() == 1);
+    CHECK(r.label(0) == 3);
+  }  // destroyed without commit: a check failed
+  CHECK_FALSE(std::filesystem::exists(p));
+  CHECK_FALSE(std::filesystem::exists(p + ".partial"));
+  {
+    io::shard_writer w(p);
+    w.add(sluice_test::random_bytes(100, 1), 3);
+    w.seal();
+    w.commit();
+  }
+  CHECK(std::filesystem::exists(p));
+  CHECK_FALSE(std::filesystem::exists(p + ".partial"));
+  SUBCASE("a failed rename removes the partial file and names both paths") {
+    std::filesystem::create_directory(d.file("dir.sluice"));
+    sluice_test::write_file(d.file("dir.sluice/x"), std::string("x"));  // rename onto a non-empty directory fails
+    std::string what;
+    {
+      io::shard_writer w(d.file("dir.sluice"));
+      w.add(sluice_test::random_bytes(10, 2), 0);
+      w.seal();
+      try {
+        w.commit();
+      } catch (const io_error& e) {
+        what = e.what();
+      }
+    }
+    CHECK(what.find("dir.sluice.partial") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(d.file("dir.sluice.partial")));
+  }
+}
+
+TEST_CASE("shard: an index overwritten in place while mapped cannot send record() outside the file") {
+  temp_dir d;
+  auto p = write_shard(d, 64);
+  io::shard_reader r(p, {.verify = false});
+  const auto before = r.labels();
+  {
+    // Overwrite everything after the header in place (same inode, same size): offsets become huge.
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0, std::ios::end);
+    const auto n = static_cast<std::size_t>(f.tellp());
+    std::vector<char> junk(n - 64, '\xff');
+    f.seekp(64);
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  const auto base = r.file().data();
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    auto rec = r.record(i);  // reads the checked in-memory index: stays inside the mapping
+    CHECK(rec.data() >= base + 64);
+    CHECK(rec.data() + rec.size() <= base + r.file().size());
+  }
+  CHECK(r.labels() == before);
+  CHECK_THROWS_AS(io::shard_reader{p}, format_error);  // a fresh open sees the damage
 }
 
 TEST_CASE("fixed records: views, labels of three widths, size checks") {

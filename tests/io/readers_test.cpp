@@ -168,7 +168,7 @@ TEST_CASE("wds tar: saved index carries labels") {
   tar.resize(tar.size() + 1024);
   write_file(dir.file("i.tar"), tar);
   { io::wds_tar_reader r(dir.file("i.tar"), {.record_field = "jpg", .label_field = "cls"}); CHECK(r.size() == 4); }
-  REQUIRE(io::detail::load_index(dir.file("i.tar"), "wds:jpg:cls").has_value());
+  REQUIRE(io::detail::load_index(dir.file("i.tar"), io::detail::wds_index_kind({.record_field = "jpg", .label_field = "cls"})).has_value());
   io::wds_tar_reader r(dir.file("i.tar"), {.record_field = "jpg", .label_field = "cls", .index = io::saved_index::use_only});
   CHECK(r.label(2) == 12);
   CHECK(same(r.record(3), as_bytes("J3")));

@@ -108,6 +108,19 @@ inline std::string current_exception_text() {
     return "unknown exception";
   }
 }
+
+// Wraps the exception being handled into a stage_error naming the stage and the sample. One that
+// is already a stage_error (a deferred stage, e.g. decode inside collate, named itself) passes
+// through unchanged, so the stage that failed is the one reported.
+[[noreturn]] inline void throw_stage_error(std::string_view stage, std::uint64_t id) {
+  try {
+    throw;
+  } catch (const stage_error&) {
+    throw;
+  } catch (...) {
+  }
+  std::throw_with_nested(stage_error(std::string(stage), id, current_exception_text()));
+}
 }  // namespace detail
 
 }  // namespace sluice

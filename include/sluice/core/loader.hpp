@@ -4,7 +4,7 @@
 //  * A batch is a ticket. Batch k of an epoch covers positions [start + k*B, start + (k+1)*B) of
 //    the sampler's order, and the sampler maps a position to a sample id by a pure function of
 //    (seed, epoch, position). Whichever worker claims ticket k computes exactly the same batch.
-//  * Workers claim tickets in order (under the ring's mutex, once per batch) and fill slot k % C:
+//  * Workers claim tickets in order (under the ring's mutex, once per batch) and fill any free slot:
 //    the fused per-sample function runs for each sample of the batch (sample views, nothing
 //    copied yet), the collator checks each and plans the batch's tensors (shapes, offsets; a
 //    variable-length field makes the batch as large as its samples need), the slot's storage
@@ -12,8 +12,11 @@
 //    straight into its place (a deferred sample, e.g. a decoder, writes itself there).
 //  * The consumer takes batches k = 0, 1, 2, ... in order; the batch handle returns its slot when
 //    dropped. The ring has C = max_depth + max_workers slots; a worker may start batch k only
-//    while fewer than depth + workers batches are alive (being filled, ready, or held by the
-//    consumer). A slow consumer therefore stops the workers; memory never grows.
+//    while fewer than depth + workers batches are being filled or wait for the consumer, and a
+//    slot is free. A slow consumer therefore stops the workers; memory never grows past C slots.
+//  * The trainer may keep any batches (batch 0 for a whole epoch, the last batch across an epoch
+//    boundary) as long as it holds fewer than C: the others cycle through the remaining slots.
+//    Holding all C and asking for another is the one usage_error (nothing could ever be filled).
 //
 // Guarantees:
 //  * Determinism: same sampler, seed and epoch -> bit-identical batches for any worker count.
@@ -23,8 +26,18 @@
 //  * Errors reach the consumer: a stage's exception is stored in the slot and rethrown by the
 //    consumer's next() for that batch, as stage_error(stage, sample id, cause) with the original
 //    nested. Batches before it are delivered normally. With on_error::skip the sample is dropped
-//    from its batch (which is then smaller) and counted. Every error is a stage_error with the
-//    cause nested (std::rethrow_if_nested works on all of them).
+//    from its batch (which is then smaller), counted, and its error kept in stats().skip_causes
+//    (the first 16); a batch whose every sample was skipped is not delivered (its ticket still
+//    counts, so positions, determinism and resume are unchanged). Every error is a stage_error
+//    with the cause nested (std::rethrow_if_nested works on all of them), naming the stage that
+//    failed: a decode that runs inside collate (a deferred sample) is reported as decode, in
+//    errors and in per-stage busy time.
+//  * Files that change under the loader (core/file_guard.hpp): a sample whose reading touched a
+//    page of a file truncated meanwhile fails with a format_error naming the file (stage "read")
+//    instead of killing the process with SIGBUS; at each epoch's start every mapped file's
+//    identity is compared with its identity at open, and a changed file's samples fail the same
+//    way. A throwing batch-stage hook (on_deliver, on_release) never leaks its slot: the error
+//    reaches the trainer from next().
 //  * Clean stop: destroying the loader (or starting another epoch) cancels the running epoch;
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
@@ -69,6 +82,7 @@
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/file_guard.hpp"
 #include "sluice/core/pipeline.hpp"
 #include "sluice/core/state.hpp"
 #include "sluice/core/stats.hpp"
@@ -183,6 +197,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // Starts (or restarts) an epoch run at `start` samples into the epoch's order.
   void begin_epoch(std::uint64_t epoch, std::uint64_t start) {
+    check_all_files();  // a file replaced or written since it was opened fails its samples
     std::unique_lock lk(m_);
     generation_.fetch_add(1, std::memory_order_relaxed);  // cancels a running epoch
     active_ = false;
@@ -241,43 +256,62 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     const std::uint64_t t_request = now_ns();
     clock_.on_request(t_request);
     std::unique_lock lk(m_);
-    if (!active_ || delivered_ >= num_batches_) {
-      active_ = false;
-      return {};
-    }
-    const std::uint64_t k = delivered_;
-    auto& s = slots_[k % capacity_];
-    const std::size_t ready_now = count_ready_locked();
-    auto is_mine = [&] {
-      return (s.status == slot_status::ready || s.status == slot_status::failed) && s.index == k;
-    };
-    if (!is_mine()) {
-      if (s.status == slot_status::held || consumer_held_ >= depth_ + active_workers_)
-        throw usage_error("sluice: the trainer holds " + std::to_string(consumer_held_) +
-                          " batches and the ring cannot prepare batch " + std::to_string(k) +
-                          " until one is released; drop (or reset()) batches before asking for more, "
-                          "or raise the prefetch depth (ring slots: " + std::to_string(capacity_) + ")");
-      cv_ready_.wait(lk, [&] { return is_mine() || stop_.load(std::memory_order_relaxed); });
-      if (!is_mine()) return {};
-    }
-    const std::uint64_t t_receive = now_ns();
-    if (s.status == slot_status::failed) {
-      std::exception_ptr e = std::exchange(s.error, nullptr);
-      s.status = slot_status::free;
-      --live_;
-      generation_.fetch_add(1, std::memory_order_relaxed);
-      active_ = false;
-      cv_work_.notify_all();
+    if (release_error_) {  // a batch stage's on_release failed: the trainer hears of it here
+      std::exception_ptr e = std::exchange(release_error_, nullptr);
+      stop_epoch_locked();
       lk.unlock();
       std::rethrow_exception(e);
     }
-    s.status = slot_status::held;
-    s.holders.store(1, std::memory_order_relaxed);
+    slot_type* s = nullptr;
+    std::uint64_t k = 0;
+    for (;;) {
+      if (!active_ || delivered_ >= num_batches_) {
+        active_ = false;
+        return {};
+      }
+      k = delivered_;
+      s = find_ticket_locked(k);
+      if (s == nullptr) {
+        if (consumer_held_ >= capacity_)
+          throw usage_error("sluice: the trainer holds " + std::to_string(consumer_held_) +
+                            " batches, every slot of the ring, so batch " + std::to_string(k) +
+                            " can never be prepared; drop (or reset()) a batch before asking for more, "
+                            "or raise the prefetch depth (ring slots: " + std::to_string(capacity_) + ")");
+        cv_ready_.wait(lk, [&] {
+          return (s = find_ticket_locked(k)) != nullptr || stop_.load(std::memory_order_relaxed) || !active_;
+        });
+        if (s == nullptr) {
+          if (stop_.load(std::memory_order_relaxed)) return {};
+          continue;
+        }
+      }
+      if (s->status == slot_status::ready && s->count == 0) {  // every sample skipped: not delivered
+        skipped_total_ += s->skipped;
+        s->status = slot_status::free;
+        --live_;
+        ++delivered_;
+        cv_work_.notify_all();
+        continue;
+      }
+      break;
+    }
+    const std::size_t ready_now = count_ready_locked();
+    const std::uint64_t t_receive = now_ns();
+    if (s->status == slot_status::failed) {
+      std::exception_ptr e = std::exchange(s->error, nullptr);
+      s->status = slot_status::free;
+      --live_;
+      stop_epoch_locked();
+      lk.unlock();
+      std::rethrow_exception(e);
+    }
+    s->status = slot_status::held;
+    s->holders.store(1, std::memory_order_relaxed);
     ++consumer_held_;
     ++delivered_;
     delivered_total_ += 1;
-    samples_total_ += s.count;
-    skipped_total_ += s.skipped;
+    samples_total_ += s->count;
+    skipped_total_ += s->skipped;
     clock_.on_receive(t_request, t_receive);
     depth_signal sig{k, t_receive - t_request, clock_pending_busy(t_request), ready_now, depth_,
                      active_workers_, slot_bytes_};
@@ -296,22 +330,55 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     last_receive_ns_ = t_receive;
     lk.unlock();
-    for_each_stage([&](auto& st, auto& state) {
-      if constexpr (requires { st.on_deliver(s, state); }) st.on_deliver(s, state);
-    }, s);
-    return batch(this->shared_from_this(), &s);
+    std::string_view failing;
+    try {
+      for_each_stage([&](auto& st, auto& state) {
+        if constexpr (requires { st.on_deliver(*s, state); }) {
+          failing = std::decay_t<decltype(st)>::name;
+          st.on_deliver(*s, state);
+        }
+      }, *s);
+    } catch (...) {
+      // The batch is not handed out: its slot goes back to the ring and the epoch stops, as for a
+      // failed batch; the trainer gets the stage's error.
+      {
+        std::lock_guard relock(m_);
+        s->status = slot_status::free;
+        --live_;
+        --consumer_held_;
+        delivered_total_ -= 1;
+        samples_total_ -= s->count;
+        stop_epoch_locked();
+      }
+      detail::throw_stage_error(failing, s->count != 0 ? s->ids[0] : 0);
+    }
+    return batch(this->shared_from_this(), s);
   }
 
   void release(slot_base& base) noexcept override {
     auto& s = static_cast<slot_type&>(base);
+    std::exception_ptr failed;
     for_each_stage([&](auto& st, auto& state) {
-      if constexpr (requires { st.on_release(s, state); }) st.on_release(s, state);
+      if constexpr (requires { st.on_release(s, state); }) {
+        try {
+          st.on_release(s, state);
+        } catch (...) {
+          if (!failed) {
+            try {
+              detail::throw_stage_error(std::decay_t<decltype(st)>::name, s.count != 0 ? s.ids[0] : 0);
+            } catch (...) {
+              failed = std::current_exception();
+            }
+          }
+        }
+      }
     }, s);
     {
       std::lock_guard lk(m_);
       s.status = slot_status::free;
       --live_;
       --consumer_held_;
+      if (failed && !release_error_) release_error_ = failed;
     }
     cv_work_.notify_all();
   }
@@ -351,6 +418,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.samples = samples_total_;
     s.skipped = skipped_total_;
     clock_.fill(s);
+    {
+      std::lock_guard sk(skip_m_);
+      s.skip_causes = skip_causes_;
+    }
     s.stages.resize(n_stages + 1);
     for (std::size_t i = 0; i < n_stages; ++i) s.stages[i].name = SampleChain::stage_names[i];
     s.stages[n_stages].name = "collate";
@@ -448,8 +519,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   void worker_main(std::size_t w) {
     scratch_type scratch;
-    scratch.samples.reserve(chain_.collate.batch_size());
-    scratch.positions.reserve(chain_.collate.batch_size());
+    try {  // a hint: without it the lists grow on first use (where a failure is a batch error)
+      scratch.samples.reserve(chain_.collate.batch_size());
+      scratch.positions.reserve(chain_.collate.batch_size());
+    } catch (...) {
+    }
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);
     for (;;) {
@@ -460,8 +534,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       if (had_work) counters_[w].wait_ns.add(now_ns() - t_wait);
       const std::uint64_t k = next_ticket_++;
       const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
-      auto& s = slots_[k % capacity_];
+      auto& s = *free_slot_locked();  // can_claim saw one
       s.status = slot_status::filling;
+      s.index = k;
       ++live_;
       ++filling_;
       peak_live_ = std::max(peak_live_, live_);
@@ -472,7 +547,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       const std::uint64_t t0 = now_ns();
       bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
       counters_[w].busy_ns.add(now_ns() - t0);
-      if (ok && !s.error) {
+      if (ok && !s.error && s.count != 0) {
         for_each_stage([&](auto& st, auto& state) {
           if constexpr (requires { st.on_filled(s, state); }) {
             try {
@@ -503,9 +578,39 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
   }
 
+  // Batches held by the trainer do not count against depth + workers (only batches being filled
+  // or waiting for it do), so a policy that lowers either never starves a trainer that holds
+  // fewer batches than the ring has slots; live_ < capacity_ means a slot is free.
   bool can_claim(std::size_t w) const noexcept {
     return active_ && w < active_workers_ && next_ticket_ < num_batches_ &&
-           live_ < depth_ + active_workers_ && slots_[next_ticket_ % capacity_].status == slot_status::free;
+           live_ - consumer_held_ < depth_ + active_workers_ && live_ < capacity_;
+  }
+  slot_type* free_slot_locked() noexcept {
+    for (std::size_t i = 0; i < capacity_; ++i)
+      if (slots_[i].status == slot_status::free) return &slots_[i];
+    return nullptr;
+  }
+  slot_type* find_ticket_locked(std::uint64_t k) noexcept {
+    for (std::size_t i = 0; i < capacity_; ++i) {
+      auto& s = slots_[i];
+      if ((s.status == slot_status::ready || s.status == slot_status::failed) && s.index == k) return &s;
+    }
+    return nullptr;
+  }
+  // Ends the running epoch after an error the trainer is about to receive.
+  void stop_epoch_locked() noexcept {
+    generation_.fetch_add(1, std::memory_order_relaxed);
+    active_ = false;
+    cv_work_.notify_all();
+  }
+  // Keeps the error being handled (a skipped sample's) for stats().skip_causes.
+  void note_skip() noexcept {
+    std::lock_guard lk(skip_m_);
+    if (skip_causes_.size() >= max_skip_causes) return;
+    try {
+      skip_causes_.push_back(current_exception_text());
+    } catch (...) {
+    }
   }
 
   // Fills slot `s` with batch k. Returns false if the run was cancelled meanwhile.
@@ -521,8 +626,15 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.device_data = nullptr;
     s.device_id = -1;
     if (!s.id_store) {
-      s.id_store = std::make_unique<std::uint64_t[]>(b);
-      s.ids = s.id_store.get();
+      try {
+        s.id_store = std::make_unique<std::uint64_t[]>(b);
+        s.ids = s.id_store.get();
+      } catch (...) {
+        record_error(s, Collate::name, first);
+        s.used_bytes = 0;
+        s.layout.clear();
+        return true;
+      }
     }
     auto& ctr = counters_[w];
     const auto& sampler = chain_.chain.sampler_;
@@ -535,13 +647,21 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       scratch_type& ws;
       ~clear_on_exit() { ws.samples.clear(); }
     } clear_guard{ws};
-    col.begin(ws.collate);
+    try {
+      col.begin(ws.collate);
+    } catch (...) {
+      record_error(s, Collate::name, first);
+      s.used_bytes = 0;
+      s.layout.clear();
+      return true;
+    }
 
     // 1. Run the per-sample stages and check each sample: views only, nothing written yet.
     for (std::uint64_t pos = first; pos < last; ++pos) {
       if (generation_.load(std::memory_order_relaxed) != gen) return false;
       std::uint64_t id = 0;
       try {
+        const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
         id = sampler.at(epoch, pos);
         sample_context ctx{opt_.seed, epoch, id, pos};
         if ((sample_counter++ % stage_timing_stride) == 0) {
@@ -555,11 +675,20 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           ws.samples.pop_back();
           throw_stage_error(Collate::name, id);
         }
+        if (watch.suspect()) [[unlikely]] {
+          try {
+            watch.check(origin_of(ws.samples.back()));
+          } catch (...) {
+            ws.samples.pop_back();
+            throw_stage_error("read", id);
+          }
+        }
         s.ids[ws.positions.size()] = id;
         ws.positions.push_back(pos);
       } catch (...) {
         if (opt_.errors == on_error::skip) {
           ++skipped;
+          note_skip();
           continue;
         }
         s.error = std::current_exception();
@@ -585,8 +714,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     // 3. Plan the batch's tensors, grow the storage if needed, write every sample once. A sample
     // that fails to write (a decoder) is dropped under on_error::skip and the batch re-planned.
     const std::uint64_t t_collate = now_ns();
+    detail::t_deferred_time = {};
     bool recheck = false;
-    while (!s.error) {
+    if (ws.samples.empty()) s.layout.clear();  // every sample skipped: nothing to plan or write
+    while (!s.error && !ws.samples.empty()) {
       if (generation_.load(std::memory_order_relaxed) != gen) return false;
       std::size_t failed_at = ws.samples.size();
       try {
@@ -606,7 +737,15 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         for (std::size_t i = 0; i < ws.samples.size(); ++i) {
           failed_at = i;
           sample_context ctx{opt_.seed, epoch, s.ids[i], ws.positions[i]};
+          const fault_watch watch;
           col.write(ws.samples[i], i, s.data, ws.collate, ctx);
+          if (watch.suspect()) [[unlikely]] {
+            try {
+              watch.check(origin_of(ws.samples[i]));
+            } catch (...) {
+              throw_stage_error("read", s.ids[i]);
+            }
+          }
         }
         failed_at = ws.samples.size();
         col.finish(std::span<const sample_type>(ws.samples), s.data, ws.collate, s.layout);
@@ -615,6 +754,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         const std::uint64_t id = failed_at < ws.samples.size() ? s.ids[failed_at] : first;
         if (opt_.errors == on_error::skip && failed_at < ws.samples.size()) {
           ++skipped;
+          note_skip();
           erase_at(ws.samples, failed_at);
           ws.positions.erase(ws.positions.begin() + static_cast<std::ptrdiff_t>(failed_at));
           for (std::size_t i = failed_at; i < ws.samples.size(); ++i) s.ids[i] = s.ids[i + 1];
@@ -624,7 +764,16 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         record_error(s, failing, id);
       }
     }
-    const std::uint64_t collate_ns = now_ns() - t_collate;  // the whole batch, not sampled
+    std::uint64_t collate_ns = now_ns() - t_collate;  // the whole batch, not sampled
+    if (const auto deferred = std::exchange(detail::t_deferred_time, {}); deferred.ns != 0) {
+      // A deferred stage's work (decode writing itself into the batch) is that stage's time.
+      for (std::size_t i = 0; i < n_stages; ++i) {
+        if (SampleChain::stage_names[i] != deferred.stage) continue;
+        ctr.stage_ns[i].add(deferred.ns);
+        collate_ns -= std::min(collate_ns, deferred.ns);
+        break;
+      }
+    }
     const std::uint64_t samples = ws.samples.size();
     s.count = samples;
     s.skipped = skipped;
@@ -659,7 +808,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
   }
 
-  // Stores the exception being handled as the slot's error, as a stage_error naming `stage`.
+  // Stores the exception being handled as the slot's error, as a stage_error naming `stage` (or
+  // as it is, when a stage already named itself).
   void record_error(slot_type& s, std::string_view stage, std::uint64_t id) noexcept {
     try {
       throw_stage_error(stage, id);
@@ -706,6 +856,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
+  std::exception_ptr release_error_;  // from an on_release hook, rethrown by the next next()
+  static constexpr std::size_t max_skip_causes = 16;
+  mutable std::mutex skip_m_;  // only on the skip path
+  std::vector<std::string> skip_causes_;
 };
 
 }  // namespace detail

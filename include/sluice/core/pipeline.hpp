@@ -66,11 +66,6 @@ struct stage_cannot_follow {
 };
 
 
-// Wraps the exception being handled into a stage_error naming the stage and the sample.
-[[noreturn]] inline void throw_stage_error(std::string_view stage, std::uint64_t id) {
-  std::throw_with_nested(stage_error(std::string(stage), id, current_exception_text()));
-}
-
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------

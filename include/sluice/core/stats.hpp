@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -57,6 +58,7 @@ struct pipeline_stats {
   std::uint64_t batches = 0;            // delivered to the consumer
   std::uint64_t samples = 0;            // collated and delivered
   std::uint64_t skipped = 0;            // dropped by the skip policy
+  std::vector<std::string> skip_causes; // what() of the first skipped samples' errors (at most 16)
   std::uint64_t consumer_wait_ns = 0;
   std::uint64_t consumer_busy_ns = 0;
   std::uint64_t warmup_wait_ns = 0;     // wait for the first batch of each epoch
@@ -91,6 +93,30 @@ inline std::uint64_t now_ns() noexcept {
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
 }
+
+// Work a deferred sample does for its stage inside collate (decode writes itself into the batch
+// when collate asks): the sample adds its time here under its stage's name, and the loader moves
+// it from collate's busy time to that stage's after each batch. One per thread, so no sharing.
+struct deferred_time {
+  std::string_view stage;
+  std::uint64_t ns = 0;
+};
+inline thread_local deferred_time t_deferred_time{};
+
+class deferred_scope {
+ public:
+  explicit deferred_scope(std::string_view stage) noexcept : stage_(stage), t0_(now_ns()) {}
+  deferred_scope(const deferred_scope&) = delete;
+  deferred_scope& operator=(const deferred_scope&) = delete;
+  ~deferred_scope() {
+    t_deferred_time.stage = stage_;
+    t_deferred_time.ns += now_ns() - t0_;
+  }
+
+ private:
+  std::string_view stage_;
+  std::uint64_t t0_;
+};
 
 // A counter written by one thread and read by others.
 class owned_counter {

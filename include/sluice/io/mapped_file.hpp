@@ -1,9 +1,15 @@
 // sluice/io/mapped_file.hpp — a read-only memory mapping of a whole file.
 //
 // Readers hand out views into this mapping, so nothing is copied before collate. The mapping is
-// MAP_PRIVATE + PROT_READ: the process can never write through it, and a file truncated under us
-// is the one hazard left (SIGBUS on access) — the same as every mmap-based loader; shards are
-// written to a temporary name and renamed into place so a reader never sees a half file.
+// MAP_PRIVATE + PROT_READ: the process can never write through it. A file truncated under a
+// running loader would raise SIGBUS on access; every mapping is registered with
+// core/file_guard.hpp, whose handler turns that into an error for the sample that touched it, and
+// whose per-epoch identity check (device, inode, size, mtime and ctime in nanoseconds) catches a
+// file replaced or written since it was opened. Shards are written to a temporary name and
+// renamed into place, so a reader never sees a half file.
+//
+// Only regular files are mapped: a FIFO, directory or device is refused with a clear error
+// without blocking (the file is opened O_NONBLOCK, so a FIFO without a writer cannot hang it).
 //
 //   auto f = sluice::io::mapped_file{"train.sluice", {.advice = sluice::io::access::random}};
 //   std::span<const std::byte> all = f.bytes();
@@ -26,6 +32,7 @@
 #include <utility>
 
 #include "sluice/core/error.hpp"
+#include "sluice/core/file_guard.hpp"
 
 namespace sluice::io {
 
@@ -40,7 +47,9 @@ class mapped_file {
  public:
   mapped_file() = default;
   explicit mapped_file(std::string path, map_options opt = {}) : path_(std::move(path)) {
-    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; with it the open
+    // returns and the S_ISREG check below refuses the FIFO. It has no effect on regular files.
+    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) throw io_error(path_, "cannot open", errno);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -50,7 +59,8 @@ class mapped_file {
     }
     if (!S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw io_error(path_, "not a regular file");
+      throw format_error(path_, {}, std::string("not a regular file (") + kind_of(st.st_mode) +
+                                        "): sluice reads regular files only");
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
@@ -66,6 +76,13 @@ class mapped_file {
       }
       data_ = static_cast<const std::byte*>(p);
       advise(opt.advice);
+      try {
+        guard_ = sluice::detail::file_registry::instance().add(data_, size_, path_, file_identity::of(st));
+      } catch (...) {
+        ::munmap(p, size_);
+        ::close(fd);
+        throw;
+      }
     }
     ::close(fd);  // the mapping keeps the file alive
   }
@@ -73,13 +90,14 @@ class mapped_file {
   mapped_file& operator=(const mapped_file&) = delete;
   mapped_file(mapped_file&& o) noexcept
       : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)) {}
+        size_(std::exchange(o.size_, 0)), guard_(std::exchange(o.guard_, nullptr)) {}
   mapped_file& operator=(mapped_file&& o) noexcept {
     if (this != &o) {
       unmap();
       path_ = std::move(o.path_);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      guard_ = std::exchange(o.guard_, nullptr);
     }
     return *this;
   }
@@ -104,9 +122,24 @@ class mapped_file {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  // Whether the file faulted (was truncated while mapped) or changed since it was opened
+  // (core/file_guard.hpp); throw_if_changed() raises the format_error that says which.
+  [[nodiscard]] bool changed() const noexcept {
+    return guard_ != nullptr && guard_->changed.load(std::memory_order_relaxed) != 0;
+  }
+  void throw_if_changed() const { sluice::detail::file_registry::instance().check_mapping(guard_); }
 
  private:
+  static const char* kind_of(mode_t m) noexcept {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a plain file";
+  }
   void unmap() noexcept {
+    if (guard_ != nullptr) sluice::detail::file_registry::instance().remove(std::exchange(guard_, nullptr));
     if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
     data_ = nullptr;
     size_ = 0;
@@ -114,6 +147,7 @@ class mapped_file {
   std::string path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  sluice::detail::guarded_mapping* guard_ = nullptr;
 };
 
 }  // namespace sluice::io

@@ -7,12 +7,34 @@
 // as an ASCII integer (e.g. "cls"); other fields are ignored. A sample lacking a named field is a
 // format_error naming its key.
 //
-// Headers understood: POSIX ustar (with its 155-byte prefix), GNU ("ustar  " magic, 'L' long
-// names, base-256 sizes) and pax ('x' extended headers; `path=` is used, other keys ignored; 'g'
-// global headers skipped). Each header's checksum is verified. Directories, links and other
-// special members are skipped. The archive ends at the first all-zero block or at end of file.
+// What is read, and what is refused rather than misread:
+//   - Headers: POSIX ustar (with its 155-byte prefix), GNU ("ustar  " magic, 'L' long names, 'K'
+//     long link targets, base-256 sizes) and pax. Each header's checksum is verified.
+//   - pax 'x' (and Solaris 'X') extended headers: `path=` names the next member (it wins over a
+//     GNU long name), `size=` is its real size and overrides the ustar size field (that is where
+//     the next header lies); an empty value unsets the key; other keys (linkpath, times, ...)
+//     are ignored. pax 'g' global headers are skipped, but one that sets path= or size= (which
+//     would apply to every following member) is refused: no writer of WebDataset shards makes
+//     one, and readers disagree on what it means.
+//   - Sparse members (GNU type 'S', or pax GNU.sparse.* keys) are refused with a format_error
+//     naming the member: "sparse members are not supported". Their data is a map, not the file.
+//   - Regular files ('0', '\0', '7') are samples' fields. Directories, links, devices, fifos and
+//     unknown types are skipped; directories carry no data whatever their size field says, and
+//     a link or device with a non-zero size is refused (where the next header lies would be a
+//     guess). An extended header with no member after it is an error.
+//   - End of archive: zeros from a zero block to the end of the file (the two-block marker and
+//     any record padding after it), or the end of the file itself. A zero block followed by more
+//     headers is a format_error naming the offset: a lone zero block, or "data follows the
+//     end-of-archive marker" (archives concatenated with `cat`). With `.ignore_zeros = true`
+//     (GNU tar's --ignore-zeros) zero blocks are read through instead, so concatenated archives
+//     yield all their samples.
+//   - Truncation (a partial header, a member running past the end) is a format_error naming the
+//     file and offset. A file cut exactly at a header boundary cannot be told from a complete
+//     archive without its end marker, which some writers omit; it is accepted.
 //
-// The scan's result is saved as `<file>.sidx` (see record_index.hpp) for an instant next open.
+// The scan's result is saved as `<file>.sidx` (see record_index.hpp) for an instant next open,
+// keyed by the fields, ignore_zeros and the scan's version (detail::wds_scan_version), so an
+// index written by an older scan is rebuilt rather than trusted.
 //
 //   sluice::io::wds_tar_reader r{"shard-000.tar", {.record_field = "jpg", .label_field = "cls"}};
 //   auto jpeg = r.record(0); auto cls = r.label(0);
@@ -44,17 +66,15 @@ struct wds_options {
   std::string label_field{};         // extension of the ASCII-integer label member; empty: none
   saved_index index = saved_index::use_and_save;
   map_options map{};
+  // Read through all-zero blocks instead of stopping at them (GNU tar's --ignore-zeros): reads
+  // archives concatenated with `cat` and ones with a stray zero block. Off: a zero block that
+  // is followed by more headers is a format_error, since the samples after it would be lost.
+  bool ignore_zeros = false;
 };
 
 namespace detail {
 
 inline constexpr std::size_t tar_block = 512;
-
-inline bool all_zero(std::span<const std::byte> b) noexcept {
-  for (auto x : b)
-    if (x != std::byte{0}) return false;
-  return true;
-}
 
 // A NUL-terminated (or full-width) text field.
 inline std::string_view tar_text(const std::byte* p, std::size_t width) noexcept {
@@ -110,25 +130,73 @@ inline bool tar_checksum_ok(const std::byte* h) noexcept {
   return static_cast<std::int64_t>(stored) == ssum;
 }
 
-// Finds `path=` in a pax extended header body ("<len> <key>=<value>\n" records).
-inline bool pax_path(std::span<const std::byte> body, std::string& path) {
+// What a pax extended header ('x' for the next member, 'g' for all that follow) says that the
+// scan acts on. Other keys (linkpath, mtime, uname, ...) are read past and ignored.
+struct pax_fields {
+  bool has_path = false;
+  std::string path;
+  bool has_size = false;
+  std::uint64_t size = 0;
+  bool sparse = false;        // any GNU.sparse.* key: the member's data is a sparse map, refused
+  std::string sparse_name;    // GNU.sparse.name, the member's real name in sparse format 1.0
+};
+
+// Parses a pax header body of "<len> <key>=<value>\n" records into `f` (later records win, as
+// later headers do). Returns nullptr, or the reason the body is malformed. Every length is
+// checked against the body; trailing NUL padding ends the records.
+inline const char* parse_pax(std::span<const std::byte> body, pax_fields& f) {
   std::string_view s(reinterpret_cast<const char*>(body.data()), body.size());
-  while (!s.empty()) {
-    std::size_t sp = s.find(' ');
-    if (sp == std::string_view::npos) return false;
+  while (!s.empty() && s.front() != '\0') {
+    const std::size_t sp = s.find(' ');
+    if (sp == std::string_view::npos || sp == 0) return "a record has no length";
     std::size_t len = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + sp, len);
-    if (ec != std::errc{} || p != s.data() + sp || len <= sp + 1 || len > s.size() || s[len - 1] != '\n')
-      return false;
-    std::string_view kv = s.substr(sp + 1, len - sp - 2);
-    std::size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) return false;
-    if (kv.substr(0, eq) == "path") {
-      path.assign(kv.substr(eq + 1));
+    if (ec != std::errc{} || p != s.data() + sp) return "a record length is not a decimal number";
+    if (len < sp + 3 || len > s.size()) return "a record length runs past the header";
+    if (s[len - 1] != '\n') return "a record does not end in a newline";
+    const std::string_view kv = s.substr(sp + 1, len - sp - 2);
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string_view::npos || eq == 0) return "a record has no key=value";
+    const std::string_view key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    if (key == "path") {
+      f.has_path = !value.empty();  // an empty value unsets the key
+      f.path.assign(value);
+    } else if (key == "size") {
+      f.has_size = !value.empty();
+      f.size = 0;
+      if (f.has_size) {
+        auto [q, e2] = std::from_chars(value.data(), value.data() + value.size(), f.size);
+        if (e2 != std::errc{} || q != value.data() + value.size()) return "its size= is not a decimal number that fits in 64 bits";
+      }
+    } else if (key.starts_with("GNU.sparse.")) {
+      f.sparse = true;
+      if (key == "GNU.sparse.name") f.sparse_name.assign(value);
     }
     s.remove_prefix(len);
   }
-  return true;  // a pax header without path= is fine: it carries other keys
+  return nullptr;
+}
+
+// The offset of the first non-zero byte at or after `from`, or file.size() if there is none.
+inline std::uint64_t first_nonzero(std::span<const std::byte> file, std::uint64_t from) noexcept {
+  const std::byte* b = file.data();
+  std::uint64_t i = from;
+  const std::uint64_t n = file.size();
+  while (i < n && b[i] == std::byte{0}) ++i;
+  return i;
+}
+
+// Version of the scan's meaning, part of the saved index's kind: bumped whenever the same file
+// scans to different samples, so an index saved by an older scan is rebuilt, not trusted.
+//   1: first release (stopped silently at the first zero block; pax size= ignored).
+//   2: pax size= honoured; lone and repeated zero blocks reported (or read through with
+//      ignore_zeros); sparse members refused; no data read after a link/device/directory.
+inline constexpr int wds_scan_version = 2;
+
+// The `kind` the saved index is keyed by: everything that changes which samples a scan yields.
+inline std::string wds_index_kind(const wds_options& opt) {
+  return "wds:v" + std::to_string(wds_scan_version) + ":" + opt.record_field + ":" + opt.label_field +
+         (opt.ignore_zeros ? ":ignore_zeros" : "");
 }
 
 struct tar_sample {
@@ -153,15 +221,23 @@ inline std::int64_t parse_label(std::span<const std::byte> b, const std::string&
 
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
                                               const wds_options& opt, std::vector<std::string>* keys) {
+  constexpr std::uint64_t none = file_position::npos;
   std::vector<record_entry> out;
   const std::uint64_t n = file.size();
   std::uint64_t pos = 0;
-  std::string long_name;  // from a GNU 'L' or pax 'x' header, applies to the next member
-  std::string name_buf;   // storage for a member name that is not a view into the header
-  bool have_long_name = false;
   tar_sample cur;
   bool have_cur = false;
 
+  // What 'L', 'K' and 'x' headers said about the next member; cleared by that member.
+  std::uint64_t ext_at = none;  // offset of the first of them, for messages
+  bool have_long_name = false;
+  std::string long_name;        // GNU 'L'
+  pax_fields pax;               // pax 'x'
+  std::string name_buf;         // storage for a member name that is not a view into the header
+
+  auto fail = [&](std::uint64_t at, std::string cause) -> format_error {
+    return format_error(path, {none, at}, std::move(cause));
+  };
   auto finish = [&] {
     if (!have_cur) return;
     if (cur.record.offset == ~std::uint64_t{0})
@@ -174,43 +250,59 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     if (keys) keys->push_back(cur.key);
     have_cur = false;
   };
+  auto no_dangling_ext = [&] {
+    if (ext_at != none)
+      throw fail(ext_at, "extended header (GNU long name or pax) is not followed by the member it describes");
+  };
 
   if (n == 0) throw format_error(path, {}, "empty file (a tar archive has at least one 512-byte block)");
   while (pos < n) {
-    if (n - pos < tar_block)
-      throw format_error(path, {file_position::npos, pos},
-                         "truncated tar header: " + std::to_string(n - pos) + " bytes left, a header needs 512");
-    const std::byte* h = file.data() + pos;
-    if (h[0] == std::byte{0} && all_zero(file.subspan(pos, tar_block))) break;  // end-of-archive marker
-    if (!tar_checksum_ok(h))
-      throw format_error(path, {file_position::npos, pos},
-                         pos == 0 ? "not a tar archive (header checksum mismatch)" : "tar header checksum mismatch");
-    std::uint64_t size = 0;
-    if (!tar_number(h + 124, 12, size))
-      throw format_error(path, {file_position::npos, pos}, "tar header has an unreadable size field");
-    const std::uint64_t data = pos + tar_block;
-    if (size > n - data)
-      throw format_error(path, {file_position::npos, pos},
-                         "member size " + std::to_string(size) + " runs past the end of the file (" +
-                             std::to_string(n - data) + " bytes left)");
-    const std::uint64_t padded = size + (tar_block - size % tar_block) % tar_block;
-    const std::uint64_t next = (padded > n - data) ? n : data + padded;  // last member may lack padding
-    const char type = static_cast<char>(h[156]);
-    auto body = file.subspan(data, size);
-
-    if (type == 'L') {  // GNU long name for the next member
-      long_name.assign(tar_text(body.data(), body.size()));
-      have_long_name = true;
-    } else if (type == 'x') {  // pax extended header for the next member
-      std::string p;
-      if (!pax_path(body, p)) throw format_error(path, {file_position::npos, pos}, "malformed pax extended header");
-      if (!p.empty()) {
-        long_name = std::move(p);
-        have_long_name = true;
+    // Zero blocks: zeros from here to the end of the file are the end-of-archive marker and the
+    // record padding after it. A zero block with a header after it is either a lone zero block
+    // or the end of one archive with another concatenated after it: an error, unless the user
+    // asked to read through zero blocks.
+    if (file[pos] == std::byte{0}) {
+      const std::uint64_t nz = first_nonzero(file, pos);
+      if (nz == n) {
+        no_dangling_ext();
+        break;
       }
-    } else if (type == '0' || type == '\0' || type == '7') {  // regular file
-      std::string_view name;  // a view: no allocation for the common short ustar name
-      if (have_long_name) {
+      if (nz - pos >= tar_block) {
+        const std::uint64_t zero_blocks = (nz - pos) / tar_block;
+        const std::uint64_t next_header = pos + zero_blocks * tar_block;
+        if (!opt.ignore_zeros) {
+          if (zero_blocks == 1)
+            throw fail(pos, "a lone zero block in the middle of the archive (a header follows at byte offset " +
+                                std::to_string(next_header) +
+                                "); set wds_options::ignore_zeros = true to read through zero blocks");
+          throw fail(pos, "data follows the end-of-archive marker (" + std::to_string(zero_blocks) +
+                              " zero blocks, then a header at byte offset " + std::to_string(next_header) +
+                              "): concatenated archives? set wds_options::ignore_zeros = true to read them all");
+        }
+        no_dangling_ext();
+        pos = next_header;
+        continue;
+      }
+      // A non-zero byte inside this block: not a zero block, read it as a header.
+    }
+    if (n - pos < tar_block)
+      throw fail(pos, "truncated tar header: " + std::to_string(n - pos) + " bytes left, a header needs 512");
+    const std::byte* h = file.data() + pos;
+    if (!tar_checksum_ok(h))
+      throw fail(pos, pos == 0 ? "not a tar archive (header checksum mismatch)" : "tar header checksum mismatch");
+    std::uint64_t size = 0;
+    if (!tar_number(h + 124, 12, size)) throw fail(pos, "tar header has an unreadable size field");
+    const char type = static_cast<char>(h[156]);
+    const bool extended = type == 'L' || type == 'K' || type == 'x' || type == 'X' || type == 'g';
+    if (!extended && pax.has_size) size = pax.size;  // pax size= overrides the ustar field
+
+    // The member's name: pax path=, else a GNU long name, else ustar prefix + name.
+    std::string_view name;  // a view: no allocation for the common short ustar name
+    if (!extended) {
+      if (pax.has_path) {
+        name_buf = std::move(pax.path);
+        name = name_buf;
+      } else if (have_long_name) {
         name_buf = std::move(long_name);
         name = name_buf;
       } else {
@@ -224,8 +316,57 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
           name = name_buf;
         }
       }
-      have_long_name = false;
-      long_name.clear();
+      if (type == 'S' || pax.sparse)
+        throw fail(pos, "member '" + (pax.sparse_name.empty() ? std::string(name) : pax.sparse_name) +
+                            "': sparse members are not supported");
+    }
+
+    // Which members have data blocks after the header: regular files, extended headers and
+    // unknown types do; a directory never does (old tars may store its size); links and
+    // devices have none by the standard, so a non-zero size there is refused, not guessed.
+    const bool v7_dir = type == '\0' && !name.empty() && name.back() == '/';
+    if (type == '5' || v7_dir) {
+      size = 0;
+    } else if (type == '1' || type == '2' || type == '3' || type == '4' || type == '6') {
+      if (size != 0)
+        throw fail(pos, "member '" + std::string(name) + "' is a link or device (type '" + std::string(1, type) +
+                            "') with size " + std::to_string(size) +
+                            "; such members have no data, so where the next header lies is ambiguous");
+    }
+    const std::uint64_t data = pos + tar_block;
+    if (size > n - data)
+      throw fail(pos, "member size " + std::to_string(size) + " runs past the end of the file (" +
+                          std::to_string(n - data) + " bytes left)");
+    const std::uint64_t padded = size + (tar_block - size % tar_block) % tar_block;
+    const std::uint64_t next = (padded > n - data) ? n : data + padded;  // last member may lack padding
+    auto body = file.subspan(data, size);
+
+    if (extended) {
+      if (type == 'g') {  // global: applies to every following member
+        pax_fields g;
+        if (const char* why = parse_pax(body, g)) throw fail(pos, std::string("malformed pax global header: ") + why);
+        if (g.has_path || g.has_size || g.sparse)
+          throw fail(pos, "a pax global header sets path=, size= or GNU.sparse.* for every following member; "
+                          "not supported (members would share one name or one size)");
+      } else {
+        if (ext_at == none) ext_at = pos;
+        if (type == 'L') {
+          long_name.assign(tar_text(body.data(), body.size()));
+          have_long_name = true;
+        } else if (type == 'x' || type == 'X') {
+          if (const char* why = parse_pax(body, pax)) throw fail(pos, std::string("malformed pax extended header: ") + why);
+        }  // 'K' (GNU long link target): nothing the scan needs
+      }
+      pos = next;
+      continue;
+    }
+
+    ext_at = none;
+    have_long_name = false;
+    long_name.clear();
+    pax = pax_fields{};
+
+    if (type == '0' || (type == '\0' && !v7_dir) || type == '7') {  // regular file
       const std::size_t slash = name.rfind('/');
       const std::size_t base_at = slash == std::string_view::npos ? 0 : slash + 1;
       const std::size_t dot = name.find('.', base_at);
@@ -251,12 +392,10 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
           cur.has_label = true;
         }
       }
-    } else {  // directory, link, global pax, device...: skipped
-      have_long_name = false;
-      long_name.clear();
-    }
+    }  // directory, link, device, fifo, unknown type: skipped
     pos = next;
   }
+  no_dangling_ext();
   finish();
   return out;
 }
@@ -269,8 +408,7 @@ class wds_tar_reader {
 
   explicit wds_tar_reader(std::string path, wds_options opt = {}) : file_(std::move(path), opt.map) {
     if (opt.record_field.empty()) throw usage_error("sluice: wds_tar_reader needs a record_field (e.g. \"jpg\")");
-    const std::string kind = "wds:" + opt.record_field + ":" + opt.label_field;
-    entries_ = detail::indexed(file_.path(), kind, opt.index, [&] {
+    entries_ = detail::indexed(file_.path(), detail::wds_index_kind(opt), opt.index, [&] {
       return detail::scan_wds_tar(file_.bytes(), file_.path(), opt, nullptr);
     });
   }

@@ -5,7 +5,9 @@
 // size_bytes() = codec.output_bytes(), write_into(dst, ctx)), and collate calls write_into with
 // the sample's slot in the batch. So the decoded pixels are written exactly once, straight into
 // the batch (pinned memory when a transfer follows) — no intermediate image buffer per sample.
-// (In the loader's per-stage timings the decode cost therefore shows up under collate.)
+// The loader still reports the decode's time and errors as the decode stage's: the deferred
+// sample times itself (core/stats.hpp, deferred_scope) and raises stage_error("decode", id) with
+// the codec's error nested, which collate passes on unchanged.
 //
 //   auto loader = sluice::from(sluice::sample::shuffle(r.size(), {.seed = 1}))
 //               | sluice::read(r)
@@ -55,6 +57,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/core/fixed_string.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/core/stats.hpp"
 
 namespace sluice {
 
@@ -78,11 +81,17 @@ struct decoded_sample {
   [[nodiscard]] std::size_t size_bytes() const noexcept { return codec->output_bytes(); }
   // The shape and layout write_into produces (the codec's geometry(), when it has one).
   [[nodiscard]] field_geometry geometry() const { return detail::codec_geometry(*codec); }
+  static constexpr std::string_view stage_name = "decode";
   void write_into(std::span<std::byte> dst, const sample_context& ctx) const {
+    const detail::deferred_scope timed(stage_name);
     try {
-      codec->decode(encoded, dst, ctx);
-    } catch (const format_error& e) {
-      throw format_error(std::string(origin), {.record = id}, e.cause());
+      try {
+        codec->decode(encoded, dst, ctx);
+      } catch (const format_error& e) {
+        throw format_error(std::string(origin), {.record = id}, e.cause());
+      }
+    } catch (...) {
+      detail::throw_stage_error(stage_name, id);
     }
   }
 };
@@ -113,10 +122,16 @@ decode_stage<std::remove_cvref_t<Codec>> decode(Codec&& c) {
 // ---------------------------------------------------------------------------------------------
 // decode<"f">(codec): one field of a sample with fields, decoded when a collator writes it.
 
+namespace detail {
+template <fixed_string Name>
+inline constexpr auto decode_field_name = concat_v<concat_v<"decode<\"", Name>, "\">">;
+}  // namespace detail
+
 // `Inner` with field `Name` decoded by `Codec`; the field-sample protocol of core/schema.hpp.
 template <fixed_string Name, field_sample Inner, codec Codec>
 struct decoded_field_sample {
   using schema_type = replace_field_t<typename Inner::schema_type, field<Name, std::uint8_t>>;
+  static constexpr std::string_view stage_name = detail::decode_field_name<Name>.view();
   std::uint64_t id = 0;
   std::string_view origin;
   Inner inner;
@@ -130,10 +145,15 @@ struct decoded_field_sample {
   template <fixed_string N>
   void write(std::span<std::byte> dst, const sample_context& ctx) const {
     if constexpr (N == Name) {
+      const detail::deferred_scope timed(stage_name);
       try {
-        codec->decode(encoded(ctx), dst, ctx);
-      } catch (const format_error& e) {
-        throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
+        try {
+          codec->decode(encoded(ctx), dst, ctx);
+        } catch (const format_error& e) {
+          throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
+        }
+      } catch (...) {
+        detail::throw_stage_error(stage_name, id);
       }
     } else {
       inner.template write<N>(dst, ctx);
@@ -172,8 +192,7 @@ template <fixed_string Name, codec Codec>
 class decode_field_stage {
  public:
   using stage_concept = sample_stage_tag;
-  static constexpr auto name_chars = concat_v<concat_v<"decode<\"", Name>, "\">">;
-  static constexpr std::string_view name = name_chars.view();
+  static constexpr std::string_view name = detail::decode_field_name<Name>.view();
 
   explicit decode_field_stage(Codec c) : codec_(std::move(c)) {}
 

@@ -8,6 +8,9 @@
 //   auto loader = sluice::from(sampler) | sluice::read(shard) | sluice::collate({.batch = 256})
 //               | sluice::prefetch(2);
 //
+// A file that faulted (truncated while mapped) or changed since it was opened (core/file_guard.hpp)
+// is refused here for every later sample: a format_error naming it, never its zero pages.
+//
 // An lvalue reader is referenced (it must outlive the pipeline, like a container under a view);
 // an rvalue reader is moved into the stage and owned by it. A sample id outside the reader is an
 // error naming the reader's file.
@@ -24,6 +27,7 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/file_guard.hpp"
 #include "sluice/core/schema.hpp"
 
 namespace sluice {
@@ -52,6 +56,10 @@ class read_stage {
       : owned_(std::move(owned)), reader_(owned_.get()) {}
 
   auto operator()(sample_id id, const sample_context&) const {
+    if (detail::file_registry::instance().flagged() != 0) [[unlikely]] {
+      if constexpr (requires { reader_->file().throw_if_changed(); }) reader_->file().throw_if_changed();
+      else detail::file_registry::instance().check_source(reader_->path());
+    }
     if (id.value >= reader_->size())
       throw format_error(std::string(reader_->path()), {.record = id.value},
                          "sample id is past the last record (the file has " +

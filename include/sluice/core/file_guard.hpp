@@ -1,0 +1,334 @@
+// sluice/core/file_guard.hpp — files that change under a running loader are errors, not crashes.
+//
+// Readers hand out views into read-only mappings of their files (io/mapped_file.hpp). If another
+// process truncates such a file, touching a page past its new end raises SIGBUS, which would kill
+// the trainer. sluice turns that into an error for the sample that touched it:
+//
+//  * Every mapping is registered here (address range, path, the file's identity at open).
+//  * A SIGBUS handler, installed once on the first mapping and chained to whatever handler was
+//    there before, looks the faulting address up. Inside a registered mapping it maps a zero page
+//    range over the rest of that mapping (so the faulting instruction completes, reading zeros),
+//    marks the mapping as faulted — sticky — and bumps a process-wide fault counter. Outside every
+//    registered mapping it hands the fault to the previous handler (or the default action).
+//    The handler only does lock-free atomic loads and stores and one mmap() system call.
+//  * The loader brackets each sample's reading, decoding and collating with a `fault_watch` (one
+//    relaxed atomic load at each end). A fault inside the bracket makes that sample fail with a
+//    format_error naming the file: "the file changed while in use: ... truncated". Under
+//    on_error::skip the sample is dropped and counted; under raise the trainer gets the error.
+//  * Once a file is marked, the read stage refuses every later sample from it (`check_source`),
+//    so the zero pages are never handed out as data.
+//  * At the start of each epoch the loader compares every mapped file's identity (device, inode,
+//    size, mtime and ctime to the nanosecond) with what it was at open (`check_all_files`). A file
+//    that was replaced, truncated, grown or written to since is marked the same way: its samples
+//    fail with "the file changed since it was opened".
+//  A file overwritten in place within one epoch is not seen until the next epoch's check (nor is
+//  it dangerous: offsets read from a file are validated and kept in memory at open, and records
+//  with checksums are verified when read).
+//
+// The handler is process-wide. A program that installs its own SIGBUS handler after sluice's
+// replaces it (sluice then crashes on a truncated file like any mmap reader); one installed
+// before is called for faults outside sluice's mappings.
+#pragma once
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/core/error.hpp"
+
+namespace sluice {
+
+// What identifies a file's content cheaply: a replacement, truncation or write changes one of these.
+struct file_identity {
+  std::uint64_t dev = 0, ino = 0, size = 0;
+  std::int64_t mtime_s = 0, mtime_ns = 0, ctime_s = 0, ctime_ns = 0;
+  friend bool operator==(const file_identity&, const file_identity&) = default;
+
+  static file_identity of(const struct stat& st) noexcept {
+    return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+            static_cast<std::uint64_t>(st.st_size), static_cast<std::int64_t>(st.st_mtim.tv_sec),
+            static_cast<std::int64_t>(st.st_mtim.tv_nsec), static_cast<std::int64_t>(st.st_ctim.tv_sec),
+            static_cast<std::int64_t>(st.st_ctim.tv_nsec)};
+  }
+  // Words for what differs between `then` (at open) and `now`.
+  static std::string describe_change(const file_identity& then, const file_identity& now) {
+    if (then.dev != now.dev || then.ino != now.ino) return "it was replaced by another file";
+    if (now.size < then.size)
+      return "it was truncated from " + std::to_string(then.size) + " to " + std::to_string(now.size) + " bytes";
+    if (now.size > then.size)
+      return "it grew from " + std::to_string(then.size) + " to " + std::to_string(now.size) + " bytes";
+    return "it was written to (its modification or change time moved)";
+  }
+};
+
+namespace detail {
+
+// One registered mapping. `begin`/`end` are published last (release) and cleared first, so the
+// signal handler sees either a whole entry or none.
+struct guarded_mapping {
+  std::atomic<std::uintptr_t> begin{0};
+  std::atomic<std::uintptr_t> end{0};
+  std::atomic<std::uint64_t> faulted_at{0};  // the fault counter's value at its first fault; 0: none
+  std::atomic<std::uint32_t> changed{0};     // 1: faulted (truncated), 2: changed since open
+  // Written under the registry's mutex only, never read by the handler.
+  std::string path;
+  file_identity identity;
+  std::string why;  // what changed, once known
+};
+
+class file_registry {
+ public:
+  static constexpr std::size_t chunk_entries = 256;
+  struct chunk {
+    guarded_mapping entries[chunk_entries];
+    std::atomic<chunk*> next{nullptr};
+  };
+
+  static file_registry& instance() noexcept {
+    static file_registry r;  // never destroyed: the handler may run during static destruction
+    return r;
+  }
+
+  // Registers [p, p + n) of `path` and installs the handler (once). Returns the entry.
+  guarded_mapping* add(const void* p, std::size_t n, const std::string& path, const file_identity& id) {
+    install_handler();
+    std::lock_guard lk(m_);
+    for (chunk* c = &first_;; c = c->next.load(std::memory_order_acquire)) {
+      for (auto& e : c->entries) {
+        if (e.end.load(std::memory_order_relaxed) != 0) continue;
+        e.path = path;
+        e.identity = id;
+        e.why.clear();
+        e.changed.store(0, std::memory_order_relaxed);
+        e.faulted_at.store(0, std::memory_order_relaxed);
+        e.begin.store(reinterpret_cast<std::uintptr_t>(p), std::memory_order_relaxed);
+        e.end.store(reinterpret_cast<std::uintptr_t>(p) + n, std::memory_order_release);
+        ++live_;
+        return &e;
+      }
+      if (c->next.load(std::memory_order_relaxed) == nullptr) c->next.store(new chunk, std::memory_order_release);
+    }
+  }
+  void remove(guarded_mapping* e) noexcept {
+    std::lock_guard lk(m_);
+    if (e->changed.load(std::memory_order_relaxed) != 0) flagged_.fetch_sub(1, std::memory_order_relaxed);
+    e->end.store(0, std::memory_order_relaxed);
+    e->begin.store(0, std::memory_order_relaxed);
+    e->changed.store(0, std::memory_order_relaxed);
+    e->path.clear();
+    e->path.shrink_to_fit();
+    --live_;
+  }
+
+  // Faults taken in any registered mapping since the process started (relaxed: a watch compares
+  // two values of it on one thread, and the fault happened on the thread that reads it or the
+  // sample's bytes were not affected).
+  [[nodiscard]] std::uint64_t faults() const noexcept { return faults_.load(std::memory_order_acquire); }
+  // Registered files currently marked faulted or changed. Zero in a healthy run: the read stage's
+  // per-sample check is this one relaxed load.
+  [[nodiscard]] std::size_t flagged() const noexcept { return flagged_.load(std::memory_order_relaxed); }
+
+  // Marks every registered file whose identity differs from its identity at open. Called by the
+  // loader at the start of each epoch; returns the number of files newly marked.
+  std::size_t check_all() {
+    std::lock_guard lk(m_);
+    std::size_t n = 0;
+    for_each_locked([&](guarded_mapping& e) {
+      if (e.changed.load(std::memory_order_relaxed) != 0) return;
+      struct stat st {};
+      std::string why;
+      if (::stat(e.path.c_str(), &st) != 0) why = "it was removed or renamed";
+      else if (auto now = file_identity::of(st); !(now == e.identity)) why = file_identity::describe_change(e.identity, now);
+      else return;
+      e.why = std::move(why);
+      mark_locked(e, 2);
+      ++n;
+    });
+    return n;
+  }
+
+  // Throws format_error if `e` (one mapping) is marked faulted or changed.
+  void check_mapping(const guarded_mapping* e) {
+    if (e == nullptr || e->changed.load(std::memory_order_relaxed) == 0) return;
+    std::string err_path, why;
+    {
+      std::lock_guard lk(m_);
+      err_path = e->path;
+      why = reason_locked(*e);
+    }
+    throw format_error(err_path, {}, why);
+  }
+
+  // Throws format_error if the file at `path` is marked faulted or changed: every mapping of that
+  // path is marked (a mapping opened after the change is a fresh view: it passes). For readers
+  // that do not say which mapping a sample comes from. Fast path: flagged() == 0.
+  void check_source(std::string_view path) {
+    if (flagged() == 0) return;
+    std::string err_path, why;
+    bool fresh = false;
+    {
+      std::lock_guard lk(m_);
+      for_each_locked([&](guarded_mapping& e) {
+        if (e.path != path) return;
+        if (e.changed.load(std::memory_order_relaxed) == 0) {
+          fresh = true;
+        } else if (err_path.empty()) {
+          err_path = e.path;
+          why = reason_locked(e);
+        }
+      });
+    }
+    if (!fresh && !err_path.empty()) throw format_error(err_path, {}, why);
+  }
+
+  // Throws format_error naming a file that faulted: `origin` if it did (the sample's file), or,
+  // when the sample's file is unknown (empty origin), any file that faulted after the counter
+  // read `since` (the sample may hold that file's zero pages).
+  void check_faults_since(std::uint64_t since, std::string_view origin) {
+    std::string err_path, why;
+    {
+      std::lock_guard lk(m_);
+      for_each_locked([&](guarded_mapping& e) {
+        const std::uint64_t at = e.faulted_at.load(std::memory_order_relaxed);
+        if (!err_path.empty() || at == 0) return;
+        if (origin.empty() ? at > since : e.path == origin) {
+          err_path = e.path;
+          why = reason_locked(e);
+        }
+      });
+    }
+    if (!err_path.empty()) throw format_error(err_path, {}, why);
+  }
+
+ private:
+  file_registry() = default;
+
+  template <class F>
+  void for_each_locked(F&& f) {
+    for (chunk* c = &first_; c != nullptr; c = c->next.load(std::memory_order_acquire))
+      for (auto& e : c->entries)
+        if (e.end.load(std::memory_order_relaxed) != 0) f(e);
+  }
+  void mark_locked(guarded_mapping& e, std::uint32_t how) {
+    std::uint32_t expected = 0;
+    if (e.changed.compare_exchange_strong(expected, how, std::memory_order_relaxed))
+      flagged_.fetch_add(1, std::memory_order_relaxed);
+  }
+  static std::string reason_locked(const guarded_mapping& e) {
+    if (e.faulted_at.load(std::memory_order_relaxed) != 0)
+      return "the file changed while in use: a read past its end (it was truncated while the loader "
+             "mapped it, or the device failed); its records can no longer be trusted";
+    return "the file changed since it was opened: " + e.why + "; its records can no longer be trusted "
+           "(reopen the dataset)";
+  }
+
+  // ---- the signal handler: async-signal-safe parts only ----
+  static void on_sigbus(int sig, siginfo_t* info, void* uctx) {
+    auto& r = instance();
+    const auto addr = reinterpret_cast<std::uintptr_t>(info != nullptr ? info->si_addr : nullptr);
+    for (chunk* c = &r.first_; c != nullptr; c = c->next.load(std::memory_order_acquire)) {
+      for (auto& e : c->entries) {
+        const std::uintptr_t b = e.begin.load(std::memory_order_acquire);
+        const std::uintptr_t end = e.end.load(std::memory_order_acquire);
+        if (end == 0 || addr < b || addr >= end) continue;
+        // Zero pages over the rest of the mapping: every page after a page past the end of a
+        // truncated file is past it too, so one fault per file is the common case.
+        // Marked before the zero pages exist: a thread that reads them afterwards (a sample of
+        // the same file, on another worker) finds the mark when its sample is checked.
+        const std::uint64_t n = r.faults_.fetch_add(1, std::memory_order_seq_cst) + 1;
+        std::uint64_t zero = 0;
+        e.faulted_at.compare_exchange_strong(zero, n, std::memory_order_seq_cst);
+        std::uint32_t expected = 0;
+        if (e.changed.compare_exchange_strong(expected, 1, std::memory_order_seq_cst))
+          r.flagged_.fetch_add(1, std::memory_order_seq_cst);
+        const std::uintptr_t page = r.page_size_.load(std::memory_order_relaxed);
+        const std::uintptr_t from = addr & ~(page - 1);
+        const std::uintptr_t to = (end + page - 1) & ~(page - 1);
+        void* z = ::mmap(reinterpret_cast<void*>(from), to - from, PROT_READ,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (z == MAP_FAILED) break;  // cannot repair: fall through to the previous handler
+        return;
+      }
+    }
+    // Not ours: the previous handler, or the default action (re-raised by returning into the fault).
+    const struct sigaction& prev = r.previous_;
+    if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+      prev.sa_sigaction(sig, info, uctx);
+    } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler != nullptr) {
+      prev.sa_handler(sig);
+    } else {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      ::sigaction(SIGBUS, &dfl, nullptr);  // returning re-executes the access: default action
+    }
+  }
+
+  void install_handler() {
+    std::call_once(installed_, [this] {
+      page_size_.store(static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE)), std::memory_order_relaxed);
+      struct sigaction sa {};
+      sa.sa_sigaction = &file_registry::on_sigbus;
+      sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(SIGBUS, &sa, &previous_);
+    });
+  }
+
+  std::mutex m_;
+  std::once_flag installed_;
+  struct sigaction previous_ {};
+  chunk first_;
+  std::size_t live_ = 0;
+  std::atomic<std::uintptr_t> page_size_{4096};
+  std::atomic<std::uint64_t> faults_{0};
+  std::atomic<std::size_t> flagged_{0};
+};
+
+}  // namespace detail
+
+// Brackets the reading of one sample. `suspect()` (two relaxed loads) says whether the sample
+// may hold zero pages: a guarded mapping faulted since the watch began, or some file is marked
+// (the sample's may be one whose pages another thread's fault replaced). `check(origin)` then
+// throws the format_error for the sample's file if it was hit.
+class fault_watch {
+ public:
+  fault_watch() noexcept : start_(detail::file_registry::instance().faults()) {}
+  [[nodiscard]] bool suspect() const noexcept {
+    const auto& r = detail::file_registry::instance();
+    return r.faults() != start_ || r.flagged() != 0;
+  }
+  // `origin`: the sample's file (empty when unknown: any fault in the window then counts).
+  void check(std::string_view origin = {}) const {
+    auto& r = detail::file_registry::instance();
+    if (r.faults() != start_) r.check_faults_since(start_, origin);
+    if (!origin.empty()) r.check_source(origin);
+  }
+
+ private:
+  std::uint64_t start_;
+};
+
+// The file a sample came from, when it says (record views and field samples carry `origin`).
+template <class S>
+std::string_view origin_of(const S& s) noexcept {
+  if constexpr (requires { { s.origin } -> std::convertible_to<std::string_view>; }) return s.origin;
+  else if constexpr (requires { { s.origin() } -> std::convertible_to<std::string_view>; }) return s.origin();
+  else return {};
+}
+
+// Marks every mapped file whose identity changed since it was opened; the loader calls it at the
+// start of each epoch. Returns the number of files newly marked.
+inline std::size_t check_all_files() { return detail::file_registry::instance().check_all(); }
+
+}  // namespace sluice

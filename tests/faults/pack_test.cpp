@@ -1,0 +1,425 @@
+// sluice-pack under faults: signals at every phase, SIGKILL, bad inputs, a FIFO, -o naming an
+// input, a failed rename and a full disk. Each case runs the real tool (its path comes from CMake)
+// and checks the exit status and what is left on disk: never a file under the output name unless
+// the shard was verified. Phases are reached deterministically with the tool's test hook
+// SLUICE_PACK_TEST_PAUSE_AT=<phase>, which makes it stop there and wait for a signal.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "sluice/io/npy.hpp"
+#include "sluice/io/shard.hpp"
+#include "sluice/io/wds_tar.hpp"
+#include "test_util.hpp"
+#if SLUICE_WITH_TURBOJPEG
+#include "sluice/codec/jpeg.hpp"
+#endif
+
+namespace fs = std::filesystem;
+using sluice_test::temp_dir;
+
+namespace {
+
+std::string pack_exe() {
+#ifdef SLUICE_PACK_EXE
+  if (fs::exists(SLUICE_PACK_EXE)) return SLUICE_PACK_EXE;
+  sluice_test::skip(std::string("sluice-pack is not built at ") + SLUICE_PACK_EXE);
+#else
+  sluice_test::skip("this build has no sluice-pack (SLUICE_BUILD_EXAMPLES=OFF)");
+#endif
+}
+
+struct outcome {
+  bool exited = false;
+  int code = -1;    // exit status when exited
+  int signal = 0;   // terminating signal otherwise
+  bool timed_out = false;
+  std::string err;  // stderr
+};
+
+// A running sluice-pack with its stderr on a pipe.
+class child {
+ public:
+  child(const std::vector<std::string>& args, const char* pause_at = nullptr) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const std::string exe = pack_exe();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      ::dup2(fds[1], 2);
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      if (pause_at != nullptr) ::setenv("SLUICE_PACK_TEST_PAUSE_AT", pause_at, 1);
+      else ::unsetenv("SLUICE_PACK_TEST_PAUSE_AT");
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(exe.c_str()));
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+
+  // Reads stderr until `text` appears; false after `timeout_s` or at end of stream.
+  bool wait_for(const std::string& text, double timeout_s = 30) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+    while (err_.find(text) == std::string::npos) {
+      if (!read_some(end)) return false;
+    }
+    return true;
+  }
+  void send(int sig) { ::kill(pid_, sig); }
+  // Waits for the exit (killing the child after `timeout_s`), collecting the rest of stderr.
+  outcome finish(double timeout_s = 60) {
+    outcome r;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+    while (read_some(end)) {
+    }
+    if (std::chrono::steady_clock::now() >= end) {
+      r.timed_out = true;
+      ::kill(pid_, SIGKILL);
+    }
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    r.exited = WIFEXITED(st);
+    r.code = r.exited ? WEXITSTATUS(st) : -1;
+    r.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    r.err = err_;
+    return r;
+  }
+
+ private:
+  bool read_some(std::chrono::steady_clock::time_point end) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    err_.append(buf, static_cast<std::size_t>(n));
+    return true;
+  }
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string err_;
+};
+
+outcome run_pack(const std::vector<std::string>& args, double timeout_s = 60) {
+  child c(args);
+  return c.finish(timeout_s);
+}
+
+// An .npy of `rows` rows of `row_bytes` bytes.
+std::string write_npy(const temp_dir& d, const std::string& name, std::size_t rows, std::size_t row_bytes) {
+  auto x = sluice::io::npy_header_bytes("|u1", {rows, row_bytes});
+  for (std::size_t i = 0; i < rows * row_bytes; ++i) x.push_back(static_cast<std::byte>(i * 7));
+  sluice_test::write_file(d.file(name), x);
+  return d.file(name);
+}
+
+// Nothing under the output name, nor beside it.
+void check_nothing_left(const std::string& out) {
+  CHECK_FALSE(fs::exists(out));
+  CHECK_FALSE(fs::exists(out + ".partial"));
+  CHECK_FALSE(fs::exists(out + ".skipped.tsv"));
+  CHECK_FALSE(fs::exists(out + ".skipped.tsv.partial"));
+}
+
+#if SLUICE_WITH_TURBOJPEG
+std::vector<std::byte> tiny_jpeg(int seed, int w = 24, int h = 20) {
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w * h * 3));
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i * 5 + static_cast<std::size_t>(seed) * 41);
+  return sluice::codecs::encode_jpeg(px, w, h, sluice::codecs::pixels::rgb, 85);
+}
+// DIR/cat and DIR/dog, `n` good JPEGs each.
+std::string make_tree(const temp_dir& d, int n) {
+  const auto root = d.path() / "tree";
+  for (const char* cls : {"cat", "dog"}) {
+    fs::create_directories(root / cls);
+    for (int i = 0; i < n; ++i)
+      sluice_test::write_file((root / cls / ("img" + std::to_string(i) + ".jpg")).string(), tiny_jpeg(i + (cls[0] == 'd') * 100));
+  }
+  return root.string();
+}
+#endif
+
+}  // namespace
+
+TEST_CASE("pack: --help exits 0, an unknown kind or --verify value is a usage error (2) that leaves nothing") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 4, 8);
+  {
+    child c({"--help"});
+    auto r = c.finish();
+    CHECK(r.code == 0);
+  }
+  const auto out = d.file("o.sluice");
+  auto r = run_pack({"nosuchkind", x, "-o", out});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("unknown kind 'nosuchkind'") != std::string::npos);
+  check_nothing_left(out);
+  r = run_pack({"npy", x, "-o", out, "--verify", "sometimes"});
+  CHECK(r.code == 2);
+  check_nothing_left(out);
+}
+
+TEST_CASE("pack: SIGINT, SIGTERM and SIGHUP at every phase remove the partial files and exit 128+N") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 64, 100);
+  for (const char* phase : {"read", "write", "sealed", "verify", "commit"}) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      CAPTURE(phase);
+      CAPTURE(sig);
+      const auto out = d.file(std::string("o-") + phase + "-" + std::to_string(sig) + ".sluice");
+      child k({"npy", x, "-o", out, "-q"}, phase);
+      REQUIRE(k.wait_for(std::string("paused at ") + phase));
+      if (std::string(phase) != "read") CHECK(fs::exists(out + ".partial"));
+      k.send(sig);
+      auto r = k.finish(30);
+      CHECK_FALSE(r.timed_out);
+      CHECK(r.exited);
+      CHECK(r.code == 128 + sig);
+      CHECK(r.err.find("interrupted; partial files removed") != std::string::npos);
+      check_nothing_left(out);
+    }
+  }
+}
+
+TEST_CASE("pack: a signal with the skipped-input report pending removes the report's partial file too") {
+  temp_dir d;
+  sluice_test::write_file(d.file("bad.tar"), std::string(700, 'z'));  // not a tar: skipped
+  // A good tar so the wds pack has records.
+  std::vector<std::byte> t;
+  for (int i = 0; i < 4; ++i) {
+    const auto rec = sluice_test::random_bytes(100, static_cast<std::uint64_t>(i));
+    sluice::io::append_tar_member(t, "k" + std::to_string(i) + ".jpg", rec);
+    const std::string cls = std::to_string(i);
+    sluice::io::append_tar_member(t, "k" + std::to_string(i) + ".cls", sluice_test::as_bytes(cls));
+  }
+  t.resize(t.size() + 1024);
+  sluice_test::write_file(d.file("good.tar"), t);
+  for (const char* phase : {"sealed", "verify", "commit"}) {
+    CAPTURE(phase);
+    const auto out = d.file(std::string("w-") + phase + ".sluice");
+    child c({"wds", d.file("bad.tar"), d.file("good.tar"), "-o", out, "--skip-bad", "-q"}, phase);
+    REQUIRE(c.wait_for(std::string("paused at ") + phase));
+    CHECK(fs::exists(out + ".skipped.tsv.partial"));
+    c.send(SIGTERM);
+    auto r = c.finish(30);
+    CHECK(r.code == 128 + SIGTERM);
+    check_nothing_left(out);
+  }
+  // Uninterrupted, the same pack commits the shard and the report.
+  const auto out = d.file("w.sluice");
+  auto r = run_pack({"wds", d.file("bad.tar"), d.file("good.tar"), "-o", out, "--skip-bad", "-q"});
+  CHECK(r.code == 0);
+  CHECK(r.err.find("skipped 1 bad input") != std::string::npos);
+  CHECK(fs::exists(out));
+  CHECK(fs::exists(out + ".skipped.tsv"));
+  CHECK(sluice::io::shard_reader(out).size() == 4);
+}
+
+TEST_CASE("pack: SIGKILL during verification leaves at most the partial file, never the output") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 64, 100);
+  for (const char* phase : {"write", "sealed", "verify", "commit"}) {
+    CAPTURE(phase);
+    const auto out = d.file(std::string("k-") + phase + ".sluice");
+    child c({"npy", x, "-o", out, "-q"}, phase);
+    REQUIRE(c.wait_for(std::string("paused at ") + phase));
+    c.send(SIGKILL);
+    auto r = c.finish(30);
+    CHECK(r.signal == SIGKILL);
+    CHECK_FALSE(fs::exists(out));
+    CHECK(fs::exists(out + ".partial"));  // what SIGKILL can leave; never the final name
+  }
+}
+
+TEST_CASE("pack: -o naming an input is refused, also through a symlink, and the input is untouched") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 4, 8);
+  const auto before = sluice_test::read_file(x);
+  auto r = run_pack({"npy", x, "-o", x});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("is the input") != std::string::npos);
+  fs::create_symlink(x, d.file("link.sluice"));
+  r = run_pack({"npy", x, "-o", d.file("link.sluice")});
+  CHECK(r.code == 2);
+  r = run_pack({"npy", d.file("link.sluice"), "-o", d.path().string() + "/./x.npy"});
+  CHECK(r.code == 2);
+  fs::create_hard_link(x, d.file("hard.sluice"));
+  r = run_pack({"npy", x, "-o", d.file("hard.sluice")});
+  CHECK(r.code == 2);
+  // The partial file's name may not be an input either.
+  r = run_pack({"npy", x, "-o", d.file("x")});
+  CHECK(r.code == 0);
+  sluice_test::write_file(d.file("y.npy.partial"), sluice_test::read_file(x));
+  r = run_pack({"npy", d.file("y.npy.partial"), "-o", d.file("y.npy")});
+  CHECK(r.code == 2);
+  CHECK(sluice_test::read_file(x) == before);
+}
+
+TEST_CASE("pack: a FIFO input is an error naming the file, without hanging") {
+  temp_dir d;
+  REQUIRE(::mkfifo(d.file("fifo.npy").c_str(), 0600) == 0);
+  const auto out = d.file("o.sluice");
+  auto r = run_pack({"npy", d.file("fifo.npy"), "-o", out}, 20);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("fifo.npy") != std::string::npos);
+  CHECK(r.err.find("not a regular file") != std::string::npos);
+  check_nothing_left(out);
+}
+
+TEST_CASE("pack: a failed rename removes the complete partial file and says so") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 4, 8);
+  fs::create_directories(d.path() / "taken.sluice" / "inside");  // rename onto a non-empty directory fails
+  const auto out = d.file("taken.sluice");
+  auto r = run_pack({"npy", x, "-o", out, "-q"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("cannot rename") != std::string::npos);
+  CHECK(r.err.find("no shard written") != std::string::npos);
+  CHECK_FALSE(fs::exists(out + ".partial"));
+  CHECK(fs::is_directory(out));
+}
+
+TEST_CASE("pack: a full disk is a clean I/O error (exit 3) with no partial file left") {
+  temp_dir d;
+  const auto small = d.path() / "small";
+  fs::create_directories(small);
+  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=256k") != 0)
+    sluice_test::skip(std::string("cannot mount a small tmpfs here (") + std::strerror(errno) + "; needs root outside a container)");
+  struct unmount {
+    std::string p;
+    ~unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } guard{small.string()};
+  const auto x = write_npy(d, "x.npy", 256, 4096);  // 1 MiB of records into 256 KiB
+  const auto out = (small / "o.sluice").string();
+  auto r = run_pack({"npy", x, "-o", out, "-q"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("No space left on device") != std::string::npos);
+  check_nothing_left(out);
+  CHECK(fs::is_empty(small));
+}
+
+#if SLUICE_WITH_TURBOJPEG
+TEST_CASE("pack: --skip-bad skips and lists bad JPEG inputs, without it the first one ends the pack") {
+  temp_dir d;
+  const auto root = make_tree(d, 3);
+  const fs::path cat = fs::path(root) / "cat";
+  std::vector<std::byte> apple = {std::byte{0x00}, std::byte{0x05}, std::byte{0x16}, std::byte{0x07}};
+  apple.resize(4096);
+  sluice_test::write_file((cat / "._img0.jpg").string(), apple);
+  std::vector<std::byte> png = {std::byte{0x89}, std::byte{'P'}, std::byte{'N'}, std::byte{'G'}, std::byte{0x0d}, std::byte{0x0a}};
+  png.resize(200);
+  sluice_test::write_file((cat / "pic.JPEG").string(), png);
+  auto trunc = tiny_jpeg(7, 64, 64);
+  trunc.resize(trunc.size() * 2 / 3);
+  sluice_test::write_file((cat / "trunc.jpg").string(), trunc);
+  sluice_test::write_file((cat / "zero.jpg").string(), std::string());
+  REQUIRE(::mkfifo((cat / "fifo.jpg").c_str(), 0600) == 0);
+
+  const auto out = d.file("o.sluice");
+  auto r = run_pack({"imagefolder", root, "-o", out, "-q"}, 30);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("bad input '") != std::string::npos);
+  check_nothing_left(out);
+
+  r = run_pack({"imagefolder", root, "-o", out, "-q", "--skip-bad", "--verify", "full"}, 30);
+  CHECK_FALSE(r.timed_out);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("skipped 5 bad inputs") != std::string::npos);
+  sluice::io::shard_reader s(out);
+  CHECK(s.size() == 6);
+  CHECK(s.class_names() == std::vector<std::string>{"cat", "dog"});
+  const auto tsv = sluice_test::read_file(out + ".skipped.tsv");
+  const std::string text(reinterpret_cast<const char*>(tsv.data()), tsv.size());
+  CHECK(text.find("._img0.jpg\tmacOS AppleDouble") != std::string::npos);
+  CHECK(text.find("pic.JPEG\tPNG data") != std::string::npos);
+  CHECK(text.find("trunc.jpg\tJPEG decode") != std::string::npos);
+  CHECK(text.find("zero.jpg\tempty file") != std::string::npos);
+  CHECK(text.find("fifo.jpg\tnot a regular file") != std::string::npos);
+  CHECK_FALSE(fs::exists(out + ".partial"));
+
+  // Every input bad: no empty shard, an error listing them.
+  {
+    temp_dir e;
+    fs::create_directories(e.path() / "t" / "a");
+    sluice_test::write_file(e.file("t/a/zero.jpg"), std::string());
+    const auto eo = e.file("e.sluice");
+    auto er = run_pack({"imagefolder", e.file("t"), "-o", eo, "-q", "--skip-bad"});
+    CHECK(er.code == 1);
+    CHECK(er.err.find("no records to pack (all 1 inputs were bad)") != std::string::npos);
+    CHECK(er.err.find("zero.jpg': empty file") != std::string::npos);
+    check_nothing_left(eo);
+  }
+
+  // A re-pack with nothing to skip removes the stale report (and an old .classes file).
+  for (const char* f : {"._img0.jpg", "pic.JPEG", "trunc.jpg", "zero.jpg", "fifo.jpg"}) fs::remove(cat / f);
+  sluice_test::write_file(out + ".classes", std::string("old\nnames\n"));
+  r = run_pack({"imagefolder", root, "-o", out, "-q", "--skip-bad"});
+  CHECK(r.code == 0);
+  CHECK_FALSE(fs::exists(out + ".skipped.tsv"));
+  CHECK_FALSE(fs::exists(out + ".classes"));
+}
+
+TEST_CASE("pack: a truncated JPEG fails --verify full, in the input check and in the shard check") {
+  temp_dir d;
+  const auto root = make_tree(d, 2);
+  auto trunc = tiny_jpeg(9, 64, 64);
+  trunc.resize(trunc.size() * 2 / 3);
+  sluice_test::write_file((fs::path(root) / "dog" / "trunc.jpg").string(), trunc);
+  const auto out = d.file("o.sluice");
+  auto r = run_pack({"imagefolder", root, "-o", out, "-q", "--verify", "full"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("trunc.jpg") != std::string::npos);
+  check_nothing_left(out);
+  // The header alone is fine: the default check packs it (documented: --verify full decodes).
+  r = run_pack({"imagefolder", root, "-o", out, "-q"});
+  CHECK(r.code == 0);
+  fs::remove(out);
+  // wds records are not checked while packing: the truncated JPEG reaches the shard and its
+  // verification (decode of every JPEG record in the .partial) fails.
+  std::vector<std::byte> t;
+  sluice::io::append_tar_member(t, "a.jpg", tiny_jpeg(1));
+  sluice::io::append_tar_member(t, "a.cls", sluice_test::as_bytes("0"));
+  sluice::io::append_tar_member(t, "b.jpg", trunc);
+  sluice::io::append_tar_member(t, "b.cls", sluice_test::as_bytes("1"));
+  t.resize(t.size() + 1024);
+  sluice_test::write_file(d.file("s.tar"), t);
+  r = run_pack({"wds", d.file("s.tar"), "-o", out, "-q", "--verify", "full"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("verification of '" + out + ".partial' failed: record 1") != std::string::npos);
+  check_nothing_left(out);
+  r = run_pack({"wds", d.file("s.tar"), "-o", out, "-q"});
+  CHECK(r.code == 0);
+}
+#endif
