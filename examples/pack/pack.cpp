@@ -14,8 +14,10 @@
 //
 // Test hook: SLUICE_PACK_TEST_PAUSE_AT=<phase> (read, write, sealed, verify, commit) makes the
 // tool print "sluice-pack: test hook: paused at <phase>" to stderr and wait there for a signal,
-// so tests can interrupt each phase deterministically (tests/faults/pack_test.cpp).
+// so tests can interrupt each phase deterministically (tests/faults/pack_test.cpp); SIGUSR1 lets
+// it go on (a test changes an input while the tool has it mapped).
 #include <signal.h>
+#include <csignal>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +64,8 @@ kinds:
   wds SHARD.tar...    WebDataset tar shards, in the order given. --field names the member
                       extension that is the record (default jpg), --label the extension of the
                       ASCII-integer label member (default cls; --label '' for none: label -1).
+                      A zero block followed by more members (two archives joined with cat) is an
+                      error naming the offset unless --ignore-zeros is given.
   tfrecord FILE...    TFRecord files; CRCs are checked; labels are -1.
   npy X.npy           rows of the first axis of X; --labels Y.npy gives a 1-D integer array with
                       one label per row.
@@ -75,6 +79,7 @@ options:
                       (an empty folder, every input bad) is an error: no empty shard is written.
   --field EXT         wds: record field (default jpg)
   --label EXT         wds: label field (default cls; empty for none)
+  --ignore-zeros      wds: read through all-zero blocks (concatenated archives), as GNU tar does
   --labels Y.npy      npy: labels
   --verify MODE       how the finished PATH.partial is checked before it is renamed:
                         crc   (default) record count, every record's CRC-32C against the CRC of
@@ -166,12 +171,29 @@ void clear_partial_name(int slot) {
 }
 
 // The test hook (see the top of this file).
+volatile std::sig_atomic_t resume_requested = 0;
+extern "C" void on_resume_signal(int) { resume_requested = 1; }
+
 void phase(const char* name) {
   static const char* at = std::getenv("SLUICE_PACK_TEST_PAUSE_AT");
   if (at == nullptr || std::strcmp(at, name) != 0) return;
+  // Waits for a signal: INT/TERM/HUP end the pack as always, SIGUSR1 lets it go on (so a test can
+  // change an input while it is mapped). SIGUSR1 stays blocked except inside sigsuspend: no race.
+  struct sigaction sa {};
+  sa.sa_handler = on_resume_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  sigset_t usr1, old;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ::sigprocmask(SIG_BLOCK, &usr1, &old);
   std::fprintf(stderr, "sluice-pack: test hook: paused at %s\n", name);
   std::fflush(stderr);
-  for (;;) ::pause();
+  sigset_t wait = old;
+  sigdelset(&wait, SIGUSR1);
+  while (resume_requested == 0) ::sigsuspend(&wait);
+  resume_requested = 0;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
 // ---- errors -------------------------------------------------------------------------------------
@@ -191,7 +213,7 @@ enum class verify_mode { none, crc, full };
 struct options {
   std::string kind, out, field = "jpg", label = "cls", labels_npy;
   std::vector<std::string> inputs;
-  bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false;
+  bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false, ignore_zeros = false;
   verify_mode verify = verify_mode::crc;
 };
 
@@ -234,6 +256,7 @@ options parse(int argc, char** argv) {
       else usage("--verify takes none, crc or full, not '" + m + "'");
     }
     else if (a == "--skip-bad") o.skip_bad = true;
+    else if (a == "--ignore-zeros") o.ignore_zeros = true;
     else if (a == "-q" || a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
     else if (o.kind.empty()) o.kind = a;
@@ -550,6 +573,7 @@ void verify(const options& o, const std::string& file, const packed& p) {
 
 int run(const options& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  const sluice::fault_watch inputs_watch;  // a mapped input that faults from here on fails the pack
   packed p;
   set_partial_name(0, o.out + ".partial");  // before the file exists: a signal never misses it
   sluice::io::shard_writer w(o.out, {.checksums = o.checksums});
@@ -558,7 +582,8 @@ int run(const options& o) {
   } else if (o.kind == "wds") {
     pack_readers<sluice::io::wds_tar_reader>(o, w, p, [&](const std::string& in) {
       return sluice::io::wds_tar_reader(in, {.record_field = o.field, .label_field = o.label,
-                                             .index = sluice::io::saved_index::ignore});
+                                             .index = sluice::io::saved_index::ignore,
+                                             .ignore_zeros = o.ignore_zeros});
     });
   } else if (o.kind == "tfrecord") {
     pack_readers<sluice::io::tfrecord_reader>(o, w, p, [&](const std::string& in) {
@@ -605,6 +630,13 @@ int run(const options& o) {
     report->seal();
   }
 
+  // An input truncated while it was mapped reads as zeros past its new end (sluice's SIGBUS guard,
+  // core/file_guard.hpp) instead of killing the pack: such a pack is refused, naming the input.
+  try {
+    inputs_watch.check();
+  } catch (const sluice::format_error& e) {
+    throw input_error(e.file(), e.cause());
+  }
   w.seal();  // complete and fsynced, still only under the partial name
   phase("sealed");
   if (o.verify != verify_mode::none) verify(o, w.partial_path(), p);

@@ -423,3 +423,48 @@ TEST_CASE("pack: a truncated JPEG fails --verify full, in the input check and in
   CHECK(r.code == 0);
 }
 #endif
+
+TEST_CASE("pack: two tar archives joined with cat are refused, and packed whole with --ignore-zeros") {
+  temp_dir d;
+  std::vector<std::byte> joined;
+  for (int part = 0; part < 2; ++part) {
+    std::vector<std::byte> t;
+    for (int i = 0; i < 3; ++i) {
+      const int k = part * 3 + i;
+      sluice::io::append_tar_member(t, "k" + std::to_string(k) + ".jpg", sluice_test::random_bytes(100, static_cast<std::uint64_t>(k)));
+      const std::string cls = std::to_string(k);
+      sluice::io::append_tar_member(t, "k" + std::to_string(k) + ".cls", sluice_test::as_bytes(cls));
+    }
+    t.resize(t.size() + 1024);  // each archive's end-of-archive marker
+    joined.insert(joined.end(), t.begin(), t.end());
+  }
+  sluice_test::write_file(d.file("joined.tar"), joined);
+  const auto out = d.file("j.sluice");
+  auto r = run_pack({"wds", d.file("joined.tar"), "-o", out, "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("joined.tar") != std::string::npos);
+  CHECK(r.err.find("ignore_zeros") != std::string::npos);
+  check_nothing_left(out);
+  r = run_pack({"wds", d.file("joined.tar"), "-o", out, "-q", "--ignore-zeros"});
+  CHECK(r.code == 0);
+  sluice::io::shard_reader s(out);
+  REQUIRE(s.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) CHECK(s.label(i) == static_cast<std::int64_t>(i));
+}
+
+TEST_CASE("pack: an input truncated while the tool has it mapped fails the pack, naming it (no SIGBUS)") {
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 64, 64 * 1024);  // 4 MiB of rows
+  const auto out = d.file("t.sluice");
+  child c({"npy", x, "-o", out, "-q"}, "read");
+  REQUIRE(c.wait_for("paused at read"));
+  REQUIRE(::truncate(x.c_str(), 8192) == 0);  // the header and a little of the first row remain
+  c.send(SIGUSR1);
+  auto r = c.finish(60);
+  INFO(r.err);
+  CHECK(r.exited);
+  CHECK(r.code == 1);
+  CHECK(r.err.find(x) != std::string::npos);
+  CHECK(r.err.find("changed while in use") != std::string::npos);
+  check_nothing_left(out);
+}

@@ -1,5 +1,6 @@
 // libFuzzer target: the TFRecord scanner on arbitrary bytes. Any outcome but a format_error or a
-// clean index whose entries lie inside the input is a bug (ASan/UBSan catch out-of-bounds reads).
+// clean index whose entries lie inside the input is a bug; under bad_records::defer, any outcome but
+// such an index (with its damaged records listed) is a bug (ASan/UBSan catch out-of-bounds reads).
 #include <cstdlib>
 
 #include "sluice/io/tfrecord.hpp"
@@ -15,6 +16,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     } catch (const sluice::format_error&) {
     }
+    // bad_records::defer never throws: every entry lies inside the input, and each damaged record
+    // names an entry that exists, in increasing record order.
+    std::vector<sluice::io::damaged_record> damaged;
+    auto idx = sluice::io::detail::scan_tfrecord(in, "fuzz", check, sluice::io::bad_records::defer, &damaged);
+    for (const auto& e : idx)
+      if (e.offset > size || e.size > size - e.offset) std::abort();
+    for (std::size_t k = 0; k < damaged.size(); ++k)
+      if (damaged[k].record >= idx.size() || (k > 0 && damaged[k].record <= damaged[k - 1].record)) std::abort();
   }
   return 0;
 }

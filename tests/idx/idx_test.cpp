@@ -235,14 +235,69 @@ TEST_CASE("idx: damaged gzip files and decompression bombs are refused") {
   CHECK(e.find("max_inflated_bytes") != std::string::npos);
   CHECK(sluice::io::idx_file(p).count() == 4096);  // the default cap lets it through
 }
+
+TEST_CASE("idx: gzip inflation is capped by the size the IDX header describes") {
+  sluice_test::temp_dir dir;
+  const auto p = dir.file("c.gz");
+
+  // One 28 x 28 image, then 16 MiB of zeros: refused at the first byte past the 800 the header
+  // describes, not after inflating all of it (which the 8 GiB default cap would have allowed).
+  auto more = make_images(1, 28, 28);
+  REQUIRE(more.size() == 16 + 784);
+  more.resize(more.size() + (std::size_t{16} << 20));
+  sluice_test::write_file(p, gzip(more));
+  more = {};
+  sluice::format_error fe("", {}, "");
+  try {
+    sluice::io::idx_file f(p);
+    FAIL("no error");
+  } catch (const sluice::format_error& e) {
+    fe = e;
+  }
+  CHECK(fe.file() == p);
+  CHECK(fe.offset() == 800);
+  CHECK(fe.cause().find("more than the 800 bytes its IDX header describes") != std::string::npos);
+  CHECK(fe.cause().find("1 x 28 x 28") != std::string::npos);
+  CHECK(fe.cause().find("decompressed stream") != std::string::npos);
+
+  // A header describing more than max_inflated_bytes is refused as soon as the header is out,
+  // whatever follows.
+  auto big = idx_header(0x08, {4096, 1024, 1024});  // 4 GiB of pixels
+  big.resize(big.size() + 1000);
+  sluice_test::write_file(p, gzip(big));
+  auto e = error_of([&] { sluice::io::idx_file f(p, {.max_inflated_bytes = 1 << 20}); });
+  CHECK(e.find("describes 4294967312 bytes") != std::string::npos);
+  CHECK(e.find("max_inflated_bytes") != std::string::npos);
+
+  // Fewer bytes than the header describes: truncated, in decompressed-stream terms.
+  auto less = make_images(10, 4, 4);
+  less.resize(less.size() - 20);
+  sluice_test::write_file(p, gzip(less));
+  e = error_of([&] { sluice::io::idx_file f(p); });
+  CHECK(e.find("truncated") != std::string::npos);
+  CHECK(e.find("decompressed stream") != std::string::npos);
+
+  // Exactly what the header says, in two gzip members: accepted.
+  auto exact = make_images(10, 4, 4);
+  auto g = gzip(bytes(exact.begin(), exact.begin() + 50));
+  auto g2 = gzip(bytes(exact.begin() + 50, exact.end()));
+  g.insert(g.end(), g2.begin(), g2.end());
+  sluice_test::write_file(p, g);
+  CHECK(sluice::io::idx_file(p).count() == 10);
+
+  // A stream that is not IDX at all stops inflating at its first bytes; parse() names the magic.
+  auto junk = bytes(1 << 20, std::byte{0x41});
+  sluice_test::write_file(p, gzip(junk));
+  e = error_of([&] { sluice::io::idx_file f(p); });
+  CHECK(e.find("wrong magic") != std::string::npos);
+}
 #endif
 
 TEST_CASE("idx: Fashion-MNIST from the Debian package, when installed") {
   const std::string d = "/usr/share/datasets/fashion-mnist/";
-  if (!std::filesystem::exists(d + "t10k-images-idx3-ubyte.gz")) {
-    MESSAGE("dataset-fashion-mnist not installed; skipped");
-    return;
-  }
+  if (!std::filesystem::exists(d + "t10k-images-idx3-ubyte.gz") ||
+      !std::filesystem::exists(d + "t10k-labels-idx1-ubyte.gz"))
+    sluice_test::skip("Fashion-MNIST not found in " + d + " (Debian package dataset-fashion-mnist)");
 #if defined(SLUICE_WITH_ZLIB) && SLUICE_WITH_ZLIB
   sluice::io::idx_reader r(d + "t10k-images-idx3-ubyte.gz", d + "t10k-labels-idx1-ubyte.gz");
   CHECK(r.size() == 10000);

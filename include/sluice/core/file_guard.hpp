@@ -42,6 +42,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sluice/core/error.hpp"
@@ -122,6 +123,14 @@ class file_registry {
   void remove(guarded_mapping* e) noexcept {
     std::lock_guard lk(m_);
     if (e->changed.load(std::memory_order_relaxed) != 0) flagged_.fetch_sub(1, std::memory_order_relaxed);
+    if (const std::uint64_t at = e->faulted_at.load(std::memory_order_relaxed); at != 0) {
+      // A watch that began before the fault still reports it after the mapping is gone.
+      try {
+        if (retired_.size() == max_retired) retired_.erase(retired_.begin());
+        retired_.emplace_back(at, std::move(e->path));
+      } catch (...) {
+      }
+    }
     e->end.store(0, std::memory_order_relaxed);
     e->begin.store(0, std::memory_order_relaxed);
     e->changed.store(0, std::memory_order_relaxed);
@@ -206,6 +215,13 @@ class file_registry {
           why = reason_locked(e);
         }
       });
+      for (const auto& [at, path] : retired_) {
+        if (!err_path.empty()) break;
+        if (at > since && (origin.empty() || path == origin)) {
+          err_path = path;
+          why = fault_reason;
+        }
+      }
     }
     if (!err_path.empty()) throw format_error(err_path, {}, why);
   }
@@ -224,10 +240,11 @@ class file_registry {
     if (e.changed.compare_exchange_strong(expected, how, std::memory_order_relaxed))
       flagged_.fetch_add(1, std::memory_order_relaxed);
   }
+  static constexpr const char* fault_reason =
+      "the file changed while in use: a read past its end (it was truncated while it was mapped, "
+      "or the device failed); its records can no longer be trusted";
   static std::string reason_locked(const guarded_mapping& e) {
-    if (e.faulted_at.load(std::memory_order_relaxed) != 0)
-      return "the file changed while in use: a read past its end (it was truncated while the loader "
-             "mapped it, or the device failed); its records can no longer be trusted";
+    if (e.faulted_at.load(std::memory_order_relaxed) != 0) return fault_reason;
     return "the file changed since it was opened: " + e.why + "; its records can no longer be trusted "
            "(reopen the dataset)";
   }
@@ -290,6 +307,8 @@ class file_registry {
   struct sigaction previous_ {};
   chunk first_;
   std::size_t live_ = 0;
+  static constexpr std::size_t max_retired = 64;
+  std::vector<std::pair<std::uint64_t, std::string>> retired_;  // faulted mappings since unmapped
   std::atomic<std::uintptr_t> page_size_{4096};
   std::atomic<std::uint64_t> faults_{0};
   std::atomic<std::size_t> flagged_{0};

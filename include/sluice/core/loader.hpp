@@ -330,6 +330,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     last_receive_ns_ = t_receive;
     lk.unlock();
+    // A delivered batch no longer counts against depth + workers (the trainer holds it now): a
+    // worker waiting for that room may go on.
+    cv_work_.notify_all();
     std::string_view failing;
     try {
       for_each_stage([&](auto& st, auto& state) {

@@ -9,11 +9,18 @@
 //                                             .labels_path = "labels.i64"}};
 //
 // Checked at open: the data size (after the header) is a whole number of records, and the labels
-// file holds exactly one label per record.
+// file holds exactly one label per record. With `.bad_records = bad_records::defer`
+// (record_index.hpp) a data file cut short inside its last record opens anyway: the partial
+// record is the last entry and its record(i) throws format_error (file, record, offset, how many
+// bytes it has), so on_error::skip keeps every whole record; the labels file may then hold a
+// label for every entry or for the whole records only (the partial one's label is then -1).
+// Both paths must be regular files: a FIFO, directory or device is an io_error "not a regular
+// file", refused before any open, so it cannot block.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +29,8 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/record_index.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice::io {
 
@@ -33,6 +42,7 @@ struct fixed_records_options {
   io::label_type label_type = label_type::i64;
   std::size_t header_bytes = 0;         // bytes to skip at the start of the data file
   map_options map{.advice = access::random};
+  io::bad_records bad_records = io::bad_records::fail;  // defer: a partial last record throws when read
 };
 
 class fixed_records {
@@ -40,25 +50,33 @@ class fixed_records {
   using reader_concept = reader_tag;
 
   fixed_records(std::string data_path, fixed_records_options o)
-      : data_(std::move(data_path), o.map), record_bytes_(o.record_bytes), header_(o.header_bytes), ltype_(o.label_type) {
+      : data_(detail::regular_file_path(std::move(data_path)), o.map), record_bytes_(o.record_bytes), header_(o.header_bytes), ltype_(o.label_type) {
     const std::string& p = data_.path();
     if (record_bytes_ == 0) throw usage_error("sluice: fixed_records: record_bytes must be set");
     if (data_.size() < header_)
       throw format_error(p, {.offset = 0}, "file is " + std::to_string(data_.size()) + " bytes, shorter than its " +
                                                std::to_string(header_) + "-byte header");
     const std::size_t body = data_.size() - header_;
-    if (body % record_bytes_ != 0)
-      throw format_error(p, {.record = body / record_bytes_, .offset = header_ + body / record_bytes_ * record_bytes_},
-                         "file size is not a whole number of " + std::to_string(record_bytes_) +
-                             "-byte records (last record truncated: " + std::to_string(body % record_bytes_) + " bytes)");
     count_ = body / record_bytes_;
+    if (body % record_bytes_ != 0) {
+      const std::string cause = "file size is not a whole number of " + std::to_string(record_bytes_) +
+                                "-byte records (last record truncated: " + std::to_string(body % record_bytes_) +
+                                " bytes)";
+      if (o.bad_records == bad_records::fail)
+        throw format_error(p, {.record = count_, .offset = header_ + count_ * record_bytes_}, cause);
+      partial_ = cause;
+      ++count_;
+    }
+    label_count_ = count_;
     if (!o.labels_path.empty()) {
-      labels_ = mapped_file(o.labels_path, {.advice = access::willneed});
+      labels_ = mapped_file(detail::regular_file_path(o.labels_path), {.advice = access::willneed});
       const std::size_t lb = label_bytes();
-      if (labels_.size() != count_ * lb)
+      const bool fits = labels_.size() == count_ * lb || (partial_ && labels_.size() == (count_ - 1) * lb);
+      if (!fits)
         throw format_error(labels_.path(), {.offset = 0},
                            "labels file holds " + std::to_string(labels_.size() / lb) + " labels (" +
                                std::to_string(labels_.size()) + " bytes) for " + std::to_string(count_) + " records in '" + p + "'");
+      label_count_ = labels_.size() / lb;
     }
   }
 
@@ -69,10 +87,12 @@ class fixed_records {
 
   [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
     if (i >= count_) throw format_error(data_.path(), {.record = i}, "record index past the last record");
+    if (partial_ && i + 1 == count_) [[unlikely]]
+      throw format_error(data_.path(), {.record = i, .offset = header_ + i * record_bytes_}, *partial_);
     return {data_.data() + header_ + i * record_bytes_, record_bytes_};
   }
   [[nodiscard]] std::int64_t label(std::size_t i) const noexcept {
-    if (labels_.empty() || i >= count_) return -1;
+    if (labels_.empty() || i >= label_count_) return -1;
     const std::byte* p = labels_.data() + i * label_bytes();
     switch (ltype_) {
       case label_type::i64: { std::int64_t v; std::memcpy(&v, p, 8); return v; }
@@ -95,7 +115,9 @@ class fixed_records {
   mapped_file labels_;
   std::size_t record_bytes_, header_;
   io::label_type ltype_;
-  std::size_t count_ = 0;
+  std::size_t count_ = 0;        // entries, the partial last record included
+  std::size_t label_count_ = 0;  // labels in the labels file
+  std::optional<std::string> partial_;  // why the last entry is bad (bad_records::defer)
 };
 
 }  // namespace sluice::io

@@ -20,7 +20,14 @@
 //   offset.
 // - Inflation never allocates what a header claims: the output grows only as zlib actually
 //   produces bytes (the gzip ISIZE trailer is used as a capacity hint only when it is plausible for
-//   the compressed size), and stops with a format_error past `max_inflated_bytes`.
+//   the compressed size). It is capped by the IDX header inside the stream: as soon as the first
+//   4 + 4 x dims bytes are out, the file's size is known (header + dims product x element size),
+//   and a header that describes more than `max_inflated_bytes` is refused right there, a stream
+//   that inflates past what its header describes is refused at the first byte too many (so the
+//   cap on a well-formed file is its own size, not max_inflated_bytes), and one that ends short is
+//   refused as truncated.
+// - A path that is not a regular file (a FIFO, a directory, a device) is an io_error "not a
+//   regular file", found by stat() before any open, so a FIFO never blocks the constructor.
 // - Read-only after construction: record()/label() are const and thread-safe.
 // - Without zlib (the sluice::zlib target defines SLUICE_WITH_ZLIB=1) a gzip file raises
 //   sluice::usage_error that says to link sluice::zlib.
@@ -45,6 +52,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/regular_file.hpp"
 
 #if defined(SLUICE_WITH_ZLIB) && SLUICE_WITH_ZLIB
 #  include <zlib.h>
@@ -85,35 +93,70 @@ inline std::uint32_t read_be32(const std::byte* p) noexcept {
          std::uint32_t(p[3]);
 }
 
-// Inflates a whole gzip file (all members) into owned memory, growing only as output appears.
+// The whole size of an IDX image (4 + 4 x dims header + dims product x element size) from its
+// first bytes: 0 while `b` is too short to say; ~0 when the header is not IDX (parse() reports
+// that) or its size overflows 64 bits.
+inline constexpr std::uint64_t idx_size_unknown = 0;
+inline constexpr std::uint64_t idx_size_invalid = ~std::uint64_t{0};
+inline std::uint64_t idx_size_from_header(std::span<const std::byte> b) noexcept {
+  if (b.size() < 4) return idx_size_unknown;
+  const auto type = static_cast<idx_type>(static_cast<std::uint8_t>(b[2]));
+  const std::size_t nd = static_cast<std::size_t>(b[3]);
+  if (b[0] != std::byte{0} || b[1] != std::byte{0} || idx_element_bytes(type) == 0 || nd == 0)
+    return idx_size_invalid;
+  if (b.size() < 4 + 4 * nd) return idx_size_unknown;
+  std::uint64_t data = idx_element_bytes(type);
+  for (std::size_t d = 0; d < nd; ++d) {
+    const std::uint64_t dim = read_be32(b.data() + 4 + 4 * d);
+    if (dim != 0 && data > std::numeric_limits<std::uint64_t>::max() / dim) return idx_size_invalid;
+    data *= dim;
+  }
+  const std::uint64_t header = 4 + 4 * nd;
+  if (data > std::numeric_limits<std::uint64_t>::max() - header) return idx_size_invalid;
+  return header + data;
+}
+
+inline std::string idx_dims_text(std::span<const std::byte> b) {
+  const std::size_t nd = static_cast<std::size_t>(b[3]);
+  std::string t;
+  for (std::size_t d = 0; d < nd; ++d) t += (d ? " x " : "") + std::to_string(read_be32(b.data() + 4 + 4 * d));
+  return t + " elements of " +
+         std::to_string(idx_element_bytes(static_cast<idx_type>(static_cast<std::uint8_t>(b[2])))) + " bytes";
+}
+
+// Inflates a whole gzip file (all members) holding one IDX image into owned memory, growing only
+// as output appears, and never past what the IDX header in the stream describes (nor past
+// `max_bytes`). A stream whose first bytes are not an IDX header is inflated no further than
+// that; parse() then reports the header.
 inline std::vector<std::byte> inflate_gzip(const std::string& path, std::span<const std::byte> in,
                                            std::uint64_t max_bytes) {
 #if defined(SLUICE_WITH_ZLIB) && SLUICE_WITH_ZLIB
   std::vector<std::byte> out;
   // ISIZE (last 4 bytes, little endian) is the size mod 2^32 of the last member. Deflate cannot
   // expand more than ~1032:1, so a hint beyond that is a lie and is ignored; a true hint saves the
-  // re-allocations. Either way, the vector only ever grows to hold bytes zlib has produced.
+  // re-allocations once the IDX header has confirmed it is not too much. Either way, the vector
+  // only ever grows to hold bytes zlib has produced.
+  std::uint64_t isize_hint = 0;
   if (in.size() >= 18) {
     const auto* t = in.data() + in.size() - 4;
     std::uint64_t isize = std::uint64_t(t[0]) | (std::uint64_t(t[1]) << 8) |
                           (std::uint64_t(t[2]) << 16) | (std::uint64_t(t[3]) << 24);
-    if (isize <= max_bytes && isize / 1032 <= in.size()) out.reserve(static_cast<std::size_t>(isize));
+    if (isize <= max_bytes && isize / 1032 <= in.size()) isize_hint = isize;
   }
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw io_error(path, "zlib inflateInit2 failed");
   struct guard { z_stream* z; ~guard() { inflateEnd(z); } } g{&zs};
   std::size_t consumed = 0;
   std::size_t produced = 0;
+  // What the IDX header describes, once its bytes are out (idx_size_unknown before).
+  std::uint64_t expected = idx_size_unknown;
+  // Output never grows past `limit` + 1 bytes: one byte more than allowed is how "more" is seen.
+  std::uint64_t limit = max_bytes;
   constexpr std::size_t chunk = std::size_t{1} << 20;
   for (;;) {
-    if (out.size() - produced < chunk / 4) {
+    if (out.size() - produced < chunk / 4 && out.size() <= limit) {
       std::uint64_t want = std::max<std::uint64_t>(chunk, out.size());  // geometric, from what exists
-      if (out.size() + want > max_bytes + 1) want = max_bytes + 1 - out.size();
-      if (want == 0) {
-        throw format_error(path, {.offset = consumed},
-                           "decompresses to more than " + std::to_string(max_bytes) +
-                               " bytes (idx_options::max_inflated_bytes)");
-      }
+      if (out.size() + want > limit + 1) want = limit + 1 - out.size();
       out.resize(out.size() + static_cast<std::size_t>(want));
     }
     std::size_t in_left = in.size() - consumed;
@@ -126,6 +169,30 @@ inline std::vector<std::byte> inflate_gzip(const std::string& path, std::span<co
     int rc = inflate(&zs, Z_NO_FLUSH);
     consumed += avail_in0 - zs.avail_in;
     produced += avail_out0 - zs.avail_out;
+    if (expected == idx_size_unknown) {
+      expected = idx_size_from_header({out.data(), produced});
+      if (expected == idx_size_invalid) break;  // not an IDX header: parse() says what is wrong
+      if (expected != idx_size_unknown) {
+        if (expected > max_bytes)
+          throw format_error(path, {.offset = 4},
+                             "the IDX header describes " + std::to_string(expected) + " bytes (" +
+                                 idx_dims_text({out.data(), produced}) +
+                                 ", plus the header), more than idx_options::max_inflated_bytes = " +
+                                 std::to_string(max_bytes) + " (offset in the decompressed stream)");
+        limit = expected;
+        if (isize_hint != 0 && isize_hint <= limit) out.reserve(static_cast<std::size_t>(isize_hint));
+      }
+    }
+    if (produced > limit) {
+      if (expected != idx_size_unknown && expected != idx_size_invalid)
+        throw format_error(path, {.offset = expected},
+                           "the gzip stream decompresses to more than the " + std::to_string(expected) +
+                               " bytes its IDX header describes (" + idx_dims_text({out.data(), produced}) +
+                               ", plus the header): trailing bytes (offset in the decompressed stream)");
+      throw format_error(path, {.offset = consumed},
+                         "decompresses to more than " + std::to_string(max_bytes) +
+                             " bytes (idx_options::max_inflated_bytes)");
+    }
     if (rc == Z_STREAM_END) {
       // Another gzip member may follow (concatenated .gz files are valid gzip).
       if (consumed < in.size() && is_gzip(in.subspan(consumed))) {
@@ -144,12 +211,8 @@ inline std::vector<std::byte> inflate_gzip(const std::string& path, std::span<co
       throw format_error(path, {.offset = consumed},
                          std::string("gzip stream corrupt: ") + (zs.msg ? zs.msg : "inflate failed"));
     }
-    if (produced > max_bytes) {
-      throw format_error(path, {.offset = consumed},
-                         "decompresses to more than " + std::to_string(max_bytes) +
-                             " bytes (idx_options::max_inflated_bytes)");
-    }
   }
+  // Fewer bytes than the header describes: parse() reports the truncation with the whole items.
   out.resize(produced);
   out.shrink_to_fit();
   return out;
@@ -168,7 +231,7 @@ inline std::vector<std::byte> inflate_gzip(const std::string& path, std::span<co
 class idx_file {
  public:
   idx_file() = default;
-  explicit idx_file(std::string path, idx_options opt = {}) : path_(std::move(path)) {
+  explicit idx_file(std::string path, idx_options opt = {}) : path_(detail::regular_file_path(std::move(path))) {
     map_ = mapped_file(path_, {.advice = opt.advice});
     std::span<const std::byte> bytes = map_.bytes();
     if (detail::is_gzip(bytes)) {

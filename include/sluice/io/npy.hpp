@@ -6,9 +6,12 @@
 // and the raw data, C order. The header is parsed strictly enough to refuse what the reader cannot
 // serve as rows: fortran_order True (rows are not contiguous), structured dtypes (a list descr),
 // object arrays, big-endian multi-byte dtypes (the bytes would be handed out unconverted), 0-d
-// arrays. The data size implied by the shape must equal what the file holds after the header.
+// arrays. After the dict's closing brace only spaces (NumPy's padding) and a final newline may
+// follow. The data size implied by the shape must equal what the file holds after the header.
 //
 // Labels: an optional second .npy (`labels_path`), one-dimensional, integer dtype, the same length.
+// A uint64 label above INT64_MAX is a format_error naming the labels file and the record (it has
+// no int64 value; it is never wrapped to a negative label).
 //
 //   sluice::io::npy_reader x{"images.npy", {.labels_path = "labels.npy"}};
 //   auto row = x.record(7);   // x.row_bytes() bytes, zero copy
@@ -31,6 +34,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice::io {
 
@@ -97,6 +101,10 @@ class npy_dict_parser {
     }
     if (!have_descr || !have_order || !have_shape)
       fail("header dict lacks one of 'descr', 'fortran_order', 'shape'");
+    // After the '}': only the padding NumPy writes (spaces) and the final newline.
+    for (std::size_t k = i_; k < s_.size(); ++k)
+      if (s_[k] != ' ' && !(s_[k] == '\n' && k + 1 == s_.size()))
+        fail("unexpected text after the header dict's closing '}' (only spaces and a final newline may follow)");
     parse_descr(h.dtype);
     return h;
   }
@@ -217,7 +225,8 @@ class npy_reader {
  public:
   using reader_concept = reader_tag;
 
-  explicit npy_reader(std::string path, npy_options opt = {}) : file_(std::move(path), opt.map) {
+  explicit npy_reader(std::string path, npy_options opt = {})
+      : file_(detail::regular_file_path(std::move(path)), opt.map) {
     auto l = detail::describe_npy(file_.bytes(), file_.path());
     header_ = std::move(l.header);
     row_bytes_ = l.row_bytes;
@@ -262,6 +271,11 @@ class npy_reader {
       std::uint64_t u = 0;
       std::memcpy(&u, r.data(), r.size());
       if (d.kind == 'i' && r.size() < 8 && (u >> (r.size() * 8 - 1)) & 1u) u |= ~std::uint64_t{0} << (r.size() * 8);
+      // A uint64 label above INT64_MAX has no int64 value: refuse it rather than turn it negative.
+      if (d.kind == 'u' && u > static_cast<std::uint64_t>(INT64_MAX))
+        throw format_error(lpath, {.record = i, .offset = l.header().data_offset + i * r.size()},
+                           "label " + std::to_string(u) + " (dtype '" + d.descr +
+                               "') does not fit a signed 64-bit label (largest is 9223372036854775807)");
       labels_[i] = static_cast<std::int64_t>(u);
     }
   }

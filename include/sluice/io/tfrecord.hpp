@@ -4,10 +4,24 @@
 //     u64 length | u32 masked_crc32c(length bytes) | payload[length] | u32 masked_crc32c(payload)
 // (little-endian). Opening scans the file once and keeps an index of payload offsets; the index
 // is saved beside the file as `<file>.sidx` (see record_index.hpp), so the next open skips the
-// scan. The length CRC is always checked: a length is never trusted before it is. The payload
-// CRC is checked during the scan unless `check_payload_crc = false` (≈20 GB/s with SSE4.2, so the
-// scan is bound by memory bandwidth either way; turning it off saves touching every page).
-// An index built without payload checks is not reused by a reader that asks for them.
+// scan. The length CRC is always checked: a length is never trusted before it is.
+//
+// Payload CRCs (`check_payload_crc`, default true; ≈20 GB/s with SSE4.2): the policy is the same
+// with or without a saved index — every record this reader hands out has had its payload CRC
+// checked against the bytes it maps, once. A scan checks every payload as it passes (so without
+// a saved index a bad payload is found at open); with a saved index, record(i) checks record i
+// the first time it is read (a per-record bit remembers it), so a payload corrupted after the
+// index was saved is a format_error naming the file and the record when that record is read.
+// With `check_payload_crc = false` no payload CRC is checked on either path.
+//
+// Bad records (`.bad_records`, record_index.hpp): `fail` (default) throws at open at the first bad
+// record. `defer` keeps every record that can be found and turns a bad one into an entry whose
+// record(i) throws format_error (file, record, offset, cause) — e.g. a file truncated inside
+// its 200th record opens with 200 entries, 199 good; the loader's on_error::skip drops and counts
+// the bad one, on_error::raise reports it at that record. A bad payload CRC is one bad entry and
+// the scan goes on (the framing is intact); a truncated header, a bad length CRC or a length past
+// the end leaves no trustworthy way to the next record, so the rest of the file is that one bad
+// entry. damaged() lists them. An index is never saved for a file with bad records.
 //
 // Labels: TFRecord payloads are opaque (usually a tf.train.Example protobuf), so a label comes
 // from an optional user function of the payload, called by label(i); without one, -1.
@@ -15,15 +29,21 @@
 //   sluice::io::tfrecord_reader r{"train.tfrecord"};
 //   for (std::size_t i = 0; i < r.size(); ++i) use(r.record(i));
 //
-// Thread-safety: after construction every member is const and safe to call concurrently.
+// Thread-safety: after construction every member is safe to call concurrently (the only state
+// that changes is the atomic "payload checked" bits).
 // Errors: format_error naming the file, the record index, the byte offset and the cause
-// (truncated header, length CRC mismatch, length past the end of the file, payload CRC mismatch).
+// (truncated header, length CRC mismatch, length past the end of the file, payload CRC mismatch);
+// io_error for a path that cannot be opened or is not a regular file (a FIFO is refused without
+// blocking).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,12 +55,14 @@
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/record_index.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice::io {
 
 struct tfrecord_options {
   bool check_payload_crc = true;
   saved_index index = saved_index::use_and_save;
+  io::bad_records bad_records = io::bad_records::fail;  // defer: bad records throw when read
   // Optional: the label of a record from its payload (e.g. parse an Example). Must be thread-safe.
   std::function<std::int64_t(std::span<const std::byte>)> label_of{};
   map_options map{};
@@ -58,31 +80,46 @@ inline std::uint32_t load_u32le(const std::byte* p) noexcept {
   return v;
 }
 
-// Scans a whole TFRecord image; throws format_error at the first bad record.
+// Scans a whole TFRecord image. bad_records::fail: throws format_error at the first bad record.
+// bad_records::defer: appends a bad record as an entry {header offset, size 0} and its error to
+// `damaged`, and goes on when the framing allows it (a bad payload CRC) or stops (anything else).
 inline std::vector<record_entry> scan_tfrecord(std::span<const std::byte> file,
-                                               const std::string& path, bool check_payload) {
+                                               const std::string& path, bool check_payload,
+                                               bad_records on_bad = bad_records::fail,
+                                               std::vector<damaged_record>* damaged = nullptr) {
   std::vector<record_entry> out;
   const std::uint64_t n = file.size();
   std::uint64_t pos = 0;
+  auto bad = [&](std::uint64_t rec, std::uint64_t at, std::string cause) {
+    if (on_bad == bad_records::fail || damaged == nullptr) throw format_error(path, {rec, at}, std::move(cause));
+    out.push_back({pos, 0, -1});
+    damaged->push_back({rec, at, std::move(cause)});
+  };
   while (pos < n) {
     const std::uint64_t rec = out.size();
-    if (n - pos < 12)
-      throw format_error(path, {rec, pos},
-                         "truncated record header: " + std::to_string(n - pos) +
-                             " bytes left, a header needs 12");
+    if (n - pos < 12) {
+      bad(rec, pos, "truncated record header: " + std::to_string(n - pos) + " bytes left, a header needs 12");
+      break;
+    }
     const std::byte* h = file.data() + pos;
     const std::uint64_t len = load_u64le(h);
-    if (mask_crc32c(crc32c(file.subspan(pos, 8))) != load_u32le(h + 8))
-      throw format_error(path, {rec, pos}, "length CRC mismatch (not a TFRecord file, or corrupt)");
+    if (mask_crc32c(crc32c(file.subspan(pos, 8))) != load_u32le(h + 8)) {
+      bad(rec, pos, "length CRC mismatch (not a TFRecord file, or corrupt)");
+      break;
+    }
     const std::uint64_t left = n - pos - 12;
-    if (len > left || left - len < 4)
-      throw format_error(path, {rec, pos},
-                         "record length " + std::to_string(len) + " runs past the end of the file (" +
-                             std::to_string(left) + " bytes left after the header)");
+    if (len > left || left - len < 4) {
+      bad(rec, pos,
+          "record length " + std::to_string(len) + " runs past the end of the file (" +
+              std::to_string(left) + " bytes left after the header)");
+      break;
+    }
     auto payload = file.subspan(pos + 12, len);
-    if (check_payload && mask_crc32c(crc32c(payload)) != load_u32le(h + 12 + len))
-      throw format_error(path, {rec, pos + 12}, "payload CRC mismatch");
-    out.push_back({pos + 12, len, -1});
+    if (check_payload && mask_crc32c(crc32c(payload)) != load_u32le(h + 12 + len)) {
+      bad(rec, pos + 12, "payload CRC mismatch");  // the framing is intact: go on
+    } else {
+      out.push_back({pos + 12, len, -1});
+    }
     pos += 12 + len + 4;
   }
   return out;
@@ -94,26 +131,50 @@ class tfrecord_reader {
   using reader_concept = reader_tag;
 
   explicit tfrecord_reader(std::string path, tfrecord_options opt = {})
-      : file_(std::move(path), opt.map), label_of_(std::move(opt.label_of)) {
+      : file_(detail::regular_file_path(std::move(path)), opt.map), label_of_(std::move(opt.label_of)) {
     const std::string kind = opt.check_payload_crc ? "tfrecord:crc" : "tfrecord:nocrc";
-    // A saved index built with payload checks also serves a reader that skips them.
-    if (!opt.check_payload_crc && opt.index != saved_index::ignore)
-      if (auto idx = detail::load_index(file_.path(), "tfrecord:crc")) {
+    bool loaded = false;
+    if (opt.index != saved_index::ignore) {
+      auto idx = detail::load_index(file_.path(), kind);
+      // An index built with payload checks also serves a reader that skips them.
+      if (!idx && !opt.check_payload_crc) idx = detail::load_index(file_.path(), "tfrecord:crc");
+      // The index was checked against the path as it is now; the mapping was made a moment
+      // before. Should the path have been replaced in between, entries that do not fit the
+      // mapping mean a scan instead (never a view past its end).
+      if (idx && std::all_of(idx->begin(), idx->end(), [&](const record_entry& e) {
+            return e.offset <= file_.size() && e.size + 4 <= file_.size() - e.offset;
+          })) {
         entries_ = std::move(*idx);
-        return;
+        loaded = true;
       }
-    entries_ = detail::indexed(file_.path(), kind, opt.index, [&] {
-      return detail::scan_tfrecord(file_.bytes(), file_.path(), opt.check_payload_crc);
-    });
+    }
+    if (!loaded) {
+      auto stamp = detail::stamp_of(file_.path());  // before the scan: a change during it makes it stale
+      entries_ = detail::scan_tfrecord(file_.bytes(), file_.path(), opt.check_payload_crc, opt.bad_records,
+                                       &damaged_);
+      if (opt.index == saved_index::use_and_save && stamp && damaged_.empty())
+        detail::save_index(file_.path(), kind, entries_, stamp);
+    }
+    // The scan checked every payload it kept; records from a saved index are checked when first read.
+    if (loaded && opt.check_payload_crc && !entries_.empty())
+      checked_ = std::make_unique<std::atomic<std::uint64_t>[]>((entries_.size() + 63) / 64);
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  // Record i's payload (a view into the mapping). Throws format_error for a bad record (its
+  // payload CRC, or one kept under bad_records::defer).
   [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
     check_index(i);
-    return file_.bytes().subspan(entries_[i].offset, entries_[i].size);
+    if (!damaged_.empty()) throw_if_damaged(i);
+    const auto& e = entries_[i];
+    auto payload = file_.bytes().subspan(e.offset, e.size);
+    if (checked_) check_payload(i, payload);
+    return payload;
   }
   [[nodiscard]] std::int64_t label(std::size_t i) const {
-    return label_of_ ? label_of_(record(i)) : -1;
+    if (label_of_) return label_of_(record(i));
+    check_index(i);
+    return -1;
   }
   [[nodiscard]] record_view view(std::size_t i) const {
     return {i, record(i), label(i), file_.path()};
@@ -121,6 +182,8 @@ class tfrecord_reader {
   [[nodiscard]] std::string_view path() const noexcept { return file_.path(); }
   [[nodiscard]] std::uint64_t offset(std::size_t i) const { check_index(i); return entries_[i].offset; }
   [[nodiscard]] const mapped_file& file() const noexcept { return file_; }
+  // The records kept under bad_records::defer (empty otherwise), in record order.
+  [[nodiscard]] const std::vector<damaged_record>& damaged() const noexcept { return damaged_; }
 
  private:
   void check_index(std::size_t i) const {
@@ -128,9 +191,30 @@ class tfrecord_reader {
       throw usage_error("sluice: record " + std::to_string(i) + " out of range for '" + file_.path() +
                         "' (" + std::to_string(entries_.size()) + " records)");
   }
+  void throw_if_damaged(std::size_t i) const {
+    auto it = std::lower_bound(damaged_.begin(), damaged_.end(), std::uint64_t{i},
+                               [](const damaged_record& d, std::uint64_t r) { return d.record < r; });
+    if (it != damaged_.end() && it->record == i) throw format_error(file_.path(), {it->record, it->offset}, it->cause);
+  }
+  void check_payload(std::size_t i, std::span<const std::byte> payload) const {
+    auto& word = checked_[i / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+    if (word.load(std::memory_order_relaxed) & bit) return;
+    const std::uint64_t end = entries_[i].offset + entries_[i].size;
+    if (file_.size() < 4 || end > file_.size() - 4)
+      throw format_error(file_.path(), {i, entries_[i].offset},
+                         "the saved index puts the payload CRC past the end of the file");
+    if (mask_crc32c(crc32c(payload)) != detail::load_u32le(file_.data() + end))
+      throw format_error(file_.path(), {i, entries_[i].offset},
+                         "payload CRC mismatch (checked on first read: the file's saved index was "
+                         "built before this record's bytes changed, or the file is corrupt)");
+    word.fetch_or(bit, std::memory_order_relaxed);
+  }
   mapped_file file_;
   std::function<std::int64_t(std::span<const std::byte>)> label_of_;
   std::vector<record_entry> entries_;
+  std::vector<damaged_record> damaged_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> checked_;  // null: nothing left to check
 };
 
 static_assert(record_reader<tfrecord_reader>);

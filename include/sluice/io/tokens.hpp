@@ -31,7 +31,8 @@
 //   The offsets file holds n_docs + 1 little-endian uint64: document i is tokens
 //   [off[i], off[i+1]). write_token_documents(tokens_path, offsets_path, docs) writes such a pair.
 //
-// Checked at open (format_error naming the file, the record and the cause):
+// Checked at open (format_error naming the file, the record and the cause; io_error "not a
+// regular file" for a FIFO, directory or device, found by stat() before any open so it never blocks):
 //   - the token file's size is a whole number of sizeof(T) tokens;
 //   - windows: the file holds at least L + 1 tokens;
 //   - documents: the offsets file is a whole number of uint64, at least one, the first is 0, none
@@ -45,6 +46,8 @@
 //                      as a stage_error whose text contains the format_error's.
 //   vocab_check::open  once, over the whole file, in the constructor: fields(i) stays O(1).
 #pragma once
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <bit>
@@ -63,6 +66,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice::io {
 
@@ -123,6 +127,13 @@ template <class T>
                          " is outside the vocabulary (vocab = " + std::to_string(vocab) + ")");
 }
 
+// Opening an existing FIFO for writing blocks until a reader appears: refuse anything but a
+// regular file (or nothing) at a path about to be written.
+inline void require_writable_regular(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw_not_regular(path, st.st_mode, "will not write to");
+}
+
 inline void write_all(std::ofstream& f, const std::string& path, const void* data, std::size_t n) {
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
   if (!f) throw io_error(path, "cannot write");
@@ -144,7 +155,7 @@ class token_windows {
   using sample_type = fields_sample<schema_type>;
 
   explicit token_windows(std::string path, token_windows_options o = {})
-      : file_(std::move(path), o.map), L_(o.length), stride_(o.stride == 0 ? o.length : o.stride), vocab_(o.vocab),
+      : file_(detail::regular_file_path(std::move(path)), o.map), L_(o.length), stride_(o.stride == 0 ? o.length : o.stride), vocab_(o.vocab),
         lazy_(o.vocab != 0 && o.vocab_check == vocab_check::lazy) {
     if (L_ == 0) throw usage_error("sluice: token_windows: .length must be at least 1");
     n_tokens_ = detail::token_count<T>(file_);
@@ -208,6 +219,8 @@ void write_token_documents(const std::string& tokens_path, const std::string& of
   static_assert(detail::token_type<T>, "sluice: write_token_documents<T>: T is std::uint16_t or std::uint32_t");
   static_assert(std::endian::native == std::endian::little, "sluice: token files are little-endian");
   const std::string tp = tokens_path + ".partial", op = offsets_path + ".partial";
+  detail::require_writable_regular(tp);
+  detail::require_writable_regular(op);
   {
     std::ofstream tf(tp, std::ios::binary | std::ios::trunc);
     if (!tf) throw io_error(tp, "cannot create");
@@ -249,7 +262,8 @@ class token_documents {
   using sample_type = fields_sample<schema_type>;
 
   token_documents(std::string tokens_path, std::string offsets_path, token_documents_options o = {})
-      : tokens_(std::move(tokens_path), o.map), offsets_(std::move(offsets_path), {.advice = access::willneed}),
+      : tokens_(detail::regular_file_path(std::move(tokens_path)), o.map),
+        offsets_(detail::regular_file_path(std::move(offsets_path)), {.advice = access::willneed}),
         vocab_(o.vocab), lazy_(o.vocab != 0 && o.vocab_check == vocab_check::lazy) {
     n_tokens_ = detail::token_count<T>(tokens_);
     const std::string& op = offsets_.path();
