@@ -17,6 +17,7 @@
 #include "sluice/core/pipeline.hpp"
 #include "sluice/core/random.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/stats.hpp"
 #include "sluice/core/tensor.hpp"
 #include "sluice/diag/advisor.hpp"

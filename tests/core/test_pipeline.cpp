@@ -386,7 +386,7 @@ TEST_CASE("empty dataset and empty resume give no batches") {
   auto l2 = from(sample::sequential(10)) | read(r2) | collate({.batch = 4}) | prefetch(2);
   CHECK(digest(l2, 0).batches == 3);
   std::size_t n = 0;
-  for (auto& b : l2.resume({.epoch = 0, .position = 10})) n += b.size();
+  for (auto& b : l2.resume(l2.state(0, 10))) n += b.size();
   CHECK(n == 0);
-  CHECK_THROWS_AS(l2.resume({.epoch = 0, .position = 11}).begin(), usage_error);
+  CHECK_THROWS_AS(l2.resume(l2.state(0, 11)).begin(), usage_error);
 }

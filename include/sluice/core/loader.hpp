@@ -84,6 +84,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/core/file_guard.hpp"
 #include "sluice/core/pipeline.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/stats.hpp"
 #include "sluice/policy/depth_fixed.hpp"
 
@@ -98,12 +99,8 @@ struct loader_options {
   on_error errors = on_error::raise;
 };
 
-// Where an interrupted epoch stands: restoring it yields exactly the batches not yet delivered.
-struct loader_state {
-  std::uint64_t seed = 0;
-  std::uint64_t epoch = 0;
-  std::uint64_t position = 0;  // samples of the epoch's order already delivered
-};
+// loader_state (where an interrupted epoch stands, and a fingerprint of the pipeline it stands
+// in), its checks and its stored form: core/state.hpp.
 
 namespace detail {
 
@@ -398,8 +395,18 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
 
   [[nodiscard]] loader_state state() const {
-    std::lock_guard lk(m_);
-    return {opt_.seed, epoch_, start_ + std::min<std::uint64_t>(delivered_ * chain_.collate.batch_size(), total_ - start_)};
+    std::uint64_t epoch = 0, position = 0;
+    {
+      std::lock_guard lk(m_);
+      epoch = epoch_;
+      position = start_ + std::min<std::uint64_t>(delivered_ * chain_.collate.batch_size(), total_ - start_);
+    }
+    return state(epoch, position);
+  }
+  // This pipeline's state at (epoch, position), fingerprint included. Reads only what does not
+  // change while an epoch runs (the sampler is prepared before the workers start).
+  [[nodiscard]] loader_state state(std::uint64_t epoch, std::uint64_t position) const {
+    return {opt_.seed, epoch, position, chain_fingerprint(chain_, epoch)};
   }
   [[nodiscard]] std::uint64_t batches_in_epoch() const {
     std::lock_guard lk(m_);
@@ -884,12 +891,21 @@ class loader {
 
   // The batches of epoch `e` in order: `for (auto& b : loader.epoch(e))`.
   [[nodiscard]] epoch_range epoch(std::uint64_t e) { return epoch_range(ring_.get(), e, 0); }
-  // Resumes an interrupted epoch where `state()` said it stood.
+  // Resumes an interrupted epoch where `state()` said it stood. A state whose fingerprint does
+  // not fit this loader (another sampler, seed, dataset, batch or augmentation seed; or one made
+  // by hand) is a usage_error naming each difference (core/state.hpp).
   [[nodiscard]] epoch_range resume(const loader_state& st) {
+    const loader_state now = ring_->state(st.epoch, st.position);
+    check_resumable(st, now.fingerprint, now.seed);
     return epoch_range(ring_.get(), st.epoch, st.position);
   }
-  // Where the current epoch stands (delivered batches count as consumed).
+  // Where the current epoch stands (delivered batches count as consumed), with the fingerprint
+  // resume() checks; save it with sluice::save_state.
   [[nodiscard]] loader_state state() const { return ring_->state(); }
+  // This loader's state at any (epoch, position): to start a run part-way into an epoch.
+  [[nodiscard]] loader_state state(std::uint64_t epoch, std::uint64_t position) const {
+    return ring_->state(epoch, position);
+  }
   [[nodiscard]] pipeline_stats stats() const { return ring_->stats(); }
   void set_workers(std::size_t n) { ring_->set_workers(n); }
   [[nodiscard]] auto& sampler() noexcept { return ring_->chain().chain.sampler_; }

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
 
@@ -293,7 +294,15 @@ class weighted {
         options_.samples_per_epoch = nonzero;
     }
     if (options_.samples_per_epoch == 0) options_.samples_per_epoch = weights.size();
+    params_ = fingerprint_hash{}
+                  .add_all(weights)
+                  .add(options_.seed)
+                  .add(options_.samples_per_epoch)
+                  .add(static_cast<std::uint64_t>(options_.mode))
+                  .value();
   }
+  // Kind "weighted"; the hash covers the weights (computed once, at construction) and options.
+  [[nodiscard]] sampler_fingerprint fingerprint() const { return {"weighted", params_, options_.seed, true}; }
   [[nodiscard]] std::size_t size(std::uint64_t /*epoch*/) const noexcept {
     return options_.samples_per_epoch;
   }
@@ -352,6 +361,7 @@ class weighted {
  private:
   alias_table table_;
   weighted_options options_;
+  std::uint64_t params_ = 0;
   std::vector<double> weights_;  // kept only for `without`
   std::vector<std::uint64_t> order_;
   std::uint64_t prepared_epoch_ = ~std::uint64_t{0};

@@ -29,6 +29,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/class_weights.hpp"
 
@@ -51,7 +52,16 @@ class balanced_batch {
     if (options_.batches_per_epoch == 0)
       options_.batches_per_epoch = (index_.ids.size() + options_.batch - 1) / options_.batch;
     build(0);
+    params_ = fingerprint_hash{}
+                  .add_all(index_.labels)
+                  .add(rule_fingerprint(rule_, index_.counts))
+                  .add(options_.seed)
+                  .add(options_.batch)
+                  .add(options_.batches_per_epoch)
+                  .value();
   }
+  // Kind "balanced_batch"; the hash covers the labels (computed once), the rule and the options.
+  [[nodiscard]] sampler_fingerprint fingerprint() const { return {"balanced_batch", params_, options_.seed, true}; }
   [[nodiscard]] std::size_t size(std::uint64_t) const noexcept {
     return options_.batches_per_epoch * options_.batch;
   }
@@ -104,6 +114,7 @@ class balanced_batch {
   detail::class_index index_;
   Rule rule_;
   balanced_batch_options options_;
+  std::uint64_t params_ = 0;
   std::vector<double> shares_, cdf_;
   std::uint64_t table_epoch_ = 0;
 };

@@ -28,6 +28,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/sample/alias.hpp"
 #include "sluice/sample/class_weights.hpp"
 
@@ -70,7 +71,15 @@ class class_balanced {
       : index_(labels), rule_(rule), options_(options) {
     if (options_.samples_per_epoch == 0) options_.samples_per_epoch = index_.ids.size();
     build(0);
+    params_ = fingerprint_hash{}
+                  .add_all(index_.labels)
+                  .add(rule_fingerprint(rule_, index_.counts))
+                  .add(options_.seed)
+                  .add(options_.samples_per_epoch)
+                  .value();
   }
+  // Kind "class_balanced"; the hash covers the labels (computed once), the rule and the options.
+  [[nodiscard]] sampler_fingerprint fingerprint() const { return {"class_balanced", params_, options_.seed, true}; }
   [[nodiscard]] std::size_t size(std::uint64_t) const noexcept { return options_.samples_per_epoch; }
   [[nodiscard]] std::uint64_t at(std::uint64_t epoch, std::uint64_t pos) const {
     if constexpr (Rule::epoch_dependent) {
@@ -112,6 +121,7 @@ class class_balanced {
   detail::class_index index_;
   Rule rule_;
   class_balanced_options options_;
+  std::uint64_t params_ = 0;
   alias_table classes_;
   std::uint64_t table_epoch_ = 0;
 };

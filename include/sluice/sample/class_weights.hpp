@@ -15,7 +15,9 @@
 //                           (the progressive schedule of Kang et al., ICLR 2020, done on q)
 // A class with n = 0 gets weight 0 (it has no samples to draw).
 // Every rule (namespace sluice::sample) is a small value type with `double weight(std::uint64_t n, std::uint64_t epoch)`;
-// `epoch_dependent` says whether samplers must rebuild their tables each epoch.
+// `epoch_dependent` says whether samplers must rebuild their tables each epoch; `fingerprint()`
+// (optional for a user's rule, see rule_fingerprint) hashes its name and parameters for
+// loader.resume's check.
 //
 //   auto counts = sluice::sample::count_labels(labels);          // per-class counts
 //   auto w = sluice::sample::class_weights(counts, sluice::sample::effective_number{0.999});
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "sluice/core/error.hpp"
+#include "sluice/core/state.hpp"
 
 namespace sluice::sample {
 
@@ -39,6 +42,7 @@ struct inverse_frequency {
   [[nodiscard]] double weight(std::uint64_t n, std::uint64_t = 0) const noexcept {
     return n == 0 ? 0.0 : 1.0 / static_cast<double>(n);
   }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_hash{}.add("inverse_frequency").value(); }
 };
 
 struct inverse_log {
@@ -46,6 +50,7 @@ struct inverse_log {
   [[nodiscard]] double weight(std::uint64_t n, std::uint64_t = 0) const noexcept {
     return n == 0 ? 0.0 : 1.0 / std::log1p(static_cast<double>(n));
   }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_hash{}.add("inverse_log").value(); }
 };
 
 struct effective_number {
@@ -61,6 +66,9 @@ struct effective_number {
                                    : -std::expm1(static_cast<double>(n) * std::log(beta)) / (1.0 - beta);
     return 1.0 / e_n;
   }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept {
+    return fingerprint_hash{}.add("effective_number").add(beta).value();
+  }
 };
 
 struct power {
@@ -69,6 +77,7 @@ struct power {
   [[nodiscard]] double weight(std::uint64_t n, std::uint64_t = 0) const noexcept {
     return n == 0 ? 0.0 : std::pow(static_cast<double>(n), q - 1.0);
   }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_hash{}.add("power").add(q).value(); }
 };
 
 struct power_schedule {
@@ -84,6 +93,9 @@ struct power_schedule {
   [[nodiscard]] double weight(std::uint64_t n, std::uint64_t epoch) const noexcept {
     return power{q_at(epoch)}.weight(n);
   }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept {
+    return fingerprint_hash{}.add("power_schedule").add(q_first).add(q_last).add(epochs).value();
+  }
 };
 
 template <class R>
@@ -91,6 +103,20 @@ concept class_weighting = requires(const R& r, std::uint64_t n, std::uint64_t ep
   { r.weight(n, epoch) } -> std::convertible_to<double>;
   { R::epoch_dependent } -> std::convertible_to<bool>;
 };
+
+// A rule's fingerprint: its own fingerprint() where it has one; else the weights it gives the
+// classes' counts in epochs 0 to 3 (a rule without one is known only by those weights).
+template <class_weighting R>
+[[nodiscard]] std::uint64_t rule_fingerprint(const R& rule, std::span<const std::uint64_t> counts) {
+  if constexpr (requires { { rule.fingerprint() } -> std::convertible_to<std::uint64_t>; }) {
+    return rule.fingerprint();
+  } else {
+    fingerprint_hash h;
+    for (std::uint64_t e = 0; e < 4; ++e)
+      for (std::uint64_t n : counts) h.add(rule.weight(n, e));
+    return h.value();
+  }
+}
 
 // Per-sample weight of each class under a rule.
 template <class_weighting R>

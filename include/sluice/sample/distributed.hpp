@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/error.hpp"
 
 namespace sluice::sample {
@@ -70,6 +71,20 @@ class distributed {
   }
   [[nodiscard]] const distributed_options& options() const noexcept { return o_; }
   [[nodiscard]] const Inner& inner() const noexcept { return inner_; }
+  // The inner sampler's (its size at epoch 0 where it has no fingerprint()), with rank, world,
+  // tail and start: a rank's state resumes only that rank's share.
+  [[nodiscard]] sampler_fingerprint fingerprint() const {
+    sampler_fingerprint f = fingerprint_of(inner_, 0);
+    f.kind = "distributed(" + f.kind + ")";
+    f.params = fingerprint_hash{}
+                   .add(f.params)
+                   .add(o_.rank)
+                   .add(o_.world)
+                   .add(static_cast<std::uint64_t>(o_.tail))
+                   .add(o_.start)
+                   .value();
+    return f;
+  }
 
  private:
   Inner inner_;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
 
@@ -48,7 +49,9 @@ class length_bucketed {
       : lengths_(lengths.begin(), lengths.end()), opt_(o) {
     if (opt_.batch == 0 || opt_.pool_batches == 0)
       throw usage_error("sluice: length_bucketed needs batch >= 1 and pool_batches >= 1");
+    params_ = fingerprint_hash{}.add_all(lengths_).add(opt_.seed).add(opt_.batch).add(opt_.pool_batches).value();
   }
+  [[nodiscard]] sampler_fingerprint fingerprint() const { return {"length_bucketed", params_, opt_.seed, true}; }
   [[nodiscard]] std::size_t size(std::uint64_t) const noexcept { return lengths_.size(); }
   [[nodiscard]] std::uint64_t at(std::uint64_t epoch, std::uint64_t pos) const {
     if (epoch != prepared_epoch_ || pos >= order_.size())
@@ -83,6 +86,7 @@ class length_bucketed {
  private:
   std::vector<std::uint32_t> lengths_;
   length_bucketed_options opt_;
+  std::uint64_t params_ = 0;  // hash of lengths and options, computed once
   std::vector<std::uint64_t> order_;
   std::uint64_t prepared_epoch_ = ~std::uint64_t{0};
 };

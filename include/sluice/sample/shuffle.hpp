@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/random.hpp"
 
 namespace sluice::sample {
@@ -35,6 +36,9 @@ class shuffle {
   }
   [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
   [[nodiscard]] std::uint64_t dataset_size() const noexcept { return n_; }
+  [[nodiscard]] sampler_fingerprint fingerprint() const {
+    return {"shuffle", fingerprint_hash{}.add(n_).add(seed_).value(), seed_, true};
+  }
 
  private:
   std::uint64_t n_, seed_;
@@ -64,6 +68,9 @@ class block_shuffle {
     return full * block_ + feistel_permutation(tail, mix_keys(key, full + 1))(pos - full * block_);
   }
   [[nodiscard]] std::uint64_t dataset_size() const noexcept { return n_; }
+  [[nodiscard]] sampler_fingerprint fingerprint() const {
+    return {"block_shuffle", fingerprint_hash{}.add(n_).add(seed_).add(block_).value(), seed_, true};
+  }
 
  private:
   std::uint64_t n_, seed_, block_;

@@ -42,6 +42,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/stage/field_collate.hpp"
 
 namespace sluice {
@@ -116,6 +117,20 @@ class collate_stage {
   [[nodiscard]] std::size_t batch_size() const noexcept { return opt_.batch; }
   [[nodiscard]] bool drop_last() const noexcept { return opt_.drop_last; }
   [[nodiscard]] dtype output() const noexcept { return opt_.output; }
+  // Hash of the options that shape the batch's bytes (output dtype, scale, mean, std, channels,
+  // layout, sample size, shape): part of a loader_state's fingerprint (core/state.hpp).
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept {
+    return fingerprint_hash{}
+        .add(static_cast<std::uint64_t>(opt_.output))
+        .add(static_cast<double>(opt_.scale))
+        .add_all(opt_.mean)
+        .add_all(opt_.std)
+        .add(static_cast<std::uint64_t>(opt_.channels))
+        .add(static_cast<std::uint64_t>(opt_.layout))
+        .add(static_cast<std::uint64_t>(opt_.sample_bytes))
+        .add_all(opt_.shape)
+        .value();
+  }
   // Bytes one sample takes in the batch, given its input size.
   [[nodiscard]] std::size_t output_bytes(std::size_t input_bytes) const noexcept {
     return input_bytes * dtype_size(opt_.output);
