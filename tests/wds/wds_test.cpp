@@ -225,3 +225,35 @@ TEST_CASE("wds dataset: a rank's whole shards, from shard_range") {
   CHECK_FALSE(d.is_open(2));
   CHECK(d.is_open(3));
 }
+
+TEST_CASE("wds dataset + sample::shard_split: each rank owns whole shards, equal steps, opens only its shards") {
+  temp_dir dir;
+  write_shards(dir, {4, 4, 4, 3});
+  const std::string pattern = dir.file("train-{0000..0003}.tar");
+  const std::vector<std::size_t> sizes = {4, 4, 4, 3};
+  std::set<std::uint64_t> all;
+  for (std::uint64_t rank = 0; rank < 2; ++rank) {
+    io::wds_dataset<schema4> d(pattern, {.sizes = sizes});
+    sample::shard_split split(d, {.rank = rank, .world = 2, .seed = 5});
+    CHECK(split.size(0) == 7);  // the smaller rank's 7 (shards 1 and 3); rank 0 owns 8
+    CHECK(split.owned_samples() == (rank == 0 ? 8u : 7u));
+    for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+      std::set<std::uint64_t> ids;
+      for (std::uint64_t p = 0; p < split.size(epoch); ++p) {
+        const auto g = split.at(epoch, p);
+        CHECK(d.shard_of(g) % 2 == rank);
+        ids.insert(g);
+        if (epoch == 0) all.insert(g);
+      }
+      CHECK(ids.size() == 7);
+    }
+    auto loader = from(split) | read(d) | collate({.batch = 3}, stack<"cls">{}) | prefetch(2, {.workers = 1});
+    std::size_t n = 0;
+    for (auto& b : loader.epoch(0)) n += b.size();
+    CHECK(n == 7);
+    for (std::size_t s = 0; s < 4; ++s) CHECK(d.is_open(s) == (s % 2 == rank));
+  }
+  CHECK(all.size() == 14);
+  CHECK_THROWS_AS(sample::shard_split(std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, 4}}, {.rank = 0, .world = 2}),
+                  usage_error);
+}
