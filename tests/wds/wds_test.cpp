@@ -160,6 +160,10 @@ TEST_CASE("wds dataset: a saved index keeps parsed numbers and the problems foun
   using t = schema<field<"jpg", std::uint8_t, variable>, field<"cls", std::uint8_t, variable>>;
   io::wds_dataset<t> other(dir.file("s.tar"), {.index = io::saved_index::use_only});
   CHECK(text(other.fields(0).bytes_of<"cls">()) == "17");
+  // Nor does the one-record-per-sample reader, which shares the file name <shard>.sidx.
+  io::wds_tar_reader plain(dir.file("s.tar"), {.record_field = "jpg", .index = io::saved_index::use_only});
+  CHECK(plain.size() == 3);
+  CHECK(text(plain.record(1)) == "b");
 }
 
 TEST_CASE("wds dataset: through the loader, shuffled, per-field collate, any worker count gives the same batches") {
