@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <atomic>
 #include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -92,6 +94,16 @@ TEST_CASE("wds dataset: every member of a key, shards concatenated in order, sha
   CHECK(r.key(0) == key_of(3, 8));
   CHECK(r.key(4) == key_of(0, 0));
   CHECK(r.fields(4).origin == paths[0]);
+  // A braced list of patterns, each expanded; brace-initialising with one pattern expands it.
+  io::wds_dataset<schema4> braced({paths[1].c_str(), dir.file("train-{0002,0003,0000}.tar")}, {.index = io::saved_index::ignore});
+  REQUIRE(braced.size() == 12);
+  CHECK(braced.shard_count() == 4);
+  CHECK(braced.key(0) == key_of(1, 3));
+  CHECK(braced.key(5) == key_of(3, 8));
+  CHECK(braced.key(9) == key_of(0, 0));
+  io::wds_dataset<schema4> one{dir.file("train-{0000..0003}.tar")};
+  CHECK(one.shard_count() == 4);
+  CHECK(one.path() == dir.file("train-{0000..0003}.tar"));
 }
 
 TEST_CASE("wds dataset: a field takes any of its alternative extensions; text fields as bytes or numbers") {
@@ -260,4 +272,25 @@ TEST_CASE("wds dataset + sample::shard_split: each rank owns whole shards, equal
   CHECK(all.size() == 14);
   CHECK_THROWS_AS(sample::shard_split(std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, 4}}, {.rank = 0, .world = 2}),
                   usage_error);
+}
+
+TEST_CASE("wds dataset: threads touching unopened shards at once open each exactly once") {
+  temp_dir dir;
+  write_shards(dir, {3, 3, 3, 3, 3, 3});
+  io::wds_dataset<schema4> d(dir.file("train-{0000..0005}.tar"), {.sizes = {3, 3, 3, 3, 3, 3}, .index = io::saved_index::ignore});
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([&, t] {
+      for (std::uint64_t k = 0; k < d.size(); ++k) {
+        const std::uint64_t g = (k + static_cast<std::uint64_t>(t) * 5) % d.size();
+        const auto s = d.fields(g);
+        std::int64_t cls = 0;
+        std::memcpy(&cls, s.bytes_of<"cls">().data(), 8);
+        if (cls != 3 * static_cast<std::int64_t>(g) - 7 || s.origin != d.shard_path(d.shard_of(g))) ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(wrong.load() == 0);
+  for (std::size_t s = 0; s < 6; ++s) CHECK(d.is_open(s));
 }

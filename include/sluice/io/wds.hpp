@@ -46,15 +46,21 @@
 //     all equal for shards written with a fixed count): nothing is opened until read, so a rank
 //     that reads only its shards never maps or scans the others. A shard whose count differs
 //     from what was given is a format_error naming it when it is opened.
-// shard_of(i), shard_range(s) and shard_size(s) let a sampler give whole shards to ranks.
+// shard_of(i), shard_range(s) and shard_size(s) let a sampler give whole shards to ranks;
+// sample::shard_split (sample/shard_split.hpp) does. A shard that fails to open (missing, not a
+// tar, truncated, a count other than .sizes says) fails every sample read from it, each time
+// (under on_error::skip: all of them skipped and counted); the others are served.
 // The saved index shares `<shard>.sidx` with wds_tar_reader; its kind string (the schema's names
 // and types) keeps one from being mistaken for the other (the last reader to scan rewrites it).
 //
 // Brace patterns (expand_braces): `{a,b,c}` lists, `{0..127}` / `{000000..000127}` numeric
 // ranges (zero-padded to the wider endpoint when either is written with a leading zero;
-// descending allowed), nested and repeated groups (`{train,val}-{0..3}.tar`). Unbalanced braces,
-// an empty group, a one-item group that is not a range, or a non-numeric range is a usage_error.
-// A shard that does not exist is an io_error naming it, when it is opened.
+// descending allowed), nested and repeated groups (`{train,val}-{0..3}.tar`, `{a,b{0..2}}`; as in
+// bash, a range is a group of its own: `{0..2,5}` is the two names "0..2" and "5"). Unbalanced
+// braces, an empty group, a one-item group that is not a range, or a non-numeric range is a
+// usage_error quoting the pattern. The constructors take one pattern, a braced list of patterns
+// (`{"train-{0..3}.tar", "extra.tar"}`, expanded in order), or a std::vector of plain paths (not
+// expanded). A shard that does not exist is an io_error naming it, when it is opened.
 //
 // Thread-safety: fields(i) may be called from several threads; a shard is opened once (under its
 // own lock) and read-only after. fields(i) allocates nothing once its shard is open.
@@ -67,6 +73,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -329,6 +336,11 @@ class wds_dataset {
   // An explicit list of shards, read in this order.
   explicit wds_dataset(std::vector<std::string> shards, wds_dataset_options o = {})
       : wds_dataset(std::move(shards), std::move(o), std::string{}) {}
+  // A braced list of patterns, each expanded, in order: `wds_dataset<S> d{"train-{0..3}.tar"}`
+  // (brace-initialising with one pattern lands here, so it must expand too) or
+  // `d({"train-{0..3}.tar", "extra.tar"})`.
+  wds_dataset(std::initializer_list<std::string> patterns, wds_dataset_options o = {})
+      : wds_dataset(expand_all(patterns), std::move(o), patterns.size() == 1 ? *patterns.begin() : std::string{}) {}
 
   wds_dataset(wds_dataset&&) noexcept = default;
   wds_dataset& operator=(wds_dataset&&) noexcept = default;
@@ -419,6 +431,12 @@ class wds_dataset {
     }
   }
 
+  static std::vector<std::string> expand_all(std::initializer_list<std::string> patterns) {
+    std::vector<std::string> out;
+    for (const auto& p : patterns)
+      for (auto& x : expand_braces(p)) out.push_back(std::move(x));
+    return out;
+  }
   template <std::size_t... K>
   void init_rules(std::index_sequence<K...>) {
     ((rules_[K] = detail::rule_for<field_k<K>>()), ...);
