@@ -35,6 +35,7 @@
 #include "sluice/io/shard.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/tokens.hpp"
+#include "sluice/io/shard_pattern.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "sluice/policy/cache.hpp"
