@@ -2,6 +2,7 @@
 // key and the field; bad samples fail when read (so on_error::skip skips and counts them).
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -199,5 +200,41 @@ TEST_CASE("wds bad input: a shard that is not a tar, or is truncated, fails nami
     FAIL("no error");
   } catch (const format_error& e) {
     CHECK(e.file() == p);
+  }
+}
+
+TEST_CASE("wds dataset: shards written by GNU tar (gnu and pax formats, names over 100 bytes); errors name the long key") {
+  if (std::system("tar --version 2>/dev/null | grep -q 'GNU tar'") != 0) sluice_test::skip("GNU tar not found");
+  temp_dir dir;
+  const std::string deep = "d/" + std::string(60, 'a') + "/" + std::string(60, 'b');  // keys longer than 100 bytes
+  std::filesystem::create_directories(dir.path() / "root" / deep);
+  std::string list;
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = deep + "/sample" + std::to_string(i);
+    sluice_test::write_file(dir.file("root/" + key + ".jpg"), "J" + std::to_string(i));
+    list += key + ".jpg\n";
+    if (i != 2) {
+      sluice_test::write_file(dir.file("root/" + key + ".cls"), std::to_string(10 + i));
+      list += key + ".cls\n";
+    }
+  }
+  sluice_test::write_file(dir.file("list"), list);
+  for (const char* format : {"gnu", "pax"}) {
+    CAPTURE(format);
+    const std::string shard = dir.file(std::string("shard-") + format + ".tar");
+    const std::string cmd = "tar --format=" + std::string(format) + " --no-recursion -cf '" + shard + "' -C '" +
+                            dir.file("root") + "' -T '" + dir.file("list") + "'";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    io::wds_dataset<cls_schema> d(shard, {.index = io::saved_index::ignore});
+    REQUIRE(d.size() == 4);
+    for (std::size_t i : {0u, 1u, 3u}) {
+      const auto s = d.fields(i);
+      CHECK(text(s.bytes_of<"jpg">()) == "J" + std::to_string(i));
+      std::int64_t v = 0;
+      std::memcpy(&v, s.bytes_of<"cls">().data(), 8);
+      CHECK(v == 10 + static_cast<std::int64_t>(i));
+      CHECK(d.key(i) == deep + "/sample" + std::to_string(i));
+    }
+    names(error_of(d, 2), shard, deep + "/sample2", "cls", "no member for it");
   }
 }
