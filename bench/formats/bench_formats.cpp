@@ -1,6 +1,8 @@
 // Record formats and JPEG decoding, each measured beside its yardstick in the same run:
 //   scan/*        opening a TFRecord or WebDataset tar file (mmap + full index scan, CRCs checked)
 //                 vs a plain sequential read() of the same page-cache-resident file: GB/s, ratio.
+//   scan_wds_groups  the grouped WebDataset scan (io/wds.hpp: every member of a key, 4 fields:
+//                 jpg bytes, json bytes, an ASCII .cls parsed, an .npy header checked) vs read().
 //   crc32c        the SSE4.2 path vs the slicing-by-8 table path: GB/s, ratio.
 //   jpeg/pipeline the decode stage in a real pipeline (JPEG -> 64x64 RGB, batches of 256) with W
 //                 workers vs W × the single-thread rate of the same codec on the same images
@@ -21,6 +23,7 @@
 
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/io/tfrecord.hpp"
+#include "sluice/io/wds.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "sluice/stage/decode.hpp"
 
@@ -79,6 +82,30 @@ const std::string& tar_file(std::size_t record_bytes) {
   return p;
 }
 
+// WebDataset shard as users have it: per sample <key>.jpg (record_bytes), .json (~30 bytes), .cls
+// (ASCII integer) and .boxes.npy (float32 {4, 4}); 64 MiB.
+const std::string& groups_file(std::size_t record_bytes) {
+  static std::map<std::size_t, std::string> files;
+  auto& p = files[record_bytes];
+  if (p.empty()) {
+    p = tmp("wdsg-" + std::to_string(record_bytes) + ".tar");
+    std::vector<std::byte> img, rec(record_bytes), npy = sluice::io::npy_header_bytes("<f4", {4, 4});
+    npy.resize(npy.size() + 64);
+    auto text = [](const std::string& s) { return std::vector<std::byte>(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()); };
+    for (std::size_t i = 0; img.size() < (64u << 20); ++i) {
+      const std::string key = "train/" + std::to_string(1000000 + i);
+      sluice::io::append_tar_member(img, key + ".jpg", rec);
+      sluice::io::append_tar_member(img, key + ".json", text("{\"id\": " + std::to_string(i) + ", \"boxes\": []}"));
+      sluice::io::append_tar_member(img, key + ".cls", text(std::to_string(i % 1000)));
+      sluice::io::append_tar_member(img, key + ".boxes.npy", npy);
+    }
+    img.resize(img.size() + 1024);
+    write_file(p, img);
+    plain_read(p);
+  }
+  return p;
+}
+
 // One iteration = a plain read of the file, then a full open + scan; the scan time is the
 // benchmark's (manual) time, the read's goes into the ratio.
 template <class Open>
@@ -119,6 +146,38 @@ void scan_wds_tar(benchmark::State& st) {
   });
 }
 BENCHMARK(scan_wds_tar)->ArgNames({"record_bytes", "populate"})->Args({100 << 10, 0})->Args({1 << 10, 0})->Args({1 << 10, 1})->UseManualTime()->Unit(benchmark::kMillisecond);
+
+using groups_schema = sluice::schema<sluice::field<"jpg", std::uint8_t, sluice::variable>,
+                                     sluice::field<"json", std::uint8_t, sluice::variable>,
+                                     sluice::field<"cls", std::int64_t>,
+                                     sluice::field<"boxes.npy", float, sluice::variable>>;
+void scan_wds_groups(benchmark::State& st) {
+  scan_vs_read(st, groups_file(static_cast<std::size_t>(st.range(0))), [&](const std::string& p) {
+    return sluice::io::wds_dataset<groups_schema>(p, {.index = sluice::io::saved_index::ignore}).size();
+  });
+}
+BENCHMARK(scan_wds_groups)->ArgNames({"record_bytes"})->Arg(100 << 10)->Arg(1 << 10)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// The same open when the shard's saved index (<shard>.sidx, written by the first open) is valid:
+// what every later run pays instead of the scan.
+void open_wds_groups_saved_index(benchmark::State& st) {
+  const std::string& file = groups_file(static_cast<std::size_t>(st.range(0)));
+  (void)sluice::io::wds_dataset<groups_schema>(file).size();  // scans and saves
+  scan_vs_read(st, file, [&](const std::string& p) {
+    return sluice::io::wds_dataset<groups_schema>(p, {.index = sluice::io::saved_index::use_only}).size();
+  });
+  std::error_code ec;
+  fs::remove(file + ".sidx", ec);
+}
+BENCHMARK(open_wds_groups_saved_index)->ArgNames({"record_bytes"})->Arg(1 << 10)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// The one-record-per-sample scan on the same 4-member files, for comparison.
+void scan_wds_tar_on_groups(benchmark::State& st) {
+  scan_vs_read(st, groups_file(static_cast<std::size_t>(st.range(0))), [&](const std::string& p) {
+    return sluice::io::wds_tar_reader(p, {.record_field = "jpg", .label_field = "cls", .index = sluice::io::saved_index::ignore}).size();
+  });
+}
+BENCHMARK(scan_wds_tar_on_groups)->ArgNames({"record_bytes"})->Arg(100 << 10)->Arg(1 << 10)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void crc32c_paths(benchmark::State& st) {
   std::vector<std::byte> buf(1 << 20);
@@ -239,7 +298,8 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "jpegs.tfrecord"}) {
+  for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "wdsg-102400.tar",
+                        "wdsg-1024.tar", "jpegs.tfrecord"}) {
     std::error_code ec;
     fs::remove(tmp(f), ec);
   }

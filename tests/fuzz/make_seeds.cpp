@@ -37,6 +37,21 @@ int main(int argc, char** argv) {
     t.resize(t.size() + 1024);
     put(dir / "tar" / "two.tar", t);
   }
+  {  // tar, grouped (io/wds.hpp): png + cls + npy members, one sample without cls, one with two jpg
+    std::vector<std::byte> t;
+    auto npy = io::npy_header_bytes("<f4", {1, 4});
+    npy.resize(npy.size() + 16);
+    io::append_tar_member(t, "g/0.png", text("PNGDATA"));
+    io::append_tar_member(t, "g/0.cls", text("12"));
+    io::append_tar_member(t, "g/0.npy", npy);
+    io::append_tar_member(t, "g/1.jpg", text("J"));
+    io::append_tar_member(t, "g/1.npy", npy);
+    io::append_tar_member(t, "g/2.jpg", text("J"));
+    io::append_tar_member(t, "g/2.jpg", text("J again"));
+    io::append_tar_member(t, "g/2.cls", text("x"));
+    t.resize(t.size() + 1024);
+    put(dir / "tar" / "groups.tar", t);
+  }
   {  // npy: 3x2 uint8 and a 2x2 float32
     auto a = io::npy_header_bytes("|u1", {3, 2});
     for (int i = 0; i < 6; ++i) a.push_back(std::byte(i));

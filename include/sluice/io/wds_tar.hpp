@@ -219,14 +219,28 @@ inline std::int64_t parse_label(std::span<const std::byte> b, const std::string&
   return v;
 }
 
-inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
-                                              const wds_options& opt, std::vector<std::string>* keys) {
+// Walks a tar image from byte `start` and calls `on_member(m)` for every regular-file member
+// (m: tar_member_view, below), in file order; on_member returns false to stop the walk there.
+// Everything above about headers, zero blocks, sparse members, links and truncation is enforced
+// here, so every scan built on it (the one-record-per-sample scan below, the grouped scan of
+// io/wds.hpp) refuses the same files with the same messages. Directories, links, devices, fifos
+// and unknown types are skipped. `start` != 0 re-reads one member whose header (or first
+// extended header) lies there, e.g. to recover a sample's key for an error message.
+struct tar_member_view {
+  std::string_view name;        // full member name (pax path, GNU long name or ustar prefix/name)
+  std::uint64_t start = 0;      // offset of its first header (an extended header, if any)
+  std::uint64_t header = 0;     // offset of its own ustar header
+  std::uint64_t data = 0;       // offset of its data
+  std::uint64_t size = 0;       // data bytes
+  std::span<const std::byte> body;
+};
+
+template <class OnMember>
+void walk_tar(std::span<const std::byte> file, const std::string& path, bool ignore_zeros, OnMember&& on_member,
+              std::uint64_t start = 0) {
   constexpr std::uint64_t none = file_position::npos;
-  std::vector<record_entry> out;
   const std::uint64_t n = file.size();
-  std::uint64_t pos = 0;
-  tar_sample cur;
-  bool have_cur = false;
+  std::uint64_t pos = start;
 
   // What 'L', 'K' and 'x' headers said about the next member; cleared by that member.
   std::uint64_t ext_at = none;  // offset of the first of them, for messages
@@ -237,18 +251,6 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
 
   auto fail = [&](std::uint64_t at, std::string cause) -> format_error {
     return format_error(path, {none, at}, std::move(cause));
-  };
-  auto finish = [&] {
-    if (!have_cur) return;
-    if (cur.record.offset == ~std::uint64_t{0})
-      throw format_error(path, {out.size(), cur.first_offset},
-                         "sample '" + cur.key + "' has no '" + opt.record_field + "' field");
-    if (!opt.label_field.empty() && !cur.has_label)
-      throw format_error(path, {out.size(), cur.first_offset},
-                         "sample '" + cur.key + "' has no '" + opt.label_field + "' field");
-    out.push_back(cur.record);
-    if (keys) keys->push_back(cur.key);
-    have_cur = false;
   };
   auto no_dangling_ext = [&] {
     if (ext_at != none)
@@ -270,7 +272,7 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
       if (nz - pos >= tar_block) {
         const std::uint64_t zero_blocks = (nz - pos) / tar_block;
         const std::uint64_t next_header = pos + zero_blocks * tar_block;
-        if (!opt.ignore_zeros) {
+        if (!ignore_zeros) {
           if (zero_blocks == 1)
             throw fail(pos, "a lone zero block in the middle of the archive (a header follows at byte offset " +
                                 std::to_string(next_header) +
@@ -361,41 +363,75 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
       continue;
     }
 
+    const std::uint64_t member_start = ext_at == none ? pos : ext_at;
     ext_at = none;
     have_long_name = false;
     long_name.clear();
     pax = pax_fields{};
 
     if (type == '0' || (type == '\0' && !v7_dir) || type == '7') {  // regular file
-      const std::size_t slash = name.rfind('/');
-      const std::size_t base_at = slash == std::string_view::npos ? 0 : slash + 1;
-      const std::size_t dot = name.find('.', base_at);
-      if (dot != std::string_view::npos && dot > base_at) {
-        std::string_view key(name.data(), dot);
-        std::string_view ext(name.data() + dot + 1, name.size() - dot - 1);
-        if (!have_cur || key != cur.key) {
-          finish();
-          cur = tar_sample{};
-          cur.key.assign(key);
-          cur.first_offset = pos;
-          have_cur = true;
-        }
-        if (ext == opt.record_field) {
-          if (cur.record.offset != ~std::uint64_t{0})
-            throw format_error(path, {out.size(), pos}, "sample '" + cur.key + "' has two '" + opt.record_field + "' fields");
-          cur.record.offset = data;
-          cur.record.size = size;
-        } else if (!opt.label_field.empty() && ext == opt.label_field) {
-          if (cur.has_label)
-            throw format_error(path, {out.size(), pos}, "sample '" + cur.key + "' has two '" + opt.label_field + "' fields");
-          cur.record.label = parse_label(body, path, cur.key, data);
-          cur.has_label = true;
-        }
-      }
+      if (!on_member(tar_member_view{name, member_start, pos, data, size, body})) return;
     }  // directory, link, device, fifo, unknown type: skipped
     pos = next;
   }
   no_dangling_ext();
+}
+
+// Splits a member name into its sample key (the path up to the first dot of the basename) and
+// its extension (everything after that dot, e.g. "seg.png"). False for names with no such dot
+// (or a basename that starts with one): such members belong to no sample.
+inline bool split_key(std::string_view name, std::string_view& key, std::string_view& ext) noexcept {
+  const std::size_t slash = name.rfind('/');
+  const std::size_t base_at = slash == std::string_view::npos ? 0 : slash + 1;
+  const std::size_t dot = name.find('.', base_at);
+  if (dot == std::string_view::npos || dot == base_at) return false;
+  key = name.substr(0, dot);
+  ext = name.substr(dot + 1);
+  return true;
+}
+
+inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
+                                              const wds_options& opt, std::vector<std::string>* keys) {
+  std::vector<record_entry> out;
+  tar_sample cur;
+  bool have_cur = false;
+
+  auto finish = [&] {
+    if (!have_cur) return;
+    if (cur.record.offset == ~std::uint64_t{0})
+      throw format_error(path, {out.size(), cur.first_offset},
+                         "sample '" + cur.key + "' has no '" + opt.record_field + "' field");
+    if (!opt.label_field.empty() && !cur.has_label)
+      throw format_error(path, {out.size(), cur.first_offset},
+                         "sample '" + cur.key + "' has no '" + opt.label_field + "' field");
+    out.push_back(cur.record);
+    if (keys) keys->push_back(cur.key);
+    have_cur = false;
+  };
+
+  walk_tar(file, path, opt.ignore_zeros, [&](const tar_member_view& m) {
+    std::string_view key, ext;
+    if (!split_key(m.name, key, ext)) return true;
+    if (!have_cur || key != cur.key) {
+      finish();
+      cur = tar_sample{};
+      cur.key.assign(key);
+      cur.first_offset = m.header;
+      have_cur = true;
+    }
+    if (ext == opt.record_field) {
+      if (cur.record.offset != ~std::uint64_t{0})
+        throw format_error(path, {out.size(), m.header}, "sample '" + cur.key + "' has two '" + opt.record_field + "' fields");
+      cur.record.offset = m.data;
+      cur.record.size = m.size;
+    } else if (!opt.label_field.empty() && ext == opt.label_field) {
+      if (cur.has_label)
+        throw format_error(path, {out.size(), m.header}, "sample '" + cur.key + "' has two '" + opt.label_field + "' fields");
+      cur.record.label = parse_label(m.body, path, cur.key, m.data);
+      cur.has_label = true;
+    }
+    return true;
+  });
   finish();
   return out;
 }

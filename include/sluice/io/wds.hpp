@@ -1,0 +1,559 @@
+// sluice/io/wds.hpp — WebDataset as users have it: many tar shards, every member of a key.
+//
+// A WebDataset sample is every tar member sharing a key ("train/000123.jpg", ".json", ".cls").
+// wds_dataset<Schema> is a fields_reader (stage/read.hpp) over a list of shards or a brace
+// pattern; the schema names its fields by extension, and sample i of the dataset is sample i of
+// the shards concatenated in the order given:
+//
+//   using wds = sluice::schema<sluice::field<"jpg;jpeg;png", std::uint8_t, sluice::variable>,
+//                              sluice::field<"json", std::uint8_t, sluice::variable>,
+//                              sluice::field<"cls", std::int64_t>>;
+//   sluice::io::wds_dataset<wds> data{"train-{000000..000127}.tar"};
+//   auto loader = sluice::from(sluice::sample::shuffle(data.size(), {.seed = 7}))
+//               | sluice::read(data)
+//               | sluice::decode<"jpg;jpeg;png">(sluice::codecs::jpeg{{.width = 224, .height = 224}})
+//               | sluice::collate({.batch = 64}, sluice::stack<"jpg;jpeg;png">{},
+//                                 sluice::ragged<"json">{}, sluice::stack<"cls">{})
+//               | sluice::prefetch(2, {.workers = 4});
+//
+// Members to fields (a field name "a;b;c" takes a member with any of those extensions; the
+// extension is everything after the first dot of the basename, e.g. "seg.png"):
+//   - `.npy` members (extension "npy" or ending ".npy"): the header is parsed and checked: its
+//     dtype must be the field's element type (i1..i8, u1..u8, f2/f4/f8, b1), C order, and the
+//     shape must account for every data byte; the field is the array's data (zero copy).
+//   - a fixed-extent field of any element type but u8 (`field<"cls", std::int64_t>`) takes an
+//     ASCII number: surrounding whitespace is trimmed and the rest must be one integer (a float
+//     for f16/bf16/f32/f64 fields) that fits the type. Parsed once at the scan.
+//   - everything else, e.g. a u8 variable field (`.jpg`, `.json`, `.txt` kept as text, `.cls`
+//     kept as bytes): the member's bytes, as a view into the mapping.
+//   Members whose extension no field names are ignored; members with no key (no dot) too.
+//
+// Bad samples are reported when they are read, not when the shard is scanned, so
+// `loader_options::errors = on_error::skip` skips and counts them and on_error::raise hands the
+// trainer the error: a format_error naming the shard, the sample's key and the field, for a
+// missing member (with a hint when the sample is the first or last of its shard: a sample whose
+// members are split across shards is two incomplete samples), a second member for one field, a
+// number that does not parse or fit, or an .npy of the wrong dtype or a bad header. A shard that
+// is not a tar (or is truncated) fails as wds_tar.hpp describes, when it is opened.
+//
+// Shards and ranks. A shard is opened (mapped, and scanned or its saved index `<shard>.sidx`
+// loaded) when it is first touched. The global index needs every shard's sample count; two ways:
+//   - `.sizes` empty (default): every shard is opened in the constructor to count it. Simple and
+//     exact, but every rank reads every shard's index (the first run scans every shard once:
+//     reading every header of every file; later runs load `.sidx` files, 24 bytes x (fields + 1)
+//     a sample).
+//   - `.sizes = {n0, n1, ...}` (one per shard, e.g. saved from `sizes()` of an earlier run, or
+//     all equal for shards written with a fixed count): nothing is opened until read, so a rank
+//     that reads only its shards never maps or scans the others. A shard whose count differs
+//     from what was given is a format_error naming it when it is opened.
+// shard_of(i), shard_range(s) and shard_size(s) let a sampler give whole shards to ranks;
+// sample::shard_split (sample/shard_split.hpp) does. A shard that fails to open (missing, not a
+// tar, truncated, a count other than .sizes says) fails every sample read from it, each time
+// (under on_error::skip: all of them skipped and counted); the others are served.
+// The saved index shares `<shard>.sidx` with wds_tar_reader; its kind string (the schema's names
+// and types) keeps one from being mistaken for the other (the last reader to scan rewrites it).
+//
+// Patterns: io/shard_pattern.hpp (`{a,b}` lists, zero-padded `{000..127}` ranges, nesting; a
+// bad pattern is a usage_error). The constructors take one pattern, a braced list of patterns
+// (`{"train-{0..3}.tar", "extra.tar"}`, expanded in order), or a std::vector of plain paths (not
+// expanded). A shard that does not exist is an io_error naming it, when it is opened.
+//
+// Thread-safety: fields(i) may be called from several threads; a shard is opened once (under its
+// own lock) and read-only after. fields(i) allocates nothing once its shard is open.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/file_guard.hpp"
+#include "sluice/core/half.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/io/mapped_file.hpp"
+#include "sluice/io/npy.hpp"
+#include "sluice/io/record_index.hpp"
+#include "sluice/io/shard_pattern.hpp"
+#include "sluice/io/wds_tar.hpp"
+
+namespace sluice::io {
+
+// ---------------------------------------------------------------------------------------------
+
+struct wds_dataset_options {
+  // Samples per shard, one entry per shard; empty: every shard is opened at construction to
+  // count it (see the header comment for the trade-off).
+  std::vector<std::size_t> sizes{};
+  saved_index index = saved_index::use_and_save;
+  map_options map{};
+  bool ignore_zeros = false;  // as wds_options::ignore_zeros: read through concatenated archives
+};
+
+namespace detail {
+
+inline constexpr int wds_group_scan_version = 1;
+
+// How a field takes its member.
+enum class wds_take : std::uint8_t { bytes, number, npy };
+
+// What is wrong with a sample, found at the scan and raised when it is read. Stored in the
+// label of the sample's first index entry as (problem << 16) | field.
+enum class wds_problem : std::uint8_t { none = 0, missing = 1, duplicate = 2, bad_number = 3, bad_npy = 4 };
+
+template <class F>
+constexpr bool takes_number = F::kind == extent::fixed && !std::is_same_v<typename F::value_type, std::uint8_t>;
+
+// The npy (kind, item size) an element type matches.
+template <class T>
+constexpr char npy_kind_of() {
+  if constexpr (std::is_same_v<T, bool>) return 'b';
+  else if constexpr (std::is_same_v<T, f16> || std::is_floating_point_v<T>) return 'f';
+  else if constexpr (std::is_same_v<T, bf16>) return '?';  // NumPy has no bfloat16
+  else if constexpr (std::is_signed_v<T>) return 'i';
+  else return 'u';
+}
+
+// An .npy member's data, checked against element type T; format_error (cause only matters) if not.
+template <class T>
+std::span<const std::byte> npy_member_data(std::span<const std::byte> body, const std::string& path) {
+  const npy_header h = parse_npy_header(body, path);
+  constexpr char kind = npy_kind_of<T>();
+  if (h.dtype.kind != kind || h.dtype.item_bytes != sizeof(T))
+    throw format_error(path, {}, "the .npy holds dtype '" + h.dtype.descr + "' but the field's element type is " +
+                                     dtype_name(dtype_of<T>));
+  std::uint64_t elems = 1;
+  for (auto d : h.shape) elems = checked_mul(elems, d, path);
+  const std::uint64_t want = checked_mul(elems, sizeof(T), path), have = body.size() - h.data_offset;
+  if (want != have)
+    throw format_error(path, {}, "the .npy shape says " + std::to_string(want) + " data bytes but the member holds " +
+                                     std::to_string(have));
+  return body.subspan(h.data_offset);
+}
+
+// Parses an ASCII number into T; nullptr or the reason it is not one.
+template <class T>
+const char* parse_number(std::span<const std::byte> b, std::int64_t& slot) {
+  std::string_view s(reinterpret_cast<const char*>(b.data()), b.size());
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\0'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  if (s.empty()) return "it is empty";
+  T v{};
+  if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+    float f = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), f);
+    if (ec != std::errc{} || p != s.data() + s.size()) return "it is not a decimal number";
+    v = std::is_same_v<T, f16> ? T{to_f16(f)} : T{to_bf16(f)};
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (s == "0") v = false;
+    else if (s == "1") v = true;
+    else return "it is not 0 or 1 (the field is bool)";
+  } else {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range) return "it does not fit the field's element type";
+    if (ec != std::errc{} || p != s.data() + s.size())
+      return std::is_integral_v<T> ? "it is not an ASCII integer" : "it is not a decimal number";
+  }
+  slot = 0;
+  std::memcpy(&slot, &v, sizeof(T));
+  return nullptr;
+}
+
+// One field's matching rule, from its name "a;b;c".
+struct wds_field_rule {
+  std::vector<std::string> exts;
+  wds_take take = wds_take::bytes;
+  [[nodiscard]] bool matches(std::string_view ext) const noexcept {
+    for (const auto& e : exts)
+      if (e == ext) return true;
+    return false;
+  }
+};
+
+template <class F>
+wds_field_rule rule_for() {
+  wds_field_rule r;
+  std::string_view n = F::name.view();
+  while (true) {
+    const std::size_t semi = n.find(';');
+    r.exts.emplace_back(n.substr(0, semi));
+    if (semi == std::string_view::npos) break;
+    n.remove_prefix(semi + 1);
+  }
+  r.take = takes_number<F> ? wds_take::number : wds_take::bytes;
+  return r;
+}
+
+inline bool is_npy_ext(std::string_view ext) noexcept { return ext == "npy" || ext.ends_with(".npy"); }
+
+template <class S>
+struct schema_tuple;
+template <class... Fs>
+struct schema_tuple<schema<Fs...>> {
+  using type = std::tuple<Fs...>;
+};
+template <class S, std::size_t K>
+using schema_field_t = std::tuple_element_t<K, typename schema_tuple<S>::type>;
+
+}  // namespace detail
+
+template <class Schema>
+class wds_dataset {
+  static constexpr std::size_t F = Schema::size;
+  static constexpr std::size_t stride = F + 1;  // index entries per sample: the sample, then each field
+  // The sample entry's label: bits 0-15 the field a problem is about, 16-23 the problem
+  // (detail::wds_problem), 24-63 which fields came from an .npy member (bit 24 + k).
+  static constexpr std::int64_t problem_mask = 0xffffff;
+  static_assert(F >= 1 && F <= 39, "sluice: wds_dataset: a schema of 1 to 39 fields");
+  template <std::size_t K>
+  using field_k = detail::schema_field_t<Schema, K>;
+
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = fields_sample<Schema>;
+
+  // A brace pattern (or one path).
+  explicit wds_dataset(std::string pattern, wds_dataset_options o = {})
+      : wds_dataset(expand_braces(pattern), std::move(o), pattern) {}
+  // An explicit list of shards, read in this order.
+  explicit wds_dataset(std::vector<std::string> shards, wds_dataset_options o = {})
+      : wds_dataset(std::move(shards), std::move(o), std::string{}) {}
+  // A braced list of patterns, each expanded, in order: `wds_dataset<S> d{"train-{0..3}.tar"}`
+  // (brace-initialising with one pattern lands here, so it must expand too) or
+  // `d({"train-{0..3}.tar", "extra.tar"})`.
+  wds_dataset(std::initializer_list<std::string> patterns, wds_dataset_options o = {})
+      : wds_dataset(expand_all(patterns), std::move(o), patterns.size() == 1 ? *patterns.begin() : std::string{}) {}
+
+  wds_dataset(wds_dataset&&) noexcept = default;
+  wds_dataset& operator=(wds_dataset&&) noexcept = default;
+
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(first_.back()); }
+  // The pattern, or a description of the list (for messages; each sample's origin is its shard).
+  [[nodiscard]] std::string_view path() const noexcept { return name_; }
+
+  [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
+  [[nodiscard]] const std::string& shard_path(std::size_t s) const { return shards_.at(s)->path; }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const {
+    return static_cast<std::size_t>(first_.at(s + 1) - first_.at(s));
+  }
+  // Global sample indices [first, second) of shard s.
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const {
+    return {first_.at(s), first_.at(s + 1)};
+  }
+  // The shard holding global sample i.
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const {
+    check_index(i);
+    return static_cast<std::size_t>(std::upper_bound(first_.begin() + 1, first_.end(), i) - first_.begin() - 1);
+  }
+  // Samples per shard (keep them to open this dataset lazily next time: `.sizes = d.sizes()`).
+  [[nodiscard]] std::vector<std::size_t> sizes() const {
+    std::vector<std::size_t> out(shards_.size());
+    for (std::size_t s = 0; s < out.size(); ++s) out[s] = shard_size(s);
+    return out;
+  }
+  // Whether shard s has been opened (mapped, and scanned or its index loaded) yet.
+  [[nodiscard]] bool is_open(std::size_t s) const {
+    return shards_.at(s)->ready.load(std::memory_order_acquire) != nullptr;
+  }
+
+  // Sample i: its fields as views into its shard's mapping (numbers parsed at the scan: views
+  // into the index). A sample with a missing or malformed member raises format_error here.
+  [[nodiscard]] sample_type fields(std::size_t i) const {
+    const std::size_t s = shard_of(i);
+    const shard_state& sh = open(s);
+    if (sluice::detail::file_registry::instance().flagged() != 0) [[unlikely]] sh.file.throw_if_changed();
+    const std::size_t local = static_cast<std::size_t>(i - first_[s]);
+    const record_entry* e = sh.entries.data() + local * stride;
+    if ((e[0].label & problem_mask) != 0) [[unlikely]] raise(sh, local);
+    sample_type out{.id = i, .origin = sh.path};
+    fill(out, sh, e, std::make_index_sequence<F>{});
+    return out;
+  }
+  // Sample i's key (the member path up to the first dot of its basename).
+  [[nodiscard]] std::string key(std::size_t i) const {
+    const std::size_t s = shard_of(i);
+    const shard_state& sh = open(s);
+    return key_at(sh, sh.entries[static_cast<std::size_t>(i - first_[s]) * stride].offset);
+  }
+
+ private:
+  struct shard_state {
+    std::string path;
+    mapped_file file;
+    std::vector<record_entry> entries;
+  };
+  struct lazy_shard {
+    std::string path;
+    std::mutex m;
+    std::unique_ptr<shard_state> owned;
+    std::atomic<const shard_state*> ready{nullptr};
+  };
+
+  wds_dataset(std::vector<std::string> shards, wds_dataset_options o, std::string pattern) : opt_(std::move(o)) {
+    if (shards.empty()) throw usage_error("sluice: wds_dataset needs at least one shard");
+    if (!opt_.sizes.empty() && opt_.sizes.size() != shards.size())
+      throw usage_error("sluice: wds_dataset: .sizes has " + std::to_string(opt_.sizes.size()) + " entries for " +
+                        std::to_string(shards.size()) + " shards (one per shard, or none)");
+    init_rules(std::make_index_sequence<F>{});
+    for (auto& p : shards) {
+      auto l = std::make_unique<lazy_shard>();
+      l->path = std::move(p);
+      shards_.push_back(std::move(l));
+    }
+    name_ = !pattern.empty()      ? std::move(pattern)
+            : shards_.size() == 1 ? shards_[0]->path
+                                  : shards_[0]->path + " (+" + std::to_string(shards_.size() - 1) + " more shards)";
+    kind_ = "wdsg:v" + std::to_string(detail::wds_group_scan_version) + ".t" + std::to_string(detail::wds_scan_version);
+    kind_names(std::make_index_sequence<F>{});
+    if (opt_.ignore_zeros) kind_ += ":ignore_zeros";
+    first_.reserve(shards_.size() + 1);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const std::size_t n = opt_.sizes.empty() ? open(s).entries.size() / stride : opt_.sizes[s];
+      first_.push_back(first_.back() + n);
+    }
+  }
+
+  static std::vector<std::string> expand_all(std::initializer_list<std::string> patterns) {
+    std::vector<std::string> out;
+    for (const auto& p : patterns)
+      for (auto& x : expand_braces(p)) out.push_back(std::move(x));
+    return out;
+  }
+  template <std::size_t... K>
+  void init_rules(std::index_sequence<K...>) {
+    ((rules_[K] = detail::rule_for<field_k<K>>()), ...);
+  }
+  template <std::size_t... K>
+  void kind_names(std::index_sequence<K...>) {
+    ((kind_ += std::string(":") + std::string(field_k<K>::name.view()) + "/" + dtype_name(field_k<K>::type) +
+               (field_k<K>::kind == extent::variable ? "/v" : "/f")),
+     ...);
+  }
+
+  void check_index(std::uint64_t i) const {
+    if (i >= first_.back())
+      throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + name_ + "' (" +
+                        std::to_string(first_.back()) + " samples)");
+  }
+
+  // Opens shard s once (maps it, loads its saved index or scans it); later calls are one load.
+  const shard_state& open(std::size_t s) const {
+    lazy_shard& l = *shards_[s];
+    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) [[likely]] return *r;
+    std::lock_guard lk(l.m);
+    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) return *r;
+    auto st = std::make_unique<shard_state>();
+    st->path = l.path;
+    st->file = mapped_file(l.path, opt_.map);  // io_error naming the shard if it is missing
+    st->entries = detail::indexed(st->path, kind_, opt_.index, [&] { return scan(st->file.bytes(), st->path); });
+    if (st->entries.size() % stride != 0)
+      throw format_error(st->path, {}, "its saved index (" + detail::index_path_for(st->path) +
+                                           ") does not hold whole samples; delete it to rescan");
+    const std::size_t n = st->entries.size() / stride;
+    if (!opt_.sizes.empty() && n != opt_.sizes[s])
+      throw format_error(st->path, {}, "the shard holds " + std::to_string(n) + " samples, but wds_dataset_options::sizes says " +
+                                           std::to_string(opt_.sizes[s]) + " (shard " + std::to_string(s) + ")");
+    l.owned = std::move(st);
+    l.ready.store(l.owned.get(), std::memory_order_release);
+    return *l.owned;
+  }
+
+  // The grouped scan: per sample, one entry {first header offset, 0, problem} and one per field
+  // ({data offset, size, parsed number}; a missing field: {sample offset, 0, -1}).
+  std::vector<record_entry> scan(std::span<const std::byte> file, const std::string& path) const {
+    std::vector<record_entry> out;
+    std::string cur_key;
+    bool have = false;
+    std::size_t base = 0;
+    std::array<bool, F> seen{};
+    auto flag = [&](detail::wds_problem p, std::size_t k) {
+      if ((out[base].label & problem_mask) == 0)
+        out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
+    };
+    auto finish = [&] {
+      if (!have) return;
+      for (std::size_t k = 0; k < F; ++k)
+        if (!seen[k]) flag(detail::wds_problem::missing, k);
+      have = false;
+    };
+    detail::walk_tar(file, path, opt_.ignore_zeros, [&](const detail::tar_member_view& m) {
+      std::string_view key, ext;
+      if (!detail::split_key(m.name, key, ext)) return true;
+      if (!have || key != cur_key) {
+        finish();
+        cur_key.assign(key);
+        have = true;
+        seen.fill(false);
+        base = out.size();
+        out.resize(out.size() + stride, record_entry{m.start, 0, -1});
+        out[base].label = 0;
+      }
+      for (std::size_t k = 0; k < F; ++k) {
+        if (!rules_[k].matches(ext)) continue;
+        if (seen[k]) {
+          flag(detail::wds_problem::duplicate, k);
+          break;
+        }
+        seen[k] = true;
+        out[base + 1 + k] = record_entry{m.data, m.size, -1};
+        if (detail::is_npy_ext(ext)) out[base].label |= std::int64_t{1} << (24 + k);
+        take_member(k, ext, m.body, path, out[base + 1 + k], [&](detail::wds_problem p) { flag(p, k); });
+        break;
+      }
+      return true;
+    });
+    finish();
+    return out;
+  }
+
+  // Sets a field's entry from its member; reports a problem through `bad`.
+  template <class Bad>
+  void take_member(std::size_t k, std::string_view ext, std::span<const std::byte> body, const std::string& path,
+                   record_entry& e, Bad&& bad) const {
+    take_member_k(k, ext, body, path, e, bad, std::make_index_sequence<F>{});
+  }
+  template <class Bad, std::size_t... K>
+  void take_member_k(std::size_t k, std::string_view ext, std::span<const std::byte> body, const std::string& path,
+                     record_entry& e, Bad& bad, std::index_sequence<K...>) const {
+    ((K == k ? take_one<K>(ext, body, path, e, bad) : void()), ...);
+  }
+  template <std::size_t K, class Bad>
+  void take_one(std::string_view ext, std::span<const std::byte> body, const std::string& path, record_entry& e,
+                Bad& bad) const {
+    using T = typename field_k<K>::value_type;
+    if (detail::is_npy_ext(ext)) {
+      try {
+        auto d = detail::npy_member_data<T>(body, path);
+        e.offset += static_cast<std::uint64_t>(d.data() - body.data());
+        e.size = d.size();
+      } catch (const format_error&) {
+        bad(detail::wds_problem::bad_npy);
+      }
+    } else if constexpr (detail::takes_number<field_k<K>>) {
+      if (detail::parse_number<T>(body, e.label) != nullptr) bad(detail::wds_problem::bad_number);
+    }
+  }
+
+  template <std::size_t... K>
+  void fill(sample_type& out, const shard_state& sh, const record_entry* e, std::index_sequence<K...>) const {
+    ((out.values[K] = field_view<K>(sh, e[1 + K], e[0].label)), ...);
+  }
+  // A number field's entry holds a parsed number (in its label) unless the member was an .npy.
+  template <std::size_t K>
+  std::span<const std::byte> field_view(const shard_state& sh, const record_entry& e, std::int64_t sample) const {
+    using T = typename field_k<K>::value_type;
+    if constexpr (detail::takes_number<field_k<K>>) {
+      if (((sample >> (24 + K)) & 1) == 0) return {reinterpret_cast<const std::byte*>(&e.label), sizeof(T)};
+    }
+    return sh.file.bytes().subspan(e.offset, e.size);
+  }
+
+  std::string key_at(const shard_state& sh, std::uint64_t start) const {
+    std::string key = "?";
+    try {
+      detail::walk_tar(sh.file.bytes(), sh.path, opt_.ignore_zeros, [&](const detail::tar_member_view& m) {
+        std::string_view k, ext;
+        if (detail::split_key(m.name, k, ext)) key.assign(k);
+        return false;
+      }, start);
+    } catch (const format_error&) {
+    }
+    return key;
+  }
+
+  // Raises the format_error for a sample the scan found a problem in, with the whole story.
+  [[noreturn]] void raise(const shard_state& sh, std::size_t local) const {
+    const record_entry* e = sh.entries.data() + local * stride;
+    const auto problem = static_cast<detail::wds_problem>((e[0].label >> 16) & 0xff);
+    const std::size_t k = static_cast<std::size_t>(e[0].label & 0xffff);
+    if (k >= F) throw format_error(sh.path, {.record = local}, "its saved index is corrupt; delete it to rescan");
+    const std::string key = key_at(sh, e[0].offset);
+    const std::string field(Schema::names[k]);
+    std::string exts;
+    for (const auto& x : rules_[k].exts) exts += (exts.empty() ? "" : ", ") + key + "." + x;
+    std::string cause = "sample '" + key + "', field '" + field + "': ";
+    const auto body = sh.file.bytes().subspan(e[1 + k].offset, e[1 + k].size);
+    switch (problem) {
+      case detail::wds_problem::missing: {
+        cause += "no member for it (looked for " + exts + ")";
+        const std::size_t n = sh.entries.size() / stride;
+        if (local == 0 || local + 1 == n)
+          cause += std::string("; this is the ") + (local == 0 ? "first" : "last") +
+                   " sample of the shard: if its other members are in the " + (local == 0 ? "previous" : "next") +
+                   " shard, the sample was split across shards (each shard must hold whole samples)";
+        break;
+      }
+      case detail::wds_problem::duplicate:
+        cause += "the sample has two members for it (" + exts + "); a field takes one member";
+        break;
+      case detail::wds_problem::bad_number: {
+        std::int64_t slot = 0;
+        const char* why = why_number(k, body, slot, std::make_index_sequence<F>{});
+        std::string text(reinterpret_cast<const char*>(body.data()), std::min<std::size_t>(body.size(), 40));
+        cause += "'" + text + (body.size() > 40 ? "...'" : "'") + " is not a " + dtype_name(type_of(k)) + " value: " +
+                 (why ? why : "?");
+        break;
+      }
+      case detail::wds_problem::bad_npy:
+        cause += why_npy(k, body, sh.path, std::make_index_sequence<F>{});
+        break;
+      default:
+        cause += "its saved index is corrupt; delete it to rescan";
+    }
+    throw format_error(sh.path, {.record = local, .offset = e[0].offset}, cause);
+  }
+  template <std::size_t... K>
+  static const char* why_number(std::size_t k, std::span<const std::byte> body, std::int64_t& slot,
+                                std::index_sequence<K...>) {
+    const char* why = nullptr;
+    ((K == k ? (void)(why = detail::parse_number<typename field_k<K>::value_type>(body, slot)) : void()), ...);
+    return why;
+  }
+  template <std::size_t... K>
+  static std::string why_npy(std::size_t k, std::span<const std::byte> body, const std::string& path,
+                             std::index_sequence<K...>) {
+    std::string why = "the .npy member is malformed";
+    auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+      try {
+        (void)detail::npy_member_data<typename field_k<J>::value_type>(body, path);
+      } catch (const format_error& e) {
+        why = e.cause();
+      }
+    };
+    ((K == k ? one(std::integral_constant<std::size_t, K>{}) : void()), ...);
+    return why;
+  }
+  static dtype type_of(std::size_t k) noexcept {
+    constexpr std::array<dtype, F> t = [] {
+      std::array<dtype, F> a{};
+      [&]<std::size_t... K>(std::index_sequence<K...>) { ((a[K] = field_k<K>::type), ...); }(std::make_index_sequence<F>{});
+      return a;
+    }();
+    return t[k];
+  }
+
+  wds_dataset_options opt_;
+  std::string name_;
+  std::string kind_;
+  std::vector<std::unique_ptr<lazy_shard>> shards_;
+  std::vector<std::uint64_t> first_{0};
+  std::array<detail::wds_field_rule, F> rules_{};
+};
+
+}  // namespace sluice::io
