@@ -1,0 +1,710 @@
+// sluice/io/tf_example.hpp — TFRecord files of tf.train.Example messages as a fields_reader.
+//
+// Most TFRecord files hold tf.train.Example protobufs: a map from feature name to one list of
+// bytes, floats or int64s. This header parses that one fixed message from its wire format (no
+// protobuf library) straight out of the mapping, and maps the features to the fields of a schema
+// by name:
+//
+//   using ex = sluice::schema<sluice::field<"image/encoded", std::uint8_t, sluice::variable>,
+//                             sluice::field<"image/class/label", std::int64_t>,
+//                             sluice::field<"bbox/xmin", float, sluice::variable>>;
+//   sluice::io::tf_example_reader<ex> r{"train.tfrecord"};
+//   auto loader = sluice::from(sluice::sample::shuffle(r.size(), {.seed = 1})) | sluice::read(r)
+//               | sluice::collate({.batch = 64}, sluice::ragged<"image/encoded">{},
+//                                 sluice::stack<"image/class/label">{}, sluice::ragged<"bbox/xmin">{})
+//               | sluice::prefetch(2);
+//   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64, 1}
+//
+// Field types and the lists they take:
+//   u8 / i8 / std::byte    bytes_list: the values concatenated (usually one: an encoded image);
+//                          or int64_list, each value range-checked into the type
+//   other integers, bool   int64_list, each value range-checked (bool: 0 or 1)
+//   float / double         float_list (double: widened at collate)
+// Extent: a `variable` field takes any count. A fixed field takes the count given for it in
+// `.counts` ({"image/class/label", 1}), else the count it has in record 0 (read once at open).
+//
+// Zero copy: fields(i) parses record i into views (the bytes value, the packed floats, the packed
+// varints, wherever they lie; floats may be unaligned in the record) plus each field's count, and
+// allocates nothing. Collate then writes each field once into the batch: a memcpy for bytes and
+// floats, a varint decode for integers. Lists split over several pieces (unpacked, or a list
+// message repeated: protobuf merges those) are walked again at write time.
+//
+// What is checked, per record in fields(i), a format_error naming the file, the record, the byte
+// offset in the file and the feature (so under on_error::skip the loader drops that sample):
+//   - the structure of Example, Features, each map entry and each Feature the schema names:
+//     varints of at most 10 bytes that fit 64 bits, lengths inside their enclosing message, tags
+//     with a field number >= 1, no group (wire types 3, 4) and no wire types 6, 7 anywhere;
+//   - packed floats a whole number of 4 bytes; packed varints ending on a varint;
+//   - a known field (a list, a list's values) with a wire type it cannot have;
+//   - a feature missing, holding no list, holding another list type than its field takes, a value
+//     outside a narrower integer type, or a fixed field with another count than expected.
+// Semantics where protobuf has them: unknown fields of valid wire types are skipped; a feature
+// name given twice: the last one wins (map semantics); Example.features given twice: merged
+// entry by entry; a Feature with two list types: the last one wins (oneof), the same list type
+// twice: concatenated (message merge). A map entry holding its value twice is refused (protobuf
+// would merge the two Features; no writer does that). Features the schema does not name are
+// skipped by their length, not parsed. Feature names are compared as bytes (no UTF-8 check).
+//
+// Thread-safety: after construction every member is const and safe to call concurrently.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/io/tfrecord.hpp"
+
+namespace sluice::io {
+
+// Which list a feature holds (the Feature oneof's field number; none: not set).
+enum class tf_list : std::uint8_t { none = 0, bytes = 1, floats = 2, int64s = 3 };
+
+inline constexpr std::string_view tf_list_name(tf_list k) noexcept {
+  switch (k) {
+    case tf_list::bytes: return "bytes_list";
+    case tf_list::floats: return "float_list";
+    case tf_list::int64s: return "int64_list";
+    default: return "no list";
+  }
+}
+
+// One parsed feature: which list, how many elements (bytes for a bytes_list), and where they lie.
+// `contiguous`: `data` is the elements themselves (one bytes value, one packed float or varint
+// run). Otherwise `data` is the Feature message from the first piece of its list on, walked again
+// when written.
+struct tf_feature {
+  tf_list kind = tf_list::none;
+  bool contiguous = false;
+  std::uint64_t count = 0;
+  std::span<const std::byte> data{};
+};
+
+struct tf_example_options {
+  tfrecord_options tfrecord{};
+  // Elements per record of fixed fields, by feature name; a fixed field not listed takes record
+  // 0's count. Naming a variable field or a name outside the schema is a usage_error.
+  std::vector<std::pair<std::string, std::uint64_t>> counts{};
+};
+
+namespace detail::pb {
+
+enum : std::uint32_t { wt_varint = 0, wt_i64 = 1, wt_len = 2, wt_sgroup = 3, wt_egroup = 4, wt_i32 = 5 };
+
+// Where a parse runs, for its error messages.
+struct where {
+  std::string_view file;
+  std::uint64_t record = 0;
+  std::uint64_t base = file_position::npos;  // file offset of the record's first byte
+  const std::byte* start = nullptr;          // the record's first byte
+  std::string_view feature{};                // empty: not inside a feature yet
+
+  [[noreturn]] void fail(const std::byte* at, const std::string& cause) const {
+    std::string c = feature.empty() ? cause : "feature '" + std::string(feature) + "': " + cause;
+    const std::uint64_t off = base == file_position::npos ? file_position::npos
+                                                          : base + static_cast<std::uint64_t>(at - start);
+    throw format_error(std::string(file), {.record = record, .offset = off}, c);
+  }
+};
+
+// A varint; false when it runs past `end`, is longer than 10 bytes, or does not fit 64 bits.
+// On failure `why` says which.
+inline bool varint(const std::byte*& p, const std::byte* end, std::uint64_t& out, const char*& why) noexcept {
+  std::uint64_t v = 0;
+  for (unsigned i = 0; i < 10; ++i) {
+    if (p == end) {
+      why = "varint runs past the end of its message";
+      return false;
+    }
+    const auto b = static_cast<std::uint8_t>(*p++);
+    if (i == 9 && b > 1) {
+      why = (b & 0x80) ? "varint longer than 10 bytes" : "varint overflows 64 bits";
+      return false;
+    }
+    v |= static_cast<std::uint64_t>(b & 0x7f) << (7 * i);
+    if ((b & 0x80) == 0) {
+      out = v;
+      return true;
+    }
+  }
+  why = "varint longer than 10 bytes";  // unreachable: i == 9 returns above
+  return false;
+}
+
+inline std::uint64_t get_varint(const std::byte*& p, const std::byte* end, const where& w) {
+  const std::byte* at = p;
+  std::uint64_t v = 0;
+  const char* why = "";
+  if (!varint(p, end, v, why)) w.fail(at, why);
+  return v;
+}
+
+// A tag: field number and wire type. Field 0, field numbers past 2^29 - 1 and wire types 3, 4, 6, 7
+// are errors.
+struct tag {
+  std::uint32_t field;
+  std::uint32_t wire;
+  const std::byte* at;
+};
+inline tag get_tag(const std::byte*& p, const std::byte* end, const where& w) {
+  const std::byte* at = p;
+  const std::uint64_t t = get_varint(p, end, w);
+  const auto wire = static_cast<std::uint32_t>(t & 7);
+  if ((t >> 3) == 0) w.fail(at, "tag with field number 0");
+  if ((t >> 3) > 0x1fffffff) w.fail(at, "tag with field number past 2^29 - 1");
+  if (wire == wt_sgroup || wire == wt_egroup) w.fail(at, "group (wire type " + std::to_string(wire) + ") is not allowed");
+  if (wire > wt_i32) w.fail(at, "invalid wire type " + std::to_string(wire));
+  return {static_cast<std::uint32_t>(t >> 3), wire, at};
+}
+
+// The body of a length-delimited field.
+inline std::span<const std::byte> get_len(const std::byte*& p, const std::byte* end, const where& w) {
+  const std::byte* at = p;
+  const std::uint64_t n = get_varint(p, end, w);
+  if (n > static_cast<std::uint64_t>(end - p))
+    w.fail(at, "length " + std::to_string(n) + " runs past the end of its message (" +
+                   std::to_string(end - p) + " bytes left)");
+  std::span<const std::byte> body(p, static_cast<std::size_t>(n));
+  p += n;
+  return body;
+}
+
+// Skips the value of an unknown field (wire types 0, 1, 2, 5; get_tag refused the others).
+inline void skip(const tag& t, const std::byte*& p, const std::byte* end, const where& w) {
+  switch (t.wire) {
+    case wt_varint: (void)get_varint(p, end, w); break;
+    case wt_len: (void)get_len(p, end, w); break;
+    default: {
+      const std::size_t n = t.wire == wt_i64 ? 8 : 4;
+      if (static_cast<std::size_t>(end - p) < n)
+        w.fail(t.at, "fixed" + std::to_string(n * 8) + " value runs past the end of its message");
+      p += n;
+    }
+  }
+}
+
+// Range of the integers a field type holds, as int64 (uint64: the non-negative int64s).
+struct int_range {
+  bool check = false;
+  std::int64_t lo = 0, hi = 0;
+  std::string_view type{};
+};
+
+// Validates one list message of kind k, adding its elements to f; records the single piece.
+inline void parse_list(tf_list k, std::span<const std::byte> body, tf_feature& f, std::size_t& pieces,
+                       const int_range& range, const where& w) {
+  const std::byte* p = body.data();
+  const std::byte* end = p + body.size();
+  while (p < end) {
+    const tag t = get_tag(p, end, w);
+    if (t.field != 1) {
+      skip(t, p, end, w);
+      continue;
+    }
+    auto check_int = [&](std::uint64_t u, const std::byte* at) {
+      const auto v = static_cast<std::int64_t>(u);
+      if (range.check && (v < range.lo || v > range.hi))
+        w.fail(at, "int64_list value " + std::to_string(v) + " does not fit the field's type " + std::string(range.type));
+    };
+    if (k == tf_list::bytes) {
+      if (t.wire != wt_len) w.fail(t.at, "bytes_list value with wire type " + std::to_string(t.wire) + " (must be 2)");
+      const auto v = get_len(p, end, w);
+      f.count += v.size();
+      f.data = v;
+      ++pieces;
+    } else if (k == tf_list::floats) {
+      if (t.wire == wt_len) {
+        const auto v = get_len(p, end, w);
+        if (v.size() % 4 != 0)
+          w.fail(t.at, "packed float_list of " + std::to_string(v.size()) + " bytes, not a whole number of floats");
+        f.count += v.size() / 4;
+        f.data = v;
+        ++pieces;
+      } else if (t.wire == wt_i32) {
+        if (end - p < 4) w.fail(t.at, "float value runs past the end of its message");
+        f.count += 1;
+        f.data = {p, 4};
+        p += 4;
+        ++pieces;
+      } else {
+        w.fail(t.at, "float_list value with wire type " + std::to_string(t.wire) + " (must be 5, or 2 packed)");
+      }
+    } else {
+      if (t.wire == wt_len) {
+        const auto v = get_len(p, end, w);
+        const std::byte* q = v.data();
+        const std::byte* qe = q + v.size();
+        std::uint64_t n = 0;
+        while (q < qe) {
+          const std::byte* at = q;
+          const std::uint64_t u = get_varint(q, qe, w);
+          check_int(u, at);
+          ++n;
+        }
+        f.count += n;
+        f.data = v;
+        ++pieces;
+      } else if (t.wire == wt_varint) {
+        const std::byte* at = p;
+        const std::uint64_t u = get_varint(p, end, w);
+        check_int(u, at);
+        f.count += 1;
+        f.data = {at, static_cast<std::size_t>(p - at)};
+        ++pieces;
+      } else {
+        w.fail(t.at, "int64_list value with wire type " + std::to_string(t.wire) + " (must be 0, or 2 packed)");
+      }
+    }
+  }
+}
+
+// Parses one Feature message: the last list type set wins; pieces of that type after the switch
+// are merged.
+inline tf_feature parse_feature(std::span<const std::byte> msg, const int_range& range, const where& w) {
+  tf_feature f;
+  std::size_t pieces = 0;
+  const std::byte* run = nullptr;
+  const std::byte* p = msg.data();
+  const std::byte* end = p + msg.size();
+  while (p < end) {
+    const tag t = get_tag(p, end, w);
+    if (t.field < 1 || t.field > 3) {
+      skip(t, p, end, w);
+      continue;
+    }
+    const auto k = static_cast<tf_list>(t.field);
+    if (t.wire != wt_len)
+      w.fail(t.at, std::string(tf_list_name(k)) + " with wire type " + std::to_string(t.wire) + " (must be 2)");
+    const auto body = get_len(p, end, w);
+    if (k != f.kind) {
+      f = {.kind = k};
+      pieces = 0;
+      run = t.at;
+    }
+    parse_list(k, body, f, pieces, range, w);
+  }
+  if (pieces == 1) {
+    f.contiguous = true;  // data = that one piece
+  } else if (f.kind != tf_list::none) {
+    f.contiguous = pieces == 0;  // an empty list: nothing to walk
+    f.data = pieces == 0 ? std::span<const std::byte>{} : std::span<const std::byte>(run, static_cast<std::size_t>(end - run));
+  }
+  return f;
+}
+
+// Calls piece(bytes) for each piece of f's list in order (for a feature not contiguous:
+// data is already validated).
+template <class Piece>
+void for_each_piece(const tf_feature& f, Piece&& piece) {
+  if (f.contiguous) {
+    if (!f.data.empty()) piece(f.data);
+    return;
+  }
+  const where w{};
+  const std::byte* p = f.data.data();
+  const std::byte* end = p + f.data.size();
+  while (p < end) {
+    const tag t = get_tag(p, end, w);
+    if (t.field != static_cast<std::uint32_t>(f.kind)) {
+      skip(t, p, end, w);
+      continue;
+    }
+    const auto body = get_len(p, end, w);
+    const std::byte* q = body.data();
+    const std::byte* qe = q + body.size();
+    while (q < qe) {
+      const tag v = get_tag(q, qe, w);
+      if (v.field != 1) {
+        skip(v, q, qe, w);
+        continue;
+      }
+      if (v.wire == wt_len) {
+        piece(get_len(q, qe, w));
+      } else if (v.wire == wt_i32) {
+        piece(std::span<const std::byte>(q, 4));
+        q += 4;
+      } else {
+        const std::byte* at = q;
+        (void)get_varint(q, qe, w);
+        piece(std::span<const std::byte>(at, static_cast<std::size_t>(q - at)));
+      }
+    }
+  }
+}
+
+template <class T>
+constexpr int_range range_of() {
+  if constexpr (std::is_same_v<T, bool>) return {true, 0, 1, "bool"};
+  else if constexpr (std::is_same_v<T, std::int64_t>) return {};
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return {true, 0, std::numeric_limits<std::int64_t>::max(), "u64"};
+  else if constexpr (std::is_same_v<T, std::byte>) return {true, 0, 255, "u8"};
+  else if constexpr (std::is_integral_v<T>)
+    return {true, static_cast<std::int64_t>(std::numeric_limits<T>::lowest()),
+            static_cast<std::int64_t>(std::numeric_limits<T>::max()), dtype_name(dtype_of<T>)};
+  else return {};
+}
+
+template <class T>
+inline constexpr bool byte_like = sizeof(T) == 1 && !std::is_same_v<T, bool>;
+template <class T>
+inline constexpr bool int_like = std::is_integral_v<T> || std::is_same_v<T, std::byte>;
+
+}  // namespace detail::pb
+
+// A record's fields: views into the mapping plus counts; follows the field-sample protocol
+// (core/schema.hpp), writing each field into the batch at collate.
+template <class Schema>
+struct tf_example_sample {
+  using schema_type = Schema;
+  std::uint64_t id = 0;
+  std::string_view origin;
+  std::array<tf_feature, Schema::size> features{};
+
+  template <fixed_string Name>
+  [[nodiscard]] const tf_feature& feature() const noexcept {
+    return features[Schema::template index_of<Name>];
+  }
+  template <fixed_string Name>
+  [[nodiscard]] std::uint64_t count_of() const noexcept {
+    return feature<Name>().count;
+  }
+  template <fixed_string Name>
+  [[nodiscard]] std::size_t size_of() const noexcept {
+    using T = typename Schema::template field_t<Name>::value_type;
+    return static_cast<std::size_t>(feature<Name>().count) * sizeof(T);
+  }
+  template <fixed_string Name>
+  void write(std::span<std::byte> dst, const sample_context&) const {
+    using T = typename Schema::template field_t<Name>::value_type;
+    namespace pb = detail::pb;
+    const tf_feature& f = feature<Name>();
+    std::byte* out = dst.data();
+    if (f.kind == tf_list::bytes || (f.kind == tf_list::floats && std::is_same_v<T, float>)) {
+      if (f.contiguous) {
+        if (f.count != 0) std::memcpy(out, f.data.data(), f.data.size());
+        return;
+      }
+      pb::for_each_piece(f, [&](std::span<const std::byte> b) {
+        if (!b.empty()) std::memcpy(out, b.data(), b.size());
+        out += b.size();
+      });
+    } else if (f.kind == tf_list::floats) {  // double
+      if constexpr (std::is_floating_point_v<T>) {
+        pb::for_each_piece(f, [&](std::span<const std::byte> b) {
+          for (std::size_t k = 0; k + 4 <= b.size(); k += 4) {
+            float v;
+            std::memcpy(&v, b.data() + k, 4);
+            const T d = static_cast<T>(v);
+            std::memcpy(out, &d, sizeof(T));
+            out += sizeof(T);
+          }
+        });
+      }
+    } else if (f.kind == tf_list::int64s) {
+      if constexpr (pb::int_like<T>) {
+        pb::for_each_piece(f, [&](std::span<const std::byte> b) {
+          const std::byte* q = b.data();
+          const std::byte* qe = q + b.size();
+          std::uint64_t u = 0;
+          const char* why = "";
+          while (q < qe && pb::varint(q, qe, u, why)) {
+            T v;
+            if constexpr (std::is_same_v<T, std::byte>) v = static_cast<std::byte>(u);
+            else v = static_cast<T>(static_cast<std::int64_t>(u));
+            std::memcpy(out, &v, sizeof(T));
+            out += sizeof(T);
+          }
+        });
+      }
+    }
+  }
+};
+
+// tf.train.Example records of a TFRecord file as samples with the fields of Schema.
+template <class Schema>
+class tf_example_reader {
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = tf_example_sample<Schema>;
+
+  explicit tf_example_reader(std::string path, tf_example_options o = {})
+      : tf_example_reader(tfrecord_reader(std::move(path), std::move(o.tfrecord)), std::move(o.counts)) {}
+  explicit tf_example_reader(tfrecord_reader records, std::vector<std::pair<std::string, std::uint64_t>> counts = {})
+      : records_(std::move(records)) {
+    expected_.fill(no_count);
+    for (const auto& [name, n] : counts) {
+      std::size_t k = 0;
+      while (k < Schema::size && Schema::names[k] != name) ++k;
+      if (k == Schema::size)
+        throw usage_error("sluice: tf_example_reader: .counts names '" + name + "', which is not a field of the schema");
+      if (variable_[k])
+        throw usage_error("sluice: tf_example_reader: .counts names '" + name + "', a variable field (it takes any count)");
+      expected_[k] = n;
+    }
+    bool learn = false;
+    for (std::size_t k = 0; k < Schema::size; ++k) learn |= !variable_[k] && expected_[k] == no_count;
+    if (learn && records_.size() > 0) {
+      const sample_type s = parse(0, false);
+      for (std::size_t k = 0; k < Schema::size; ++k)
+        if (!variable_[k] && expected_[k] == no_count) expected_[k] = s.features[k].count;
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return records_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return records_.path(); }
+  [[nodiscard]] const tfrecord_reader& records() const noexcept { return records_; }
+  [[nodiscard]] const mapped_file& file() const noexcept { return records_.file(); }
+  // The elements per record a fixed field must have (as given, or record 0's).
+  template <fixed_string Name>
+  [[nodiscard]] std::uint64_t expected_count() const noexcept {
+    return expected_[Schema::template index_of<Name>];
+  }
+
+  // Record i parsed into views; a format_error naming the file, record, offset and feature when
+  // it is malformed or does not fit the schema.
+  [[nodiscard]] sample_type fields(std::size_t i) const { return parse(i, true); }
+
+ private:
+  template <class S>
+  struct fields_of;
+  template <class... F>
+  struct fields_of<schema<F...>> {
+    using type = std::tuple<F...>;
+  };
+  template <class S>
+  using fields_tuple = typename fields_of<S>::type;
+
+  template <std::size_t K>
+  using value_t = typename std::tuple_element_t<K, fields_tuple<Schema>>::value_type;
+
+  static constexpr std::uint64_t no_count = ~std::uint64_t{0};
+  static constexpr auto variable_ = [] {
+    std::array<bool, Schema::size> v{};
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      ((v[K] = std::tuple_element_t<K, fields_tuple<Schema>>::kind == extent::variable), ...);
+    }(std::make_index_sequence<Schema::size>{});
+    return v;
+  }();
+
+
+  template <std::size_t K>
+  static bool accepts(tf_list k) noexcept {
+    using T = value_t<K>;
+    namespace pb = detail::pb;
+    if constexpr (pb::byte_like<T>) return k == tf_list::bytes || k == tf_list::int64s;
+    else if constexpr (pb::int_like<T>) return k == tf_list::int64s;
+    else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return k == tf_list::floats;
+    else return false;
+  }
+  template <std::size_t K>
+  static constexpr std::string_view takes() noexcept {
+    using T = value_t<K>;
+    namespace pb = detail::pb;
+    if constexpr (pb::byte_like<T>) return "bytes_list or int64_list";
+    else if constexpr (pb::int_like<T>) return "int64_list";
+    else return "float_list";
+  }
+
+  static void check_types() noexcept {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (static_assert_type<value_t<K>>(), ...);
+    }(std::make_index_sequence<Schema::size>{});
+  }
+  template <class T>
+  static constexpr void static_assert_type() noexcept {
+    static_assert(detail::pb::int_like<T> || std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "sluice: tf_example_reader: a field's type must be an integer type, bool, std::byte, float or "
+                  "double (tf.train.Example holds bytes, int64 and float lists)");
+  }
+
+  // Feature-level parse of one entry value for schema field `slot`.
+  template <std::size_t... K>
+  static tf_feature parse_slot(std::size_t slot, std::span<const std::byte> msg, const detail::pb::where& w,
+                               std::index_sequence<K...>) {
+    tf_feature f;
+    ((slot == K ? (f = detail::pb::parse_feature(msg, accepts<K>(tf_list::int64s) ? detail::pb::range_of<value_t<K>>()
+                                                                                  : detail::pb::int_range{}, w),
+                   0)
+                : 0),
+     ...);
+    return f;
+  }
+  template <std::size_t... K>
+  void check_fields(const sample_type& s, const detail::pb::where& w0, const std::array<const std::byte*, Schema::size>& at,
+                    bool check_counts, std::index_sequence<K...>) const {
+    (check_field<K>(s, w0, at[K], check_counts), ...);
+  }
+  template <std::size_t K>
+  void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, bool check_counts) const {
+    detail::pb::where w = w0;
+    w.feature = Schema::names[K];
+    const tf_feature& f = s.features[K];
+    if (at == nullptr) w.fail(w.start, "missing from the record (the schema names it)");
+    if (f.kind == tf_list::none) w.fail(at, "holds no list (the Feature sets none of bytes_list, float_list, int64_list)");
+    if (!accepts<K>(f.kind))
+      w.fail(at, "is a " + std::string(tf_list_name(f.kind)) + ", but its field is " +
+                     std::string(dtype_name(dtype_of<value_t<K>>)) + ", which takes " + std::string(takes<K>()));
+    if (check_counts && !variable_[K] && expected_[K] != no_count && f.count != expected_[K])
+      w.fail(at, "holds " + std::to_string(f.count) + " values, but its field is fixed at " + std::to_string(expected_[K]) +
+                     " (record 0's count, or .counts)");
+  }
+
+  sample_type parse(std::size_t i, bool check_counts) const {
+    check_types();
+    namespace pb = detail::pb;
+    const auto rec = records_.record(i);
+    pb::where w{.file = records_.path(), .record = i, .start = rec.data()};
+    if constexpr (requires { records_.offset(i); }) w.base = records_.offset(i);
+    sample_type s{.id = i, .origin = records_.path()};
+    std::array<const std::byte*, Schema::size> at{};  // where each field's winning entry starts
+    const std::byte* p = rec.data();
+    const std::byte* end = p + rec.size();
+    while (p < end) {  // Example
+      const pb::tag t = pb::get_tag(p, end, w);
+      if (t.field != 1) {
+        pb::skip(t, p, end, w);
+        continue;
+      }
+      if (t.wire != pb::wt_len) w.fail(t.at, "Example.features with wire type " + std::to_string(t.wire) + " (must be 2)");
+      const auto feats = pb::get_len(p, end, w);
+      const std::byte* q = feats.data();
+      const std::byte* qe = q + feats.size();
+      while (q < qe) {  // Features
+        const pb::tag ft = pb::get_tag(q, qe, w);
+        if (ft.field != 1) {
+          pb::skip(ft, q, qe, w);
+          continue;
+        }
+        if (ft.wire != pb::wt_len) w.fail(ft.at, "Features.feature entry with wire type " + std::to_string(ft.wire) + " (must be 2)");
+        const auto entry = pb::get_len(q, qe, w);
+        const std::byte* e = entry.data();
+        const std::byte* ee = e + entry.size();
+        std::string_view key{};
+        std::span<const std::byte> value{};
+        bool has_value = false;
+        while (e < ee) {  // map entry
+          const pb::tag et = pb::get_tag(e, ee, w);
+          if (et.field == 1 || et.field == 2) {
+            if (et.wire != pb::wt_len)
+              w.fail(et.at, std::string(et.field == 1 ? "feature name" : "feature value") + " with wire type " +
+                                std::to_string(et.wire) + " (must be 2)");
+            const auto b = pb::get_len(e, ee, w);
+            if (et.field == 1) {
+              key = {reinterpret_cast<const char*>(b.data()), b.size()};
+            } else {
+              if (has_value) {
+                pb::where wk = w;
+                wk.feature = key;
+                wk.fail(et.at, "map entry holds its value twice");
+              }
+              value = b;
+              has_value = true;
+            }
+          } else {
+            pb::skip(et, e, ee, w);
+          }
+        }
+        std::size_t k = 0;
+        while (k < Schema::size && Schema::names[k] != key) ++k;
+        if (k == Schema::size) continue;  // a feature the schema does not name
+        pb::where wf = w;
+        wf.feature = Schema::names[k];
+        s.features[k] = parse_slot(k, value, wf, std::make_index_sequence<Schema::size>{});
+        at[k] = ft.at;  // last one wins
+      }
+    }
+    check_fields(s, w, at, check_counts, std::make_index_sequence<Schema::size>{});
+    return s;
+  }
+
+  tfrecord_reader records_;
+  std::array<std::uint64_t, Schema::size> expected_{};
+};
+
+// Builds a tf.train.Example's wire bytes (for tests, tools, benchmarks): features in the order
+// added, lists packed unless `.packed = false`.
+class tf_example_builder {
+ public:
+  struct options {
+    bool packed = true;
+  };
+  tf_example_builder() = default;
+  explicit tf_example_builder(options o) : opt_(o) {}
+
+  tf_example_builder& bytes(std::string_view name, std::span<const std::span<const std::byte>> values) {
+    std::vector<std::byte> list;
+    for (auto v : values) put_len(list, 1, v);
+    return add(name, 1, list);
+  }
+  tf_example_builder& bytes(std::string_view name, std::span<const std::byte> value) {
+    const std::span<const std::byte> one[1] = {value};
+    return bytes(name, std::span<const std::span<const std::byte>>(one));
+  }
+  tf_example_builder& floats(std::string_view name, std::span<const float> values) {
+    std::vector<std::byte> list;
+    if (opt_.packed) {
+      put_len(list, 1, std::as_bytes(values));
+    } else {
+      for (float v : values) {
+        put_varint(list, (1u << 3) | detail::pb::wt_i32);
+        const auto* b = reinterpret_cast<const std::byte*>(&v);
+        list.insert(list.end(), b, b + 4);
+      }
+    }
+    return add(name, 2, list);
+  }
+  tf_example_builder& int64s(std::string_view name, std::span<const std::int64_t> values) {
+    std::vector<std::byte> list, packed;
+    for (auto v : values) {
+      if (!opt_.packed) put_varint(list, (1u << 3) | detail::pb::wt_varint);
+      put_varint(opt_.packed ? packed : list, static_cast<std::uint64_t>(v));
+    }
+    if (opt_.packed) put_len(list, 1, packed);
+    return add(name, 3, list);
+  }
+  // The Example message: Example{features = 1: Features{feature = 1: entries...}}.
+  [[nodiscard]] std::vector<std::byte> build() const {
+    std::vector<std::byte> out;
+    put_len(out, 1, features_);
+    return out;
+  }
+
+  static void put_varint(std::vector<std::byte>& out, std::uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<std::byte>(v | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<std::byte>(v));
+  }
+  static void put_len(std::vector<std::byte>& out, std::uint32_t field, std::span<const std::byte> body) {
+    put_varint(out, (field << 3) | detail::pb::wt_len);
+    put_varint(out, body.size());
+    out.insert(out.end(), body.begin(), body.end());
+  }
+
+ private:
+  tf_example_builder& add(std::string_view name, std::uint32_t kind, const std::vector<std::byte>& list) {
+    std::vector<std::byte> feature, entry;
+    put_len(feature, kind, list);
+    put_len(entry, 1, std::as_bytes(std::span(name.data(), name.size())));
+    put_len(entry, 2, feature);
+    put_len(features_, 1, entry);
+    return *this;
+  }
+  options opt_{};
+  std::vector<std::byte> features_;
+};
+
+}  // namespace sluice::io
