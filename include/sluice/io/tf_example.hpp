@@ -438,6 +438,7 @@ class tf_example_reader {
   using reader_concept = reader_tag;
   using schema_type = Schema;
   using sample_type = tf_example_sample<Schema>;
+  using counts_type = std::array<std::uint64_t, Schema::size>;  // per field; ~0: any count
 
   explicit tf_example_reader(std::string path, tf_example_options o = {})
       : tf_example_reader(tfrecord_reader(std::move(path), std::move(o.tfrecord)), std::move(o.counts)) {}
@@ -542,12 +543,12 @@ class tf_example_reader {
     return f;
   }
   template <std::size_t... K>
-  void check_fields(const sample_type& s, const detail::pb::where& w0, const std::array<const std::byte*, Schema::size>& at,
-                    bool check_counts, std::index_sequence<K...>) const {
-    (check_field<K>(s, w0, at[K], check_counts), ...);
+  static void check_fields(const sample_type& s, const detail::pb::where& w0, const std::array<const std::byte*, Schema::size>& at,
+                           const counts_type* expected, std::index_sequence<K...>) {
+    (check_field<K>(s, w0, at[K], expected), ...);
   }
   template <std::size_t K>
-  void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, bool check_counts) const {
+  static void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, const counts_type* expected) {
     detail::pb::where w = w0;
     w.feature = Schema::names[K];
     const tf_feature& f = s.features[K];
@@ -556,18 +557,27 @@ class tf_example_reader {
     if (!accepts<K>(f.kind))
       w.fail(at, "is a " + std::string(tf_list_name(f.kind)) + ", but its field is " +
                      std::string(dtype_name(dtype_of<value_t<K>>)) + ", which takes " + std::string(takes<K>()));
-    if (check_counts && !variable_[K] && expected_[K] != no_count && f.count != expected_[K])
-      w.fail(at, "holds " + std::to_string(f.count) + " values, but its field is fixed at " + std::to_string(expected_[K]) +
+    if (expected != nullptr && !variable_[K] && (*expected)[K] != no_count && f.count != (*expected)[K])
+      w.fail(at, "holds " + std::to_string(f.count) + " values, but its field is fixed at " + std::to_string((*expected)[K]) +
                      " (record 0's count, or .counts)");
   }
 
   sample_type parse(std::size_t i, bool check_counts) const {
+    std::uint64_t base = file_position::npos;
+    if constexpr (requires { records_.offset(i); }) base = records_.offset(i);
+    return parse(records_.record(i), records_.path(), i, base, check_counts ? &expected_ : nullptr);
+  }
+
+ public:
+  // Parses one serialised Example (`rec`) of `file` at record `index`, whose first byte is at file
+  // offset `base` (npos: unknown); fixed fields are checked against `expected` when given (~0: any
+  // count). What fields(i) does, without a file (for tools and the fuzz target).
+  static sample_type parse(std::span<const std::byte> rec, std::string_view file, std::uint64_t index,
+                           std::uint64_t base = file_position::npos, const counts_type* expected = nullptr) {
     check_types();
     namespace pb = detail::pb;
-    const auto rec = records_.record(i);
-    pb::where w{.file = records_.path(), .record = i, .start = rec.data()};
-    if constexpr (requires { records_.offset(i); }) w.base = records_.offset(i);
-    sample_type s{.id = i, .origin = records_.path()};
+    pb::where w{.file = file, .record = index, .base = base, .start = rec.data()};
+    sample_type s{.id = index, .origin = file};
     std::array<const std::byte*, Schema::size> at{};  // where each field's winning entry starts
     const std::byte* p = rec.data();
     const std::byte* end = p + rec.size();
@@ -625,12 +635,14 @@ class tf_example_reader {
         at[k] = ft.at;  // last one wins
       }
     }
-    check_fields(s, w, at, check_counts, std::make_index_sequence<Schema::size>{});
+    check_fields(s, w, at, expected, std::make_index_sequence<Schema::size>{});
     return s;
   }
 
+ private:
+
   tfrecord_reader records_;
-  std::array<std::uint64_t, Schema::size> expected_{};
+  counts_type expected_{};
 };
 
 // Builds a tf.train.Example's wire bytes (for tests, tools, benchmarks): features in the order
