@@ -344,6 +344,15 @@ TEST_CASE("tf_example: bad varints, lengths, wire types and list types name file
     cases.push_back({"varint overflowing 64 bits", enc::example({enc::entry("x", enc::feature(2, enc::float_list({1.f}))),
                                                                  enc::entry("y", enc::feature(3, list2))}),
                      "feature 'y': varint overflows 64 bits"});
+    bytes p11, p10;
+    enc::len(p11, 1, raw({0x05, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x80, 0x01}));
+    enc::len(p10, 1, raw({0x05, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x03}));
+    cases.push_back({"11-byte varint in a packed run", enc::example({enc::entry("x", enc::feature(2, enc::float_list({1.f}))),
+                                                                     enc::entry("y", enc::feature(3, p11))}),
+                     "feature 'y': varint longer than 10 bytes"});
+    cases.push_back({"overflowing varint in a packed run", enc::example({enc::entry("x", enc::feature(2, enc::float_list({1.f}))),
+                                                                         enc::entry("y", enc::feature(3, p10))}),
+                     "feature 'y': varint overflows 64 bits"});
     bytes packed;
     enc::len(packed, 1, raw({0x01, 0x80}));  // the packed run ends inside a varint
     cases.push_back({"packed varints cut", enc::example({enc::entry("x", enc::feature(2, enc::float_list({1.f}))),

@@ -142,12 +142,36 @@ inline bool varint(const std::byte*& p, const std::byte* end, std::uint64_t& out
   return false;
 }
 
-inline std::uint64_t get_varint(const std::byte*& p, const std::byte* end, const where& w) {
+[[gnu::noinline]] inline std::uint64_t get_varint_slow(const std::byte*& p, const std::byte* end, const where& w) {
   const std::byte* at = p;
   std::uint64_t v = 0;
   const char* why = "";
   if (!varint(p, end, v, why)) w.fail(at, why);
   return v;
+}
+inline std::uint64_t get_varint(const std::byte*& p, const std::byte* end, const where& w) {
+  if (p != end && static_cast<std::uint8_t>(*p) < 0x80) [[likely]]
+    return static_cast<std::uint8_t>(*p++);
+  return get_varint_slow(p, end, w);
+}
+
+// Counts the varints of a packed run and checks each (the same rules as varint()) without
+// decoding them.
+inline std::uint64_t count_varints(std::span<const std::byte> run, const where& w) {
+  std::uint64_t n = 0;
+  unsigned cont = 0;  // continuation bytes so far in the current varint
+  for (std::size_t k = 0; k < run.size(); ++k) {
+    const auto c = static_cast<std::uint8_t>(run[k]);
+    if (c & 0x80) {
+      if (++cont == 10) w.fail(run.data() + k - 9, "varint longer than 10 bytes");
+    } else {
+      if (cont == 9 && c > 1) w.fail(run.data() + k - 9, "varint overflows 64 bits");
+      ++n;
+      cont = 0;
+    }
+  }
+  if (cont != 0) w.fail(run.data() + run.size() - cont, "varint runs past the end of its message");
+  return n;
 }
 
 // A tag: field number and wire type. Field 0, field numbers past 2^29 - 1 and wire types 3, 4, 6, 7
@@ -243,14 +267,18 @@ inline void parse_list(tf_list k, std::span<const std::byte> body, tf_feature& f
     } else {
       if (t.wire == wt_len) {
         const auto v = get_len(p, end, w);
-        const std::byte* q = v.data();
-        const std::byte* qe = q + v.size();
         std::uint64_t n = 0;
-        while (q < qe) {
-          const std::byte* at = q;
-          const std::uint64_t u = get_varint(q, qe, w);
-          check_int(u, at);
-          ++n;
+        if (!range.check) {
+          n = count_varints(v, w);
+        } else {
+          const std::byte* q = v.data();
+          const std::byte* qe = q + v.size();
+          while (q < qe) {
+            const std::byte* at = q;
+            const std::uint64_t u = get_varint(q, qe, w);
+            check_int(u, at);
+            ++n;
+          }
         }
         f.count += n;
         f.data = v;
@@ -418,7 +446,9 @@ struct tf_example_sample {
           const std::byte* qe = q + b.size();
           std::uint64_t u = 0;
           const char* why = "";
-          while (q < qe && pb::varint(q, qe, u, why)) {
+          while (q < qe) {
+            if (static_cast<std::uint8_t>(*q) < 0x80) [[likely]] u = static_cast<std::uint8_t>(*q++);
+            else if (!pb::varint(q, qe, u, why)) break;
             T v;
             if constexpr (std::is_same_v<T, std::byte>) v = static_cast<std::byte>(u);
             else v = static_cast<T>(static_cast<std::int64_t>(u));
