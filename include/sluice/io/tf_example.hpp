@@ -42,7 +42,8 @@
 // name given twice: the last one wins (map semantics); Example.features given twice: merged
 // entry by entry; a Feature with two list types: the last one wins (oneof), the same list type
 // twice: concatenated (message merge). A map entry holding its value twice is refused (protobuf
-// would merge the two Features; no writer does that). Features the schema does not name are
+// would merge the two Features; no writer does that); an unknown field inside a map entry is
+// skipped (Python's upb-based protobuf 7.36 drops such an entry, as the cross-check test shows). Features the schema does not name are
 // skipped by their length, not parsed. Feature names are compared as bytes (no UTF-8 check).
 //
 // Thread-safety: after construction every member is const and safe to call concurrently.
