@@ -43,8 +43,10 @@
 // entry by entry; a Feature with two list types: the last one wins (oneof), the same list type
 // twice: concatenated (message merge). A map entry holding its value twice is refused (protobuf
 // would merge the two Features; no writer does that); an unknown field inside a map entry is
-// skipped (Python's upb-based protobuf 7.36 drops such an entry, as the cross-check test shows). Features the schema does not name are
-// skipped by their length, not parsed. Feature names are compared as bytes (no UTF-8 check).
+// skipped (Python's upb-based protobuf 7.36 drops the whole entry: tests/tf_example shows it).
+// These rules are cross-checked against Python's protobuf where it is installed. Features the
+// schema does not name are skipped by their length, not parsed. Feature names are compared as
+// bytes (no UTF-8 check).
 //
 // Thread-safety: after construction every member is const and safe to call concurrently.
 #pragma once
