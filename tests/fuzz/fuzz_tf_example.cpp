@@ -1,6 +1,7 @@
 // libFuzzer target: the tf.train.Example parser (io/tf_example.hpp) on arbitrary bytes taken as one
-// record's payload. Any outcome but a format_error, or a parse whose fields write exactly their
-// announced size from bytes inside the input, is a bug (ASan/UBSan catch out-of-bounds access).
+// record's payload. Anything but a format_error, or a parse whose views lie inside the input and
+// whose fields write exactly their announced size (every byte, the same each time), is a bug;
+// ASan/UBSan catch out-of-bounds access.
 #include <cstdlib>
 #include <vector>
 
@@ -16,10 +17,15 @@ template <sluice::fixed_string N, class S>
 void write_one(const S& smp, std::span<const std::byte> in) {
   const auto& f = smp.template feature<N>();
   if (!f.data.empty() && (f.data.data() < in.data() || f.data.data() + f.data.size() > in.data() + in.size())) std::abort();
-  std::vector<std::byte> out(smp.template size_of<N>() + 1);
-  out.back() = std::byte{0x5a};
-  smp.template write<N>(std::span(out).first(out.size() - 1), sluice::sample_context{});
-  if (out.back() != std::byte{0x5a}) std::abort();  // wrote past its size
+  // Written twice over two fills: a byte holding the fill both times was not written (a field
+  // must write exactly size_of bytes), a changed guard byte was written past the end.
+  const std::size_t n = smp.template size_of<N>();
+  std::vector<std::byte> a(n + 1, std::byte{0xa5}), b(n + 1, std::byte{0x5a});
+  smp.template write<N>(std::span(a).first(n), sluice::sample_context{});
+  smp.template write<N>(std::span(b).first(n), sluice::sample_context{});
+  if (a[n] != std::byte{0xa5} || b[n] != std::byte{0x5a}) std::abort();
+  for (std::size_t k = 0; k < n; ++k)
+    if (a[k] != b[k]) std::abort();
 }
 }  // namespace
 
