@@ -453,6 +453,26 @@ TEST_CASE("tf_example: bad varints, lengths, wire types and list types name file
   CHECK(written<std::int64_t, decltype(sd), "y">(sd) == std::vector<std::int64_t>{42});
 }
 
+TEST_CASE("tf_example: labels<Name>() for a class-balanced sampler") {
+  std::vector<bytes> recs;
+  for (std::size_t i = 0; i < 30; ++i) recs.push_back(det_example(i));
+  sluice_test::temp_dir d;
+  io::tf_example_reader<det> r{write_records(d, "lab.tfrecord", recs)};
+  const auto labels = r.labels<"image/class/label">();
+  REQUIRE(labels.size() == 30);
+  for (std::size_t i = 0; i < 30; ++i) CHECK(labels[i] == static_cast<std::int64_t>(i % 10));
+  auto loader = from(sample::class_balanced(labels, {}, {.seed = 1})) | read(r) |
+                collate({.batch = 10}, stack<"image/class/label">{}) | prefetch(2);
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) n += b.size();
+  CHECK(n > 0);
+  using two = schema<field<"bbox/xmin", float, variable>, field<"image/class/label", std::int32_t, variable>>;
+  recs[4] = enc::example({enc::entry("bbox/xmin", enc::feature(2, {})), enc::entry("image/class/label", enc::feature(3, enc::int64_list({1, 2})))});
+  io::tf_example_reader<two> r2{write_records(d, "lab2.tfrecord", recs)};
+  CHECK_THROWS_WITH_AS((void)r2.labels<"image/class/label">(),
+                       doctest::Contains("record 4: feature 'image/class/label': holds 2 values; a label needs exactly one"), format_error);
+}
+
 TEST_CASE("tf_example: .counts checks fixed fields; misuse is a usage_error") {
   using s = schema<field<"v", float>>;
   sluice_test::temp_dir d;

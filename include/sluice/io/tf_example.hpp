@@ -15,6 +15,8 @@
 //               | sluice::prefetch(2);
 //   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64, 1}
 //
+// For a class-balanced sampler, `r.labels<"image/class/label">()` reads every record's one label.
+//
 // Field types and the lists they take:
 //   u8 / i8 / std::byte    bytes_list: the values concatenated (usually one: an encoded image);
 //                          or int64_list, each value range-checked into the type
@@ -504,6 +506,30 @@ class tf_example_reader {
   template <fixed_string Name>
   [[nodiscard]] std::uint64_t expected_count() const noexcept {
     return expected_[Schema::template index_of<Name>];
+  }
+
+  // The one integer of field Name in every record (a class label), for class_balanced and
+  // weighted samplers: parses each record once. A record whose field does not hold exactly one
+  // value, or fails to parse, is a format_error naming it.
+  template <fixed_string Name>
+  [[nodiscard]] std::vector<std::int64_t> labels() const {
+    using T = typename Schema::template field_t<Name>::value_type;
+    static_assert(detail::pb::int_like<T> && !std::is_same_v<T, std::uint64_t>,
+                  "sluice: tf_example_reader::labels<Name>: the field (see Name) must be an integer type of at most 64 "
+                  "signed bits");
+    std::vector<std::int64_t> out(size());
+    for (std::size_t i = 0; i < size(); ++i) {
+      const sample_type s = fields(i);
+      if (s.template count_of<Name>() != 1) {
+        detail::pb::where w{.file = path(), .record = i, .feature = Name.view()};
+        w.fail(nullptr, "holds " + std::to_string(s.template count_of<Name>()) + " values; a label needs exactly one");
+      }
+      T v{};
+      s.template write<Name>(std::as_writable_bytes(std::span(&v, 1)), sample_context{});
+      if constexpr (std::is_same_v<T, std::byte>) out[i] = static_cast<std::int64_t>(std::to_integer<std::uint8_t>(v));
+      else out[i] = static_cast<std::int64_t>(v);
+    }
+    return out;
   }
 
   // Record i parsed into views; a format_error naming the file, record, offset and feature when
