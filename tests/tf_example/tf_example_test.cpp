@@ -301,6 +301,31 @@ TEST_CASE("tf_example: zero copy: bytes and packed floats are views into the map
   CHECK(s.feature<"bbox/xmin">().count == 1);
 }
 
+TEST_CASE("tf_example: the word-at-a-time varint count agrees with the bytewise one") {
+  std::uint64_t x = 12345;
+  auto next = [&] { return x = sluice::splitmix64(x); };
+  const io::detail::pb::where w{.file = "mem"};
+  std::size_t agreed = 0, errors = 0;
+  for (int round = 0; round < 20000; ++round) {
+    bytes run(next() % 40);
+    const unsigned bias = static_cast<unsigned>(next() % 4);  // how often a byte continues
+    for (auto& b : run) {
+      const auto r = next();
+      b = static_cast<std::byte>((r & 0x7f) | ((r >> 8) % 4 < bias ? 0x80 : 0) | ((r >> 16) % 8 == 0 ? 0x7e : 0));
+    }
+    std::string e1, e2;
+    std::uint64_t n1 = 0, n2 = 0;
+    try { n1 = io::detail::pb::count_varints(run, w); } catch (const format_error& e) { e1 = e.what(); }
+    try { n2 = io::detail::pb::count_varints_bytewise(run, w); } catch (const format_error& e) { e2 = e.what(); }
+    CHECK(e1 == e2);
+    CHECK(n1 == n2);
+    ++agreed;
+    errors += !e1.empty();
+  }
+  CHECK(errors > 100);
+  CHECK(agreed - errors > 100);
+}
+
 TEST_CASE("tf_example: truncation at every byte of a record is a format_error naming file and record") {
   const bytes full = det_example(6);
   std::vector<bytes> recs;
