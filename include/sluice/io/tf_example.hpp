@@ -13,7 +13,7 @@
 //               | sluice::collate({.batch = 64}, sluice::ragged<"image/encoded">{},
 //                                 sluice::stack<"image/class/label">{}, sluice::ragged<"bbox/xmin">{})
 //               | sluice::prefetch(2);
-//   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64, 1}
+//   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64}
 //
 // For a class-balanced sampler, `r.labels<"image/class/label">()` reads every record's one label.
 //
@@ -29,7 +29,9 @@
 // varints, wherever they lie; floats may be unaligned in the record) plus each field's count, and
 // allocates nothing. Collate then writes each field once into the batch: a memcpy for bytes and
 // floats, a varint decode for integers. Lists split over several pieces (unpacked, or a list
-// message repeated: protobuf merges those) are walked again at write time.
+// message repeated: protobuf merges those) are walked again at write time. A sample has no
+// bytes_of (a bytes_list may be split), so decode<"image/encoded">(codecs::jpeg{...}) copies the
+// encoded image once into its per-thread buffer before decoding it (tests/tf_example/jpeg_test.cpp).
 //
 // What is checked, per record in fields(i), a format_error naming the file, the record, the byte
 // offset in the file and the feature (so under on_error::skip the loader drops that sample):
@@ -37,7 +39,8 @@
 //     varints of at most 10 bytes that fit 64 bits, lengths inside their enclosing message, tags
 //     with a field number >= 1, no group (wire types 3, 4) and no wire types 6, 7 anywhere;
 //   - packed floats a whole number of 4 bytes; packed varints ending on a varint;
-//   - a known field (a list, a list's values) with a wire type it cannot have;
+//   - a known field (a list, a list's values) with a wire type it cannot have (stricter than
+//     protobuf, which would keep it as an unknown field: here it is taken for corruption);
 //   - a feature missing, holding no list, holding another list type than its field takes, a value
 //     outside a narrower integer type, or a fixed field with another count than expected.
 // Semantics where protobuf has them: unknown fields of valid wire types are skipped; a feature
