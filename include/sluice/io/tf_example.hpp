@@ -23,7 +23,8 @@
 //   other integers, bool   int64_list, each value range-checked (bool: 0 or 1)
 //   float / double         float_list (double: widened at collate)
 // Extent: a `variable` field takes any count. A fixed field takes the count given for it in
-// `.counts` ({"image/class/label", 1}), else the count it has in record 0 (read once at open).
+// `.counts` ({"image/class/label", 1}), else the count it has in record 0 (read once at open, so
+// a record 0 that does not parse or lacks the feature is an error at open: give .counts then).
 //
 // Zero copy: fields(i) parses record i into views (the bytes value, the packed floats, the packed
 // varints, wherever they lie; floats may be unaligned in the record) plus each field's count, and
