@@ -3,6 +3,10 @@
 //                 vs a plain sequential read() of the same page-cache-resident file: GB/s, ratio.
 //   scan_wds_groups  the grouped WebDataset scan (io/wds.hpp: every member of a key, 4 fields:
 //                 jpg bytes, json bytes, an ASCII .cls parsed, an .npy header checked) vs read().
+
+//   tf_example    parsing tf.train.Example records into fields and writing each field out (what
+//                 read(tf_example_reader) + collate do per sample), one thread, over a TFRecord
+//                 file already open, vs a plain sequential read() of the same file: GB/s, ratio.
 //   crc32c        the SSE4.2 path vs the slicing-by-8 table path: GB/s, ratio.
 //   jpeg/pipeline the decode stage in a real pipeline (JPEG -> 64x64 RGB, batches of 256) with W
 //                 workers vs W × the single-thread rate of the same codec on the same images
@@ -13,6 +17,8 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "sluice/codec/jpeg.hpp"
+#include "sluice/io/tf_example.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/wds_tar.hpp"
@@ -179,6 +186,104 @@ void scan_wds_tar_on_groups(benchmark::State& st) {
 }
 BENCHMARK(scan_wds_tar_on_groups)->ArgNames({"record_bytes"})->Arg(100 << 10)->Arg(1 << 10)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// tf.train.Example files of 64 MiB: kind 0 "image" records (a 100 KiB encoded image, a label,
+// 4 box floats: the parse touches little, the write is a memcpy), kind 1 "numeric" records (~1.3 KiB:
+// 128 floats, 96 int64 of 1 to 5 varint bytes, a 32-byte id: varint decoding dominates).
+using image_schema = sluice::schema<sluice::field<"image/encoded", std::uint8_t, sluice::variable>,
+                                    sluice::field<"image/class/label", std::int64_t>,
+                                    sluice::field<"bbox/xmin", float, sluice::variable>>;
+using numeric_schema = sluice::schema<sluice::field<"id", std::uint8_t, sluice::variable>,
+                                      sluice::field<"values", float, sluice::variable>,
+                                      sluice::field<"tokens", std::int64_t, sluice::variable>>;
+const std::string& tf_example_file(int kind) {
+  static std::map<int, std::string> files;
+  auto& p = files[kind];
+  if (p.empty()) {
+    p = tmp("tfex-" + std::to_string(kind) + ".tfrecord");
+    std::vector<std::byte> img;
+    for (std::uint64_t i = 0; img.size() < (64u << 20); ++i) {
+      sluice::io::tf_example_builder b;
+      if (kind == 0) {
+        std::vector<std::byte> jpg(100 << 10);
+        for (std::size_t k = 0; k < jpg.size(); k += 8) jpg[k] = static_cast<std::byte>(sluice::splitmix64(i + k));
+        const std::int64_t label[] = {static_cast<std::int64_t>(i % 1000)};
+        const float box[] = {0.1f, 0.2f, 0.3f, 0.4f};
+        b.bytes("image/format", std::as_bytes(std::span("jpeg", 4))).bytes("image/encoded", jpg)
+            .int64s("image/class/label", label).floats("bbox/xmin", box);
+      } else {
+        std::vector<float> v(128);
+        std::vector<std::int64_t> t(96);
+        for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k) * 0.5f;
+        for (std::size_t k = 0; k < t.size(); ++k) t[k] = static_cast<std::int64_t>(sluice::splitmix64(i * 97 + k) >> (64 - 7 * (1 + k % 5)));
+        std::vector<std::byte> id(32, std::byte{'x'});
+        b.bytes("id", id).floats("values", v).int64s("tokens", t);
+      }
+      sluice::io::append_tfrecord(img, b.build());
+    }
+    write_file(p, img);
+    plain_read(p);
+  }
+  return p;
+}
+
+template <class Schema, sluice::fixed_string... N>
+void tf_example_parse_vs_read(benchmark::State& st, const std::string& path) {
+  sluice::io::tf_example_reader<Schema> r{path, {.tfrecord = {.index = sluice::io::saved_index::ignore}}};
+  std::vector<std::byte> out(1 << 20);
+  const sluice::sample_context ctx{};
+  auto parse_all = [&] {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const auto s = r.fields(i);
+      std::size_t at = 0;
+      ((s.template write<N>(std::span(out).subspan(at, s.template size_of<N>()), ctx), at += s.template size_of<N>()), ...);
+      sum += at + static_cast<std::uint64_t>(out[0]);
+    }
+    return sum;
+  };
+  benchmark::DoNotOptimize(parse_all());  // the mapping's pages are touched once before timing
+  const double bytes = static_cast<double>(fs::file_size(path));
+  // Thread CPU time beside wall time: on a shared machine the wall ratio is noisy, the CPU ratio
+  // says what each side costs when it runs (read()'s kernel copy counts as its thread's time).
+  auto cpu_now = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  double t_read = 0, t_parse = 0, c_read = 0, c_parse = 0;
+  for (auto _ : st) {
+    auto t0 = clock_type::now();
+    double c0 = cpu_now();
+    benchmark::DoNotOptimize(plain_read(path));
+    t_read += seconds_since(t0);
+    c_read += cpu_now() - c0;
+    t0 = clock_type::now();
+    c0 = cpu_now();
+    benchmark::DoNotOptimize(parse_all());
+    const double s = seconds_since(t0);
+    c_parse += cpu_now() - c0;
+    t_parse += s;
+    st.SetIterationTime(s);
+  }
+  st.counters["parse_GBps_cpu"] = bytes * static_cast<double>(st.iterations()) / c_parse / 1e9;
+  st.counters["read_GBps_cpu"] = bytes * static_cast<double>(st.iterations()) / c_read / 1e9;
+  st.counters["parse_over_read_cpu"] = c_read / c_parse;
+  const double n = static_cast<double>(st.iterations());
+  st.counters["parse_GBps"] = bytes * n / t_parse / 1e9;
+  st.counters["read_GBps"] = bytes * n / t_read / 1e9;
+  st.counters["parse_over_read"] = t_read / t_parse;
+  st.counters["records"] = static_cast<double>(r.size());
+  st.counters["records_per_s"] = static_cast<double>(r.size()) * n / t_parse;
+  st.SetBytesProcessed(static_cast<std::int64_t>(bytes * n));
+}
+void tf_example_parse(benchmark::State& st) {
+  if (st.range(0) == 0)
+    tf_example_parse_vs_read<image_schema, "image/encoded", "image/class/label", "bbox/xmin">(st, tf_example_file(0));
+  else
+    tf_example_parse_vs_read<numeric_schema, "id", "values", "tokens">(st, tf_example_file(1));
+}
+BENCHMARK(tf_example_parse)->ArgNames({"numeric"})->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
 void crc32c_paths(benchmark::State& st) {
   std::vector<std::byte> buf(1 << 20);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(i * 131);
@@ -300,6 +405,8 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "wdsg-102400.tar",
                         "wdsg-1024.tar", "jpegs.tfrecord"}) {
+
+  for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "jpegs.tfrecord", "tfex-0.tfrecord", "tfex-1.tfrecord"}) {
     std::error_code ec;
     fs::remove(tmp(f), ec);
   }

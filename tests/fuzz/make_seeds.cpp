@@ -7,6 +7,7 @@
 
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/io/npy.hpp"
+#include "sluice/io/tf_example.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/wds_tar.hpp"
 
@@ -27,6 +28,21 @@ int main(int argc, char** argv) {
     io::append_tfrecord(t, text(""));
     io::append_tfrecord(t, text("a longer third record payload"));
     put(dir / "tfrecord" / "three.tfrecord", t);
+  }
+  {  // tf_example: one Example payload per seed (the fuzz target parses the payload, not the framing)
+    const char* blob[] = {"\x89PNG", "xy"};
+    const std::span<const std::byte> two[] = {text(blob[0]), text(blob[1])};
+    const float f[] = {0.5f, -1.f};
+    const std::int64_t i[] = {7};
+    const std::int64_t n[] = {-3, 300, 1ll << 40};
+    const std::int64_t b[] = {1, 0};
+    for (bool packed : {true, false}) {
+      const auto ex = io::tf_example_builder({.packed = packed})
+                          .bytes("a", two).floats("f", f).int64s("i", i).int64s("n", n).floats("d", f).int64s("b", b)
+                          .bytes("other", text("not in the schema")).build();
+      put(dir / "tf_example" / (packed ? "packed.pb" : "unpacked.pb"), ex);
+    }
+    put(dir / "tf_example" / "empty.pb", {});
   }
   {  // tar: two samples with jpg + cls, one long name
     std::vector<std::byte> t;

@@ -1,0 +1,824 @@
+// sluice/io/tf_example.hpp — TFRecord files of tf.train.Example messages as a fields_reader.
+//
+// Most TFRecord files hold tf.train.Example protobufs: a map from feature name to one list of
+// bytes, floats or int64s. This header parses that one fixed message from its wire format (no
+// protobuf library) straight out of the mapping, and maps the features to the fields of a schema
+// by name:
+//
+//   using ex = sluice::schema<sluice::field<"image/encoded", std::uint8_t, sluice::variable>,
+//                             sluice::field<"image/class/label", std::int64_t>,
+//                             sluice::field<"bbox/xmin", float, sluice::variable>>;
+//   sluice::io::tf_example_reader<ex> r{"train.tfrecord"};
+//   auto loader = sluice::from(sluice::sample::shuffle(r.size(), {.seed = 1})) | sluice::read(r)
+//               | sluice::collate({.batch = 64}, sluice::ragged<"image/encoded">{},
+//                                 sluice::stack<"image/class/label">{}, sluice::ragged<"bbox/xmin">{})
+//               | sluice::prefetch(2);
+//   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64}
+//
+// For a class-balanced sampler, `r.labels<"image/class/label">()` reads every record's one label.
+//
+// Field types and the lists they take:
+//   u8 / i8 / std::byte    bytes_list: the values concatenated (usually one: an encoded image);
+//                          or int64_list, each value range-checked into the type
+//   other integers, bool   int64_list, each value range-checked (bool: 0 or 1)
+//   float / double         float_list (double: widened at collate)
+// Extent: a `variable` field takes any count. A fixed field takes the count given for it in
+// `.counts` ({"image/class/label", 1}), else the count it has in record 0 (read once at open, so
+// a record 0 that does not parse or lacks the feature is an error at open: give .counts then).
+//
+// Zero copy: fields(i) parses record i into views (the bytes value, the packed floats, the packed
+// varints, wherever they lie; floats may be unaligned in the record) plus each field's count, and
+// allocates nothing. Collate then writes each field once into the batch: a memcpy for bytes and
+// floats, a varint decode for integers. Lists split over several pieces (unpacked, or a list
+// message repeated: protobuf merges those) are walked again at write time. A sample has no
+// bytes_of (a bytes_list may be split), so decode<"image/encoded">(codecs::jpeg{...}) copies the
+// encoded image once into its per-thread buffer before decoding it (tests/tf_example/jpeg_test.cpp).
+//
+// What is checked, per record in fields(i), a format_error naming the file, the record, the byte
+// offset in the file and the feature (so under on_error::skip the loader drops that sample):
+//   - the structure of Example, Features, each map entry and each Feature the schema names:
+//     varints of at most 10 bytes that fit 64 bits, lengths inside their enclosing message, tags
+//     with a field number >= 1, no group (wire types 3, 4) and no wire types 6, 7 anywhere;
+//   - packed floats a whole number of 4 bytes; packed varints ending on a varint;
+//   - a known field (a list, a list's values) with a wire type it cannot have (stricter than
+//     protobuf, which would keep it as an unknown field: here it is taken for corruption);
+//   - a feature missing, holding no list, holding another list type than its field takes, a value
+//     outside a narrower integer type, or a fixed field with another count than expected.
+// Semantics where protobuf has them: unknown fields of valid wire types are skipped; a feature
+// name given twice: the last one wins (map semantics); Example.features given twice: merged
+// entry by entry; a Feature with two list types: the last one wins (oneof), the same list type
+// twice: concatenated (message merge). A map entry holding its value twice is refused (protobuf
+// would merge the two Features; no writer does that); an unknown field inside a map entry is
+// skipped (Python's upb-based protobuf 7.36 drops the whole entry: tests/tf_example shows it).
+// These rules are cross-checked against Python's protobuf where it is installed. Features the
+// schema does not name are skipped by their length, not parsed. Feature names are compared as
+// bytes (no UTF-8 check).
+//
+// Thread-safety: after construction every member is const and safe to call concurrently.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/io/tfrecord.hpp"
+
+namespace sluice::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "sluice: tf.train.Example floats are little-endian on the wire; views into them need a little-endian host");
+
+// Which list a feature holds (the Feature oneof's field number; none: not set).
+enum class tf_list : std::uint8_t { none = 0, bytes = 1, floats = 2, int64s = 3 };
+
+inline constexpr std::string_view tf_list_name(tf_list k) noexcept {
+  switch (k) {
+    case tf_list::bytes: return "bytes_list";
+    case tf_list::floats: return "float_list";
+    case tf_list::int64s: return "int64_list";
+    default: return "no list";
+  }
+}
+
+// One parsed feature: which list, how many elements (bytes for a bytes_list), and where they lie.
+// `contiguous`: `data` is the elements themselves (one bytes value, one packed float or varint
+// run). Otherwise `data` is the Feature message from the first piece of its list on, walked again
+// when written.
+struct tf_feature {
+  tf_list kind = tf_list::none;
+  bool contiguous = false;
+  std::uint64_t count = 0;
+  std::span<const std::byte> data{};
+};
+
+struct tf_example_options {
+  tfrecord_options tfrecord{};
+  // Elements per record of fixed fields, by feature name; a fixed field not listed takes record
+  // 0's count. Naming a variable field or a name outside the schema is a usage_error.
+  std::vector<std::pair<std::string, std::uint64_t>> counts{};
+};
+
+namespace detail::pb {
+
+enum : std::uint32_t { wt_varint = 0, wt_i64 = 1, wt_len = 2, wt_sgroup = 3, wt_egroup = 4, wt_i32 = 5 };
+
+// Where a parse runs, for its error messages.
+struct where {
+  std::string_view file;
+  std::uint64_t record = 0;
+  std::uint64_t base = file_position::npos;  // file offset of the record's first byte
+  const std::byte* start = nullptr;          // the record's first byte
+  std::string_view feature{};                // empty: not inside a feature yet
+
+  [[noreturn]] void fail(const std::byte* at, const std::string& cause) const {
+    std::string c = feature.empty() ? cause : "feature '" + std::string(feature) + "': " + cause;
+    const std::uint64_t off = base == file_position::npos ? file_position::npos
+                                                          : base + static_cast<std::uint64_t>(at - start);
+    throw format_error(std::string(file), {.record = record, .offset = off}, c);
+  }
+};
+
+// A varint; false when it runs past `end`, is longer than 10 bytes, or does not fit 64 bits.
+// On failure `why` says which.
+inline bool varint(const std::byte*& p, const std::byte* end, std::uint64_t& out, const char*& why) noexcept {
+  std::uint64_t v = 0;
+  for (unsigned i = 0; i < 10; ++i) {
+    if (p == end) {
+      why = "varint runs past the end of its message";
+      return false;
+    }
+    const auto b = static_cast<std::uint8_t>(*p++);
+    if (i == 9 && b > 1) {
+      why = (b & 0x80) ? "varint longer than 10 bytes" : "varint overflows 64 bits";
+      return false;
+    }
+    v |= static_cast<std::uint64_t>(b & 0x7f) << (7 * i);
+    if ((b & 0x80) == 0) {
+      out = v;
+      return true;
+    }
+  }
+  why = "varint longer than 10 bytes";  // unreachable: i == 9 returns above
+  return false;
+}
+
+[[gnu::noinline]] inline std::uint64_t get_varint_slow(const std::byte*& p, const std::byte* end, const where& w) {
+  const std::byte* at = p;
+  std::uint64_t v = 0;
+  const char* why = "";
+  if (!varint(p, end, v, why)) w.fail(at, why);
+  return v;
+}
+inline std::uint64_t get_varint(const std::byte*& p, const std::byte* end, const where& w) {
+  if (p != end && static_cast<std::uint8_t>(*p) < 0x80) [[likely]]
+    return static_cast<std::uint8_t>(*p++);
+  return get_varint_slow(p, end, w);
+}
+
+// Counts the varints of a packed run and checks each (the same rules as varint()) without
+// decoding them, one byte at a time; throws at the first bad varint.
+inline std::uint64_t count_varints_bytewise(std::span<const std::byte> run, const where& w) {
+  std::uint64_t n = 0;
+  unsigned cont = 0;  // continuation bytes so far in the current varint
+  for (std::size_t k = 0; k < run.size(); ++k) {
+    const auto c = static_cast<std::uint8_t>(run[k]);
+    if (c & 0x80) {
+      if (++cont == 10) w.fail(run.data() + k - 9, "varint longer than 10 bytes");
+    } else {
+      if (cont == 9 && c > 1) w.fail(run.data() + k - 9, "varint overflows 64 bits");
+      ++n;
+      cont = 0;
+    }
+  }
+  if (cont != 0) w.fail(run.data() + run.size() - cont, "varint runs past the end of its message");
+  return n;
+}
+
+// The same, eight bytes at a time: a varint ends at each byte with its high bit clear, so the
+// count is the number of such bytes; a varint too long or overflowing needs 9 continuation bytes in a row,
+// which is tracked across words. Any doubt goes to the bytewise check for the exact error.
+inline std::uint64_t count_varints(std::span<const std::byte> run, const where& w) {
+  constexpr std::uint64_t high = 0x8080808080808080ull;
+  std::uint64_t n = 0;
+  unsigned cont = 0;  // continuation bytes at the end of what was seen
+  std::size_t k = 0;
+  for (; k + 8 <= run.size(); k += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, run.data() + k, 8);  // little-endian: byte j is bits 8j..8j+7
+    const std::uint64_t ends = ~word & high;
+    if (ends == 0) {
+      cont += 8;
+      if (cont >= 9) return count_varints_bytewise(run, w);
+      continue;
+    }
+    const unsigned before = static_cast<unsigned>(std::countr_zero(ends)) / 8;  // continuation bytes before the first end
+    if (cont + before >= 9) return count_varints_bytewise(run, w);
+    n += ((ends >> 7) * 0x0101010101010101ull) >> 56;  // one bit per byte: a multiply sums them (no popcnt needed)
+    cont = static_cast<unsigned>(std::countl_zero(ends)) / 8;  // continuation bytes after the last end
+  }
+  for (; k < run.size(); ++k) {
+    const auto c = static_cast<std::uint8_t>(run[k]);
+    if (c & 0x80) {
+      if (++cont >= 9) return count_varints_bytewise(run, w);
+    } else {
+      ++n;
+      cont = 0;
+    }
+  }
+  if (cont != 0) return count_varints_bytewise(run, w);
+  return n;
+}
+
+// A tag: field number and wire type. Field 0, field numbers past 2^29 - 1 and wire types 3, 4, 6, 7
+// are errors.
+struct tag {
+  std::uint32_t field;
+  std::uint32_t wire;
+  const std::byte* at;
+};
+inline tag get_tag(const std::byte*& p, const std::byte* end, const where& w) {
+  const std::byte* at = p;
+  const std::uint64_t t = get_varint(p, end, w);
+  const auto wire = static_cast<std::uint32_t>(t & 7);
+  if ((t >> 3) == 0) w.fail(at, "tag with field number 0");
+  if ((t >> 3) > 0x1fffffff) w.fail(at, "tag with field number past 2^29 - 1");
+  if (wire == wt_sgroup || wire == wt_egroup) w.fail(at, "group (wire type " + std::to_string(wire) + ") is not allowed");
+  if (wire > wt_i32) w.fail(at, "invalid wire type " + std::to_string(wire));
+  return {static_cast<std::uint32_t>(t >> 3), wire, at};
+}
+
+// The body of a length-delimited field.
+inline std::span<const std::byte> get_len(const std::byte*& p, const std::byte* end, const where& w) {
+  const std::byte* at = p;
+  const std::uint64_t n = get_varint(p, end, w);
+  if (n > static_cast<std::uint64_t>(end - p))
+    w.fail(at, "length " + std::to_string(n) + " runs past the end of its message (" +
+                   std::to_string(end - p) + " bytes left)");
+  std::span<const std::byte> body(p, static_cast<std::size_t>(n));
+  p += n;
+  return body;
+}
+
+// Skips the value of an unknown field (wire types 0, 1, 2, 5; get_tag refused the others).
+inline void skip(const tag& t, const std::byte*& p, const std::byte* end, const where& w) {
+  switch (t.wire) {
+    case wt_varint: (void)get_varint(p, end, w); break;
+    case wt_len: (void)get_len(p, end, w); break;
+    default: {
+      const std::size_t n = t.wire == wt_i64 ? 8 : 4;
+      if (static_cast<std::size_t>(end - p) < n)
+        w.fail(t.at, "fixed" + std::to_string(n * 8) + " value runs past the end of its message");
+      p += n;
+    }
+  }
+}
+
+// Range of the integers a field type holds, as int64 (uint64: the non-negative int64s).
+struct int_range {
+  bool check = false;
+  std::int64_t lo = 0, hi = 0;
+  std::string_view type{};
+};
+
+// Validates one list message of kind k, adding its elements to f; records the single piece.
+inline void parse_list(tf_list k, std::span<const std::byte> body, tf_feature& f, std::size_t& pieces,
+                       const int_range& range, const where& w) {
+  const std::byte* p = body.data();
+  const std::byte* end = p + body.size();
+  while (p < end) {
+    const tag t = get_tag(p, end, w);
+    if (t.field != 1) {
+      skip(t, p, end, w);
+      continue;
+    }
+    auto check_int = [&](std::uint64_t u, const std::byte* at) {
+      const auto v = static_cast<std::int64_t>(u);
+      if (range.check && (v < range.lo || v > range.hi))
+        w.fail(at, "int64_list value " + std::to_string(v) + " does not fit the field's type " + std::string(range.type));
+    };
+    if (k == tf_list::bytes) {
+      if (t.wire != wt_len) w.fail(t.at, "bytes_list value with wire type " + std::to_string(t.wire) + " (must be 2)");
+      const auto v = get_len(p, end, w);
+      f.count += v.size();
+      f.data = v;
+      ++pieces;
+    } else if (k == tf_list::floats) {
+      if (t.wire == wt_len) {
+        const auto v = get_len(p, end, w);
+        if (v.size() % 4 != 0)
+          w.fail(t.at, "packed float_list of " + std::to_string(v.size()) + " bytes, not a whole number of floats");
+        f.count += v.size() / 4;
+        f.data = v;
+        ++pieces;
+      } else if (t.wire == wt_i32) {
+        if (end - p < 4) w.fail(t.at, "float value runs past the end of its message");
+        f.count += 1;
+        f.data = {p, 4};
+        p += 4;
+        ++pieces;
+      } else {
+        w.fail(t.at, "float_list value with wire type " + std::to_string(t.wire) + " (must be 5, or 2 packed)");
+      }
+    } else {
+      if (t.wire == wt_len) {
+        const auto v = get_len(p, end, w);
+        std::uint64_t n = 0;
+        if (!range.check) {
+          n = count_varints(v, w);
+        } else {
+          const std::byte* q = v.data();
+          const std::byte* qe = q + v.size();
+          while (q < qe) {
+            const std::byte* at = q;
+            const std::uint64_t u = get_varint(q, qe, w);
+            check_int(u, at);
+            ++n;
+          }
+        }
+        f.count += n;
+        f.data = v;
+        ++pieces;
+      } else if (t.wire == wt_varint) {
+        const std::byte* at = p;
+        const std::uint64_t u = get_varint(p, end, w);
+        check_int(u, at);
+        f.count += 1;
+        f.data = {at, static_cast<std::size_t>(p - at)};
+        ++pieces;
+      } else {
+        w.fail(t.at, "int64_list value with wire type " + std::to_string(t.wire) + " (must be 0, or 2 packed)");
+      }
+    }
+  }
+}
+
+// Parses one Feature message: the last list type set wins; pieces of that type after the switch
+// are merged.
+inline tf_feature parse_feature(std::span<const std::byte> msg, const int_range& range, const where& w) {
+  tf_feature f;
+  std::size_t pieces = 0;
+  const std::byte* run = nullptr;
+  const std::byte* p = msg.data();
+  const std::byte* end = p + msg.size();
+  while (p < end) {
+    const tag t = get_tag(p, end, w);
+    if (t.field < 1 || t.field > 3) {
+      skip(t, p, end, w);
+      continue;
+    }
+    const auto k = static_cast<tf_list>(t.field);
+    if (t.wire != wt_len)
+      w.fail(t.at, std::string(tf_list_name(k)) + " with wire type " + std::to_string(t.wire) + " (must be 2)");
+    const auto body = get_len(p, end, w);
+    if (k != f.kind) {
+      f = {.kind = k};
+      pieces = 0;
+      run = t.at;
+    }
+    parse_list(k, body, f, pieces, range, w);
+  }
+  if (pieces == 1) {
+    f.contiguous = true;  // data = that one piece
+  } else if (f.kind != tf_list::none) {
+    f.contiguous = pieces == 0;  // an empty list: nothing to walk
+    f.data = pieces == 0 ? std::span<const std::byte>{} : std::span<const std::byte>(run, static_cast<std::size_t>(end - run));
+  }
+  return f;
+}
+
+// Calls piece(bytes) for each piece of f's list in order (for a feature not contiguous:
+// data is already validated).
+template <class Piece>
+void for_each_piece(const tf_feature& f, Piece&& piece) {
+  if (f.contiguous) {
+    if (!f.data.empty()) piece(f.data);
+    return;
+  }
+  const where w{};
+  const std::byte* p = f.data.data();
+  const std::byte* end = p + f.data.size();
+  while (p < end) {
+    const tag t = get_tag(p, end, w);
+    if (t.field != static_cast<std::uint32_t>(f.kind)) {
+      skip(t, p, end, w);
+      continue;
+    }
+    const auto body = get_len(p, end, w);
+    const std::byte* q = body.data();
+    const std::byte* qe = q + body.size();
+    while (q < qe) {
+      const tag v = get_tag(q, qe, w);
+      if (v.field != 1) {
+        skip(v, q, qe, w);
+        continue;
+      }
+      if (v.wire == wt_len) {
+        piece(get_len(q, qe, w));
+      } else if (v.wire == wt_i32) {
+        piece(std::span<const std::byte>(q, 4));
+        q += 4;
+      } else {
+        const std::byte* at = q;
+        (void)get_varint(q, qe, w);
+        piece(std::span<const std::byte>(at, static_cast<std::size_t>(q - at)));
+      }
+    }
+  }
+}
+
+template <class T>
+constexpr int_range range_of() {
+  if constexpr (std::is_same_v<T, bool>) return {true, 0, 1, "bool"};
+  else if constexpr (std::is_same_v<T, std::int64_t>) return {};
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return {true, 0, std::numeric_limits<std::int64_t>::max(), "u64"};
+  else if constexpr (std::is_same_v<T, std::byte>) return {true, 0, 255, "u8"};
+  else if constexpr (std::is_integral_v<T>)
+    return {true, static_cast<std::int64_t>(std::numeric_limits<T>::lowest()),
+            static_cast<std::int64_t>(std::numeric_limits<T>::max()), dtype_name(dtype_of<T>)};
+  else return {};
+}
+
+template <class T>
+inline constexpr bool byte_like = sizeof(T) == 1 && !std::is_same_v<T, bool>;
+template <class T>
+inline constexpr bool int_like = std::is_integral_v<T> || std::is_same_v<T, std::byte>;
+
+}  // namespace detail::pb
+
+// A record's fields: views into the mapping plus counts; follows the field-sample protocol
+// (core/schema.hpp), writing each field into the batch at collate.
+template <class Schema>
+struct tf_example_sample {
+  using schema_type = Schema;
+  std::uint64_t id = 0;
+  std::string_view origin;
+  std::array<tf_feature, Schema::size> features{};
+
+  template <fixed_string Name>
+  [[nodiscard]] const tf_feature& feature() const noexcept {
+    return features[Schema::template index_of<Name>];
+  }
+  template <fixed_string Name>
+  [[nodiscard]] std::uint64_t count_of() const noexcept {
+    return feature<Name>().count;
+  }
+  template <fixed_string Name>
+  [[nodiscard]] std::size_t size_of() const noexcept {
+    using T = typename Schema::template field_t<Name>::value_type;
+    return static_cast<std::size_t>(feature<Name>().count) * sizeof(T);
+  }
+  template <fixed_string Name>
+  void write(std::span<std::byte> dst, const sample_context&) const {
+    using T = typename Schema::template field_t<Name>::value_type;
+    namespace pb = detail::pb;
+    const tf_feature& f = feature<Name>();
+    std::byte* out = dst.data();
+    if (f.kind == tf_list::bytes || (f.kind == tf_list::floats && std::is_same_v<T, float>)) {
+      if (f.contiguous) {
+        if (f.count != 0) std::memcpy(out, f.data.data(), f.data.size());
+        return;
+      }
+      pb::for_each_piece(f, [&](std::span<const std::byte> b) {
+        if (!b.empty()) std::memcpy(out, b.data(), b.size());
+        out += b.size();
+      });
+    } else if (f.kind == tf_list::floats) {  // double
+      if constexpr (std::is_floating_point_v<T>) {
+        pb::for_each_piece(f, [&](std::span<const std::byte> b) {
+          for (std::size_t k = 0; k + 4 <= b.size(); k += 4) {
+            float v;
+            std::memcpy(&v, b.data() + k, 4);
+            const T d = static_cast<T>(v);
+            std::memcpy(out, &d, sizeof(T));
+            out += sizeof(T);
+          }
+        });
+      }
+    } else if (f.kind == tf_list::int64s) {
+      if constexpr (pb::int_like<T>) {
+        pb::for_each_piece(f, [&](std::span<const std::byte> b) {
+          const std::byte* q = b.data();
+          const std::byte* qe = q + b.size();
+          std::uint64_t u = 0;
+          const char* why = "";
+          while (q < qe) {
+            if (static_cast<std::uint8_t>(*q) < 0x80) [[likely]] u = static_cast<std::uint8_t>(*q++);
+            else if (!pb::varint(q, qe, u, why)) break;
+            T v;
+            if constexpr (std::is_same_v<T, std::byte>) v = static_cast<std::byte>(u);
+            else v = static_cast<T>(static_cast<std::int64_t>(u));
+            std::memcpy(out, &v, sizeof(T));
+            out += sizeof(T);
+          }
+        });
+      }
+    }
+  }
+};
+
+// tf.train.Example records of a TFRecord file as samples with the fields of Schema.
+template <class Schema>
+class tf_example_reader {
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = tf_example_sample<Schema>;
+  using counts_type = std::array<std::uint64_t, Schema::size>;  // per field; ~0: any count
+
+  explicit tf_example_reader(std::string path, tf_example_options o = {})
+      : tf_example_reader(tfrecord_reader(std::move(path), std::move(o.tfrecord)), std::move(o.counts)) {}
+  explicit tf_example_reader(tfrecord_reader records, std::vector<std::pair<std::string, std::uint64_t>> counts = {})
+      : records_(std::move(records)) {
+    expected_.fill(no_count);
+    for (const auto& [name, n] : counts) {
+      std::size_t k = 0;
+      while (k < Schema::size && Schema::names[k] != name) ++k;
+      if (k == Schema::size)
+        throw usage_error("sluice: tf_example_reader: .counts names '" + name + "', which is not a field of the schema");
+      if (variable_[k])
+        throw usage_error("sluice: tf_example_reader: .counts names '" + name + "', a variable field (it takes any count)");
+      expected_[k] = n;
+    }
+    bool learn = false;
+    for (std::size_t k = 0; k < Schema::size; ++k) learn |= !variable_[k] && expected_[k] == no_count;
+    if (learn && records_.size() > 0) {
+      const sample_type s = parse(0, false);
+      for (std::size_t k = 0; k < Schema::size; ++k)
+        if (!variable_[k] && expected_[k] == no_count) expected_[k] = s.features[k].count;
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return records_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return records_.path(); }
+  [[nodiscard]] const tfrecord_reader& records() const noexcept { return records_; }
+  [[nodiscard]] const mapped_file& file() const noexcept { return records_.file(); }
+  // The elements per record a fixed field must have (as given, or record 0's).
+  template <fixed_string Name>
+  [[nodiscard]] std::uint64_t expected_count() const noexcept {
+    return expected_[Schema::template index_of<Name>];
+  }
+
+  // The one integer of field Name in every record (a class label), for class_balanced and
+  // weighted samplers: parses each record once. A record whose field does not hold exactly one
+  // value, or fails to parse, is a format_error naming it.
+  template <fixed_string Name>
+  [[nodiscard]] std::vector<std::int64_t> labels() const {
+    using T = typename Schema::template field_t<Name>::value_type;
+    static_assert(detail::pb::int_like<T> && !std::is_same_v<T, std::uint64_t>,
+                  "sluice: tf_example_reader::labels<Name>: the field (see Name) must be an integer type of at most 64 "
+                  "signed bits");
+    std::vector<std::int64_t> out(size());
+    for (std::size_t i = 0; i < size(); ++i) {
+      const sample_type s = fields(i);
+      if (s.template count_of<Name>() != 1) {
+        detail::pb::where w{.file = path(), .record = i, .feature = Name.view()};
+        w.fail(nullptr, "holds " + std::to_string(s.template count_of<Name>()) + " values; a label needs exactly one");
+      }
+      T v{};
+      s.template write<Name>(std::as_writable_bytes(std::span(&v, 1)), sample_context{});
+      if constexpr (std::is_same_v<T, std::byte>) out[i] = static_cast<std::int64_t>(std::to_integer<std::uint8_t>(v));
+      else out[i] = static_cast<std::int64_t>(v);
+    }
+    return out;
+  }
+
+  // Record i parsed into views; a format_error naming the file, record, offset and feature when
+  // it is malformed or does not fit the schema.
+  [[nodiscard]] sample_type fields(std::size_t i) const { return parse(i, true); }
+
+ private:
+  template <class S>
+  struct fields_of;
+  template <class... F>
+  struct fields_of<schema<F...>> {
+    using type = std::tuple<F...>;
+  };
+  template <class S>
+  using fields_tuple = typename fields_of<S>::type;
+
+  template <std::size_t K>
+  using value_t = typename std::tuple_element_t<K, fields_tuple<Schema>>::value_type;
+
+  static constexpr std::uint64_t no_count = ~std::uint64_t{0};
+  static constexpr auto variable_ = [] {
+    std::array<bool, Schema::size> v{};
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      ((v[K] = std::tuple_element_t<K, fields_tuple<Schema>>::kind == extent::variable), ...);
+    }(std::make_index_sequence<Schema::size>{});
+    return v;
+  }();
+
+
+  template <std::size_t K>
+  static bool accepts(tf_list k) noexcept {
+    using T = value_t<K>;
+    namespace pb = detail::pb;
+    if constexpr (pb::byte_like<T>) return k == tf_list::bytes || k == tf_list::int64s;
+    else if constexpr (pb::int_like<T>) return k == tf_list::int64s;
+    else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return k == tf_list::floats;
+    else return false;
+  }
+  template <std::size_t K>
+  static constexpr std::string_view takes() noexcept {
+    using T = value_t<K>;
+    namespace pb = detail::pb;
+    if constexpr (pb::byte_like<T>) return "bytes_list or int64_list";
+    else if constexpr (pb::int_like<T>) return "int64_list";
+    else return "float_list";
+  }
+
+  static void check_types() noexcept {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (static_assert_type<value_t<K>>(), ...);
+    }(std::make_index_sequence<Schema::size>{});
+  }
+  template <class T>
+  static constexpr void static_assert_type() noexcept {
+    static_assert(detail::pb::int_like<T> || std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "sluice: tf_example_reader: a field's type must be an integer type, bool, std::byte, float or "
+                  "double (tf.train.Example holds bytes, int64 and float lists)");
+  }
+
+  // Feature-level parse of one entry value for schema field `slot`.
+  template <std::size_t... K>
+  static tf_feature parse_slot(std::size_t slot, std::span<const std::byte> msg, const detail::pb::where& w,
+                               std::index_sequence<K...>) {
+    tf_feature f;
+    ((slot == K ? (f = detail::pb::parse_feature(msg, accepts<K>(tf_list::int64s) ? detail::pb::range_of<value_t<K>>()
+                                                                                  : detail::pb::int_range{}, w),
+                   0)
+                : 0),
+     ...);
+    return f;
+  }
+  template <std::size_t... K>
+  static void check_fields(const sample_type& s, const detail::pb::where& w0, const std::array<const std::byte*, Schema::size>& at,
+                           const counts_type* expected, std::index_sequence<K...>) {
+    (check_field<K>(s, w0, at[K], expected), ...);
+  }
+  template <std::size_t K>
+  static void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, const counts_type* expected) {
+    detail::pb::where w = w0;
+    w.feature = Schema::names[K];
+    const tf_feature& f = s.features[K];
+    if (at == nullptr) w.fail(w.start, "missing from the record (the schema names it)");
+    if (f.kind == tf_list::none) w.fail(at, "holds no list (the Feature sets none of bytes_list, float_list, int64_list)");
+    if (!accepts<K>(f.kind))
+      w.fail(at, "is a " + std::string(tf_list_name(f.kind)) + ", but its field is " +
+                     std::string(dtype_name(dtype_of<value_t<K>>)) + ", which takes " + std::string(takes<K>()));
+    if (expected != nullptr && !variable_[K] && (*expected)[K] != no_count && f.count != (*expected)[K])
+      w.fail(at, "holds " + std::to_string(f.count) + " values, but its field is fixed at " + std::to_string((*expected)[K]) +
+                     " (record 0's count, or .counts)");
+  }
+
+  sample_type parse(std::size_t i, bool check_counts) const {
+    std::uint64_t base = file_position::npos;
+    if constexpr (requires { records_.offset(i); }) base = records_.offset(i);
+    return parse(records_.record(i), records_.path(), i, base, check_counts ? &expected_ : nullptr);
+  }
+
+ public:
+  // Parses one serialised Example (`rec`) of `file` at record `index`, whose first byte is at file
+  // offset `base` (npos: unknown); fixed fields are checked against `expected` when given (~0: any
+  // count). What fields(i) does, without a file (for tools and the fuzz target).
+  static sample_type parse(std::span<const std::byte> rec, std::string_view file, std::uint64_t index,
+                           std::uint64_t base = file_position::npos, const counts_type* expected = nullptr) {
+    check_types();
+    namespace pb = detail::pb;
+    pb::where w{.file = file, .record = index, .base = base, .start = rec.data()};
+    sample_type s{.id = index, .origin = file};
+    std::array<const std::byte*, Schema::size> at{};  // where each field's winning entry starts
+    const std::byte* p = rec.data();
+    const std::byte* end = p + rec.size();
+    while (p < end) {  // Example
+      const pb::tag t = pb::get_tag(p, end, w);
+      if (t.field != 1) {
+        pb::skip(t, p, end, w);
+        continue;
+      }
+      if (t.wire != pb::wt_len) w.fail(t.at, "Example.features with wire type " + std::to_string(t.wire) + " (must be 2)");
+      const auto feats = pb::get_len(p, end, w);
+      const std::byte* q = feats.data();
+      const std::byte* qe = q + feats.size();
+      while (q < qe) {  // Features
+        const pb::tag ft = pb::get_tag(q, qe, w);
+        if (ft.field != 1) {
+          pb::skip(ft, q, qe, w);
+          continue;
+        }
+        if (ft.wire != pb::wt_len) w.fail(ft.at, "Features.feature entry with wire type " + std::to_string(ft.wire) + " (must be 2)");
+        const auto entry = pb::get_len(q, qe, w);
+        const std::byte* e = entry.data();
+        const std::byte* ee = e + entry.size();
+        std::string_view key{};
+        std::span<const std::byte> value{};
+        bool has_value = false;
+        while (e < ee) {  // map entry
+          const pb::tag et = pb::get_tag(e, ee, w);
+          if (et.field == 1 || et.field == 2) {
+            if (et.wire != pb::wt_len)
+              w.fail(et.at, std::string(et.field == 1 ? "feature name" : "feature value") + " with wire type " +
+                                std::to_string(et.wire) + " (must be 2)");
+            const auto b = pb::get_len(e, ee, w);
+            if (et.field == 1) {
+              key = {reinterpret_cast<const char*>(b.data()), b.size()};
+            } else {
+              if (has_value) {
+                pb::where wk = w;
+                wk.feature = key;
+                wk.fail(et.at, "map entry holds its value twice");
+              }
+              value = b;
+              has_value = true;
+            }
+          } else {
+            pb::skip(et, e, ee, w);
+          }
+        }
+        std::size_t k = 0;
+        while (k < Schema::size && Schema::names[k] != key) ++k;
+        if (k == Schema::size) continue;  // a feature the schema does not name
+        pb::where wf = w;
+        wf.feature = Schema::names[k];
+        s.features[k] = parse_slot(k, value, wf, std::make_index_sequence<Schema::size>{});
+        at[k] = ft.at;  // last one wins
+      }
+    }
+    check_fields(s, w, at, expected, std::make_index_sequence<Schema::size>{});
+    return s;
+  }
+
+ private:
+
+  tfrecord_reader records_;
+  counts_type expected_{};
+};
+
+// Builds a tf.train.Example's wire bytes (for tests, tools, benchmarks): features in the order
+// added, lists packed unless `.packed = false`.
+class tf_example_builder {
+ public:
+  struct options {
+    bool packed = true;
+  };
+  tf_example_builder() = default;
+  explicit tf_example_builder(options o) : opt_(o) {}
+
+  tf_example_builder& bytes(std::string_view name, std::span<const std::span<const std::byte>> values) {
+    std::vector<std::byte> list;
+    for (auto v : values) put_len(list, 1, v);
+    return add(name, 1, list);
+  }
+  tf_example_builder& bytes(std::string_view name, std::span<const std::byte> value) {
+    const std::span<const std::byte> one[1] = {value};
+    return bytes(name, std::span<const std::span<const std::byte>>(one));
+  }
+  tf_example_builder& floats(std::string_view name, std::span<const float> values) {
+    std::vector<std::byte> list;
+    if (opt_.packed) {
+      put_len(list, 1, std::as_bytes(values));
+    } else {
+      for (float v : values) {
+        put_varint(list, (1u << 3) | detail::pb::wt_i32);
+        const auto* b = reinterpret_cast<const std::byte*>(&v);
+        list.insert(list.end(), b, b + 4);
+      }
+    }
+    return add(name, 2, list);
+  }
+  tf_example_builder& int64s(std::string_view name, std::span<const std::int64_t> values) {
+    std::vector<std::byte> list, packed;
+    for (auto v : values) {
+      if (!opt_.packed) put_varint(list, (1u << 3) | detail::pb::wt_varint);
+      put_varint(opt_.packed ? packed : list, static_cast<std::uint64_t>(v));
+    }
+    if (opt_.packed) put_len(list, 1, packed);
+    return add(name, 3, list);
+  }
+  // The Example message: Example{features = 1: Features{feature = 1: entries...}}.
+  [[nodiscard]] std::vector<std::byte> build() const {
+    std::vector<std::byte> out;
+    put_len(out, 1, features_);
+    return out;
+  }
+
+  static void put_varint(std::vector<std::byte>& out, std::uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<std::byte>(v | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<std::byte>(v));
+  }
+  static void put_len(std::vector<std::byte>& out, std::uint32_t field, std::span<const std::byte> body) {
+    put_varint(out, (field << 3) | detail::pb::wt_len);
+    put_varint(out, body.size());
+    out.insert(out.end(), body.begin(), body.end());
+  }
+
+ private:
+  tf_example_builder& add(std::string_view name, std::uint32_t kind, const std::vector<std::byte>& list) {
+    std::vector<std::byte> feature, entry;
+    put_len(feature, kind, list);
+    put_len(entry, 1, std::as_bytes(std::span(name.data(), name.size())));
+    put_len(entry, 2, feature);
+    put_len(features_, 1, entry);
+    return *this;
+  }
+  options opt_{};
+  std::vector<std::byte> features_;
+};
+
+}  // namespace sluice::io
