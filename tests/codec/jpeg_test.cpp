@@ -36,7 +36,7 @@ int at(const std::vector<std::byte>& img, int w, int x, int y, int c, int ch = 3
 }
 }  // namespace
 
-TEST_CASE("jpeg: full-size decode matches the encoded pixels; header is read") {
+TEST_CASE("jpeg: full-size decode matches the encoded pixels, header is read") {
   const int w = 64, h = 48;
   auto src = gradient(w, h);
   auto enc = encode_jpeg(src, w, h, pixels::rgb, 95, TJSAMP_444);
@@ -89,7 +89,7 @@ TEST_CASE("jpeg: DCT scaling picks the smallest sufficient factor and agrees wit
   CHECK(at(a, 32, 31, 16, 0) > 235);
 }
 
-TEST_CASE("transform: centre crop keeps the middle; stretch keeps everything") {
+TEST_CASE("transform: centre crop keeps the middle, stretch keeps everything") {
   const int w = 128, h = 64;
   auto enc = encode_jpeg(gradient(w, h), w, h, pixels::rgb, 95, TJSAMP_444);
   // Cover 32x32 keeping aspect: scale 0.5 -> 64x32, centre window = source columns 32..96.
@@ -105,7 +105,7 @@ TEST_CASE("transform: centre crop keeps the middle; stretch keeps everything") {
   CHECK(at(o, 32, 31, 16, 0) > 243);
 }
 
-TEST_CASE("transform: flip mirrors; random crop and flip depend only on (seed, epoch, id)") {
+TEST_CASE("transform: flip mirrors, random crop and flip depend only on (seed, epoch, id)") {
   const int w = 96, h = 80;
   auto enc = encode_jpeg(gradient(w, h), w, h, pixels::rgb, 90);
   jpeg plain({.width = 40, .height = 40});

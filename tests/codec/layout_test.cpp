@@ -169,7 +169,7 @@ TEST_CASE("jpeg layout: CHW output is the transpose of HWC output, bit for bit")
   CHECK(a == b);
 }
 
-TEST_CASE("jpeg layout: the codec states its geometry; a layout of none is refused") {
+TEST_CASE("jpeg layout: the codec states its geometry, a layout of none is refused") {
   const jpeg hwc({.width = 32, .height = 24});
   const jpeg chw({.width = 32, .height = 24, .layout = image_layout::chw});
   const jpeg grey({.width = 32, .height = 24, .format = pixels::grey, .layout = image_layout::chw});

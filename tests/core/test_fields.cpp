@@ -172,7 +172,7 @@ TEST_CASE("fields: collate({...}) alone stacks every field of a fixed schema") {
   CHECK(ys == r.y);
 }
 
-TEST_CASE("fields: pad to the longest, to a multiple, to a fixed length; lengths and mask") {
+TEST_CASE("fields: pad to the longest, to a multiple, to a fixed length, lengths and mask") {
   tok_reader r(20);
   SUBCASE("longest, multiple of 4, mask") {
     auto loader = from(sample::sequential(r.size())) | read(r) |
@@ -403,7 +403,7 @@ TEST_CASE("fields: batches are bit-identical for 1, 2 and 4 workers (variable fi
   }
 }
 
-TEST_CASE("fields: slot storage grows to the largest batch, then is reused; bytes in flight follow the batches") {
+TEST_CASE("fields: slot storage grows to the largest batch, then is reused, bytes in flight follow the batches") {
   tok_reader r(64, 32);  // documents of 1..32 tokens: every batch pads to its own longest
   auto loader = from(sample::sequential(r.size())) | read(r) | collate({.batch = 8}, pad<"tokens">{}) | prefetch(1, {.workers = 1});
   std::size_t largest_batch = 0, after_first = 0;

@@ -145,7 +145,7 @@ TEST_CASE("recorded class-balanced run: no rebalancing advice, no drift, no memo
   }
 }
 
-TEST_CASE("recorded deferred run: the sampler switch lowers class std; the input mean barely moves") {
+TEST_CASE("recorded deferred run: the sampler switch lowers class std, the input mean barely moves") {
   auto h = recorded("longtail-deferred.csv");
   REQUIRE(h.size() == 6);
   CHECK(h[2].class_std > 1.5);

@@ -143,7 +143,7 @@ TEST_CASE("class_balance_monitor: balanced, long-tailed and sorted feeds") {
   CHECK(m.summary().unknown_labels == 2);
 }
 
-TEST_CASE("drift_monitor: Welford matches a two-pass computation; shifts are detected") {
+TEST_CASE("drift_monitor: Welford matches a two-pass computation, shifts are detected") {
   drift_monitor d(2, {.window_batches = 10, .alert_sigma = 0.1});
   std::vector<float> batch(8 * 2 * 16);  // 8 samples, 2 channels, 16 values, NCHW
   std::vector<double> all0;

@@ -291,7 +291,7 @@ struct counting_ring final : detail::ring_base {
 };
 }  // namespace
 
-TEST_CASE("a CUDA device copy exports as kDLCUDA with the device ordinal; the last holder releases once") {
+TEST_CASE("a CUDA device copy exports as kDLCUDA with the device ordinal, the last holder releases once") {
   auto ring = std::make_shared<counting_ring>();
   alignas(64) static std::byte host[256];
   alignas(64) static std::byte device[256];  // stands in for device memory: only the pointer is used

@@ -174,7 +174,7 @@ TEST_CASE("wds tar: saved index carries labels") {
   CHECK(same(r.record(3), as_bytes("J3")));
 }
 
-TEST_CASE("npy: rows, dtype, shape, labels; versions 1 to 3") {
+TEST_CASE("npy: rows, dtype, shape, labels, versions 1 to 3") {
   temp_dir dir;
   std::vector<float> data(6 * 4 * 3);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i) * 0.5f;

@@ -102,7 +102,7 @@ TEST_CASE("LOCAL_RANK without LOCAL_WORLD_SIZE is accepted") {
   CHECK(r.local_world == 3);
 }
 
-TEST_CASE("both launchers agreeing is fine; disagreeing is an error naming both") {
+TEST_CASE("both launchers agreeing is fine, disagreeing is an error naming both") {
   env_guard env;
   env.set("RANK", "1");
   env.set("WORLD_SIZE", "2");

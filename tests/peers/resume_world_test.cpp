@@ -96,7 +96,7 @@ TEST_CASE("checkpoint at world 4, resume at world 2 (and other changes): nothing
   }
 }
 
-TEST_CASE("loaders: four ranks stop mid-epoch, two ranks finish it; every record delivered once") {
+TEST_CASE("loaders: four ranks stop mid-epoch, two ranks finish it, every record delivered once") {
   // Records of 8 bytes holding their own index, so the content proves which record arrived.
   sluice_test::temp_dir dir;
   const std::uint64_t n = 1000, batch = 16;

@@ -83,7 +83,7 @@ TEST_CASE("lru: a view handed out stays valid after its entry is evicted (pinned
   CHECK(holds_item(held.bytes, 1, 64));      // ... but the reader's bytes are intact (ASan checks)
 }
 
-TEST_CASE("minio: fills once, never evicts; hit rate under random permutations = capacity share") {
+TEST_CASE("minio: fills once, never evicts, hit rate under random permutations = capacity share") {
   sluice::tier::minio t(3 * 10, 1);
   for (std::uint64_t k = 0; k < 5; ++k) sluice::cache_insert_copy(t, k, item_bytes(k, 10));
   CHECK(t.stats().entries == 3);
@@ -120,7 +120,7 @@ TEST_CASE("weighted: keeps the items with the most expected hits, no churn among
   CHECK_FALSE(u.lookup(0).hit);
 }
 
-TEST_CASE("weighted: new probabilities re-rank residents; better items then displace them") {
+TEST_CASE("weighted: new probabilities re-rank residents, better items then displace them") {
   sluice::tier::weighted t(2 * 10, std::vector<double>{0.9, 0.8, 0.1, 0.1}, 1);
   for (std::uint64_t k = 0; k < 4; ++k) sluice::cache_insert_copy(t, k, item_bytes(k, 10));
   CHECK(t.lookup(0).hit);
@@ -133,7 +133,7 @@ TEST_CASE("weighted: new probabilities re-rank residents; better items then disp
   CHECK(holds_item(t.lookup(3).bytes, 3, 10));
 }
 
-TEST_CASE("tiered: looks in A, then B; a hit in B is promoted into A") {
+TEST_CASE("tiered: looks in A, then B, a hit in B is promoted into A") {
   sluice::tiered both{sluice::tier::lru(2 * 8, 1), sluice::tier::minio(100 * 8, 1)};
   for (std::uint64_t k = 0; k < 10; ++k) both.insert(k, sluice::make_cache_buffer(item_bytes(k, 8)), 8);
   CHECK(both.first().stats().entries == 2);   // A holds the last two
@@ -342,6 +342,36 @@ TEST_CASE("utilization_rule: >85 % -> 1, <60 % -> 3, else 2, from the wait fract
   // Automatic source: NVML when the library loads, else the wait fraction; never throws.
   sluice::depth::utilization_rule automatic;
   MESSAGE("NVML available: " << automatic.uses_nvml());
+  CHECK(automatic.uses_nvml() == automatic.nvml_unavailable_reason().empty());
+}
+
+TEST_CASE("utilization_rule: NVML asked for explicitly and unusable is an error with the reason, automatic falls back") {
+  using sluice::depth::utilization_source;
+  // No machine has a GPU at index 100000: without libnvidia-ml the library fails to load, with it
+  // the device lookup fails. Either way the reason is named.
+  constexpr unsigned no_such_gpu = 100000;
+  std::string what;
+  try {
+    sluice::depth::utilization_rule r({.source = utilization_source::nvml, .gpu_index = no_such_gpu});
+    FAIL("utilization_source::nvml with no usable NVML constructed without an error");
+  } catch (const sluice::usage_error& e) {
+    what = e.what();
+  }
+  MESSAGE(what);
+  CHECK(what.find("utilization_source::nvml") != std::string::npos);
+  const bool reason_named = what.find("libnvidia-ml.so.1") != std::string::npos ||
+                            what.find("no GPU at index 100000") != std::string::npos;
+  CHECK(reason_named);
+
+  sluice::depth::utilization_rule automatic({.window = 1, .source = utilization_source::automatic, .gpu_index = no_such_gpu});
+  CHECK_FALSE(automatic.uses_nvml());
+  CHECK_FALSE(automatic.nvml_unavailable_reason().empty());
+  CHECK(automatic.update(signal(2, 1, 9, 0)) == 1);  // the wait fraction decides: 9 / 10 busy
+  CHECK(automatic.last_utilization() == doctest::Approx(0.9));
+
+  sluice::depth::utilization_rule never({.source = utilization_source::wait_fraction, .gpu_index = no_such_gpu});
+  CHECK_FALSE(never.uses_nvml());
+  CHECK(never.nvml_unavailable_reason().empty());
 }
 
 TEST_CASE("adaptive: grows while the consumer waits and the producer can fill the queue") {
@@ -488,7 +518,7 @@ TEST_CASE("loader: a cache stage changes nothing in the batches and hits from th
   CHECK(plain.stats().caches.empty());
 }
 
-TEST_CASE("loader: the worker tuner changes active workers; batches stay identical") {
+TEST_CASE("loader: the worker tuner changes active workers, batches stay identical") {
   mem_reader r(1200, 16);
   auto slow = [](sluice::record_view v) {
     std::this_thread::sleep_for(std::chrono::microseconds(300));  // a producer-bound pipeline

@@ -343,7 +343,7 @@ TEST_CASE("class_balanced: class shares follow the rule on a long-tailed label s
   CHECK(ps[5] == 0.0);
 }
 
-TEST_CASE("class_balanced: a q schedule moves from instance- to class-balanced; needs prepare") {
+TEST_CASE("class_balanced: a q schedule moves from instance- to class-balanced, needs prepare") {
   auto labels = long_tail_labels(5, 1000, 0.2);
   ss::class_balanced<cw::power_schedule> s(labels, {.q_first = 1.0, .q_last = 0.0, .epochs = 2}, {.seed = 1});
   auto p0 = s.class_probabilities();

@@ -9,8 +9,15 @@
 // depth::utilization_rule — the rule of thumb many trainers use: consumer (GPU) utilisation
 //   above 85 % -> depth 1, below 60 % -> depth 3, otherwise 2, decided once per window of
 //   batches. Utilisation is NVML's GPU utilisation when libnvidia-ml.so.1 loads at run time
-//   (dlopen; nothing to link, absent library -> fallback), else the consumer's measured busy
-//   fraction busy / (busy + wait) over the window.
+//   (dlopen; nothing to link), else the consumer's measured busy fraction busy / (busy + wait)
+//   over the window. The source is chosen once, at construction:
+//     utilization_source::automatic     NVML if it loads and finds the GPU, else the wait fraction
+//                                       (silently; uses_nvml() and nvml_unavailable_reason() say
+//                                       which and why);
+//     utilization_source::nvml          NVML or nothing: when it cannot be used the constructor
+//                                       throws usage_error with the reason (library not found,
+//                                       nvmlInit failed, no GPU at gpu_index);
+//     utilization_source::wait_fraction never NVML.
 //
 // depth::adaptive — a controller that holds the consumer's stall fraction (wait / (wait + busy))
 //   under `target_stall` (default 4 %, a margin under the usual 5 % goal) with the smallest depth; it decides once per window of
@@ -42,7 +49,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
+#include "sluice/core/error.hpp"
 #include "sluice/policy/depth_fixed.hpp"
 
 namespace sluice {
@@ -54,22 +63,34 @@ struct nvml_utilization {  // layout of nvmlUtilization_t
   unsigned memory;
 };
 
-// NVML through dlopen: no link-time dependency; every failure reads as "not available".
+// NVML through dlopen: no link-time dependency; a failure reads as "not available", with the
+// reason kept for the caller that asked for NVML explicitly.
 class nvml_probe {
  public:
   explicit nvml_probe(unsigned device_index = 0) {
     handle_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) return;
+    if (handle_ == nullptr) {
+      const char* e = ::dlerror();
+      reason_ = std::string("cannot load libnvidia-ml.so.1: ") + (e != nullptr ? e : "dlopen failed");
+      return;
+    }
     auto init = reinterpret_cast<int (*)()>(::dlsym(handle_, "nvmlInit_v2"));
     auto get = reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(handle_, "nvmlDeviceGetHandleByIndex_v2"));
     util_ = reinterpret_cast<int (*)(void*, nvml_utilization*)>(::dlsym(handle_, "nvmlDeviceGetUtilizationRates"));
     shutdown_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "nvmlShutdown"));
-    if (init == nullptr || get == nullptr || util_ == nullptr || init() != 0) {
+    if (init == nullptr || get == nullptr || util_ == nullptr) {
+      reason_ = "libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2 or nvmlDeviceGetUtilizationRates";
+      close();
+      return;
+    }
+    if (const int rc = init(); rc != 0) {
+      reason_ = "nvmlInit_v2 failed (NVML error " + std::to_string(rc) + ")";
       close();
       return;
     }
     initialised_ = true;
-    if (get(device_index, &device_) != 0) {
+    if (const int rc = get(device_index, &device_); rc != 0) {
+      reason_ = "NVML has no GPU at index " + std::to_string(device_index) + " (NVML error " + std::to_string(rc) + ")";
       close();
       return;
     }
@@ -79,6 +100,8 @@ class nvml_probe {
   nvml_probe& operator=(const nvml_probe&) = delete;
   ~nvml_probe() { close(); }
   [[nodiscard]] bool available() const noexcept { return ok_; }
+  // Why available() is false; empty when it is true.
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
   // GPU utilisation in [0, 1] over NVML's last sample period, or nullopt.
   [[nodiscard]] std::optional<double> utilization() const noexcept {
     if (!ok_) return std::nullopt;
@@ -99,6 +122,7 @@ class nvml_probe {
   int (*util_)(void*, nvml_utilization*) = nullptr;
   int (*shutdown_)() = nullptr;
   bool initialised_ = false, ok_ = false;
+  std::string reason_;
 };
 
 // Sums over a window of batches.
@@ -154,7 +178,14 @@ class utilization_rule {
   explicit utilization_rule(utilization_rule_options o = {}) : opt_(o) {
     if (opt_.source != utilization_source::wait_fraction) {
       auto p = std::make_shared<detail::nvml_probe>(opt_.gpu_index);
-      if (p->available()) nvml_ = std::move(p);
+      if (p->available()) {
+        nvml_ = std::move(p);
+      } else if (opt_.source == utilization_source::nvml) {
+        throw usage_error("sluice: depth::utilization_rule: utilization_source::nvml was asked for but NVML cannot be used: " +
+                          p->reason() + "; use utilization_source::automatic to fall back to the wait fraction");
+      } else {
+        nvml_unavailable_reason_ = p->reason();
+      }
     }
   }
   // The rule itself, as a pure function.
@@ -174,11 +205,15 @@ class utilization_rule {
     return depth_for(*u);
   }
   [[nodiscard]] bool uses_nvml() const noexcept { return nvml_ != nullptr; }
+  // Why the automatic source fell back to the wait fraction; empty when it uses NVML or was not
+  // asked to try it.
+  [[nodiscard]] const std::string& nvml_unavailable_reason() const noexcept { return nvml_unavailable_reason_; }
   [[nodiscard]] double last_utilization() const noexcept { return last_utilization_; }
 
  private:
   utilization_rule_options opt_;
   std::shared_ptr<detail::nvml_probe> nvml_;
+  std::string nvml_unavailable_reason_;
   detail::signal_window window_;
   double last_utilization_ = 1.0;
 };

@@ -20,6 +20,10 @@
 //
 // Thread-safe: the tier locks per shard; hits, misses, bytes and evictions are in tier.stats()
 // (and stage.stats()).
+// Allocation: none on a hit in a memory tier, none on a miss the tier's would_admit() refuses;
+// a miss it accepts allocates the entry's buffer (and the tier its index nodes), and tier::disk
+// allocates the buffer each hit is read into. So the pipeline's "no allocation after warm-up"
+// holds with tier::minio once full, or a memory tier that holds the data (README).
 //
 //   auto t = sluice::tier::minio{8ull << 30};
 //   auto loader = sluice::from(s) | sluice::read(shard) | sluice::cache(t) | sluice::collate({.batch = 256})
