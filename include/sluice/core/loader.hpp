@@ -166,6 +166,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     slots_ = std::make_unique<slot_type[]>(capacity_);
     for (std::size_t i = 0; i < capacity_; ++i) slots_[i].stage_state = &slots_[i].states;
     counters_ = std::make_unique<worker_counters<n_stages>[]>(opt_.max_workers);
+    // Each worker's sample lists, reserved here so no allocation waits for a thread to start.
+    scratch_ = std::make_unique<scratch_type[]>(opt_.max_workers);
+    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+      scratch_[w].samples.reserve(chain_.collate.batch_size());
+      scratch_[w].positions.reserve(chain_.collate.batch_size());
+    }
   }
   ring(const ring&) = delete;
   ring& operator=(const ring&) = delete;
@@ -521,12 +527,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
 
   void worker_main(std::size_t w) {
-    scratch_type scratch;
-    try {  // a hint: without it the lists grow on first use (where a failure is a batch error)
-      scratch.samples.reserve(chain_.collate.batch_size());
-      scratch.positions.reserve(chain_.collate.batch_size());
-    } catch (...) {
-    }
+    scratch_type& scratch = scratch_[w];
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);
     for (;;) {
@@ -846,6 +847,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
   std::unique_ptr<slot_type[]> slots_;
   std::unique_ptr<worker_counters<n_stages>[]> counters_;
+  std::unique_ptr<scratch_type[]> scratch_;  // one per worker thread, touched only by it
   std::vector<std::thread> threads_;
 
   mutable std::mutex m_;
