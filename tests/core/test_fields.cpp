@@ -10,6 +10,8 @@
 #include "sluice/sluice.hpp"
 #include "test_util.hpp"
 
+using sluice_test::nested_text;
+
 using namespace sluice;
 
 namespace {
@@ -84,15 +86,6 @@ std::uint64_t hash_batch(const batch& b, std::uint64_t h) {
   return h;
 }
 
-std::string nested_text(const std::exception& e) {
-  std::string t = e.what();
-  try {
-    std::rethrow_if_nested(e);
-  } catch (const std::exception& inner) {
-    t += " | " + nested_text(inner);
-  }
-  return t;
-}
 
 }  // namespace
 

@@ -37,16 +37,6 @@ std::string write_records(const sluice_test::temp_dir& d, const std::string& nam
 
 io::fixed_records open_records(const std::string& p) { return io::fixed_records(p, {.record_bytes = kRecordBytes}); }
 
-// The innermost exception's text (what the trainer reads after rethrow_if_nested).
-std::string cause_of(const std::exception& e) {
-  try {
-    std::rethrow_if_nested(e);
-  } catch (const std::exception& inner) {
-    return cause_of(inner);
-  }
-  return e.what();
-}
-
 // Every batch's bytes must be the records it names: zero pages never pass as data.
 void check_batch(const batch& b, unsigned salt = 0) {
   const auto* p = reinterpret_cast<const std::uint8_t*>(b.bytes().data());
@@ -77,7 +67,7 @@ TEST_CASE("a file truncated under a running loader is an error naming it (raise)
   } catch (const stage_error& e) {
     CHECK(e.stage() == "read");
     CHECK(e.sample_id() >= 100);
-    const std::string why = cause_of(e);
+    const std::string why = sluice_test::innermost_text(e);
     CHECK(why.find(p) != std::string::npos);
     CHECK(why.find("changed while in use") != std::string::npos);
   }
@@ -88,7 +78,7 @@ TEST_CASE("a file truncated under a running loader is an error naming it (raise)
     for (auto& b : loader.epoch(1)) (void)b;
     FAIL("no error on the next epoch");
   } catch (const stage_error& e) {
-    CHECK(cause_of(e).find(p) != std::string::npos);
+    CHECK(sluice_test::innermost_text(e).find(p) != std::string::npos);
   }
 }
 
@@ -152,7 +142,7 @@ TEST_CASE("a file overwritten in place or replaced is refused from the next epoc
       for (auto& b : loader.epoch(1)) (void)b;
       FAIL("no error");
     } catch (const stage_error& e) {
-      const auto why = cause_of(e);
+      const auto why = sluice_test::innermost_text(e);
       CHECK(why.find(p) != std::string::npos);
       CHECK(why.find("changed since it was opened") != std::string::npos);
       CHECK(why.find(replace ? "replaced" : "written") != std::string::npos);
@@ -277,7 +267,7 @@ TEST_CASE("a batch stage whose hook throws never leaks its slot") {
       FAIL("no error");
     } catch (const stage_error& e) {
       CHECK(e.stage() == "hooks");
-      CHECK(cause_of(e) == "deliver hook failed");
+      CHECK(sluice_test::innermost_text(e) == "deliver hook failed");
     }
   }
   hooks.deliver_fail_at->store(-1);
@@ -287,7 +277,7 @@ TEST_CASE("a batch stage whose hook throws never leaks its slot") {
     FAIL("no error");
   } catch (const stage_error& e) {
     CHECK(e.stage() == "hooks");
-    CHECK(cause_of(e) == "release hook failed");
+    CHECK(sluice_test::innermost_text(e) == "release hook failed");
   }
   hooks.release_fail_at->store(-1);
   std::size_t n = 0;
@@ -322,7 +312,7 @@ TEST_CASE("decode's errors and busy time are decode's, not collate's") {
   } catch (const stage_error& e) {
     CHECK(e.stage() == "decode");
     CHECK(e.sample_id() == 7);
-    const auto why = cause_of(e);
+    const auto why = sluice_test::innermost_text(e);
     CHECK(why.find(p) != std::string::npos);
     CHECK(why.find("corrupt image") != std::string::npos);
   }

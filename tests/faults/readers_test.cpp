@@ -21,6 +21,8 @@
 #include "sluice/sluice.hpp"
 #include "test_util.hpp"
 
+using sluice_test::expect_format_error;
+
 using namespace sluice;
 using sluice_test::random_bytes;
 using sluice_test::temp_dir;
@@ -34,16 +36,6 @@ bool same(std::span<const std::byte> a, std::span<const std::byte> b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-template <class F>
-format_error expect_format_error(F&& f) {
-  try {
-    f();
-  } catch (const format_error& e) {
-    return e;
-  }
-  FAIL("expected a sluice::format_error");
-  return format_error("", {}, "");
-}
 
 template <class F>
 std::string io_error_text(F&& f) {

@@ -20,6 +20,8 @@
 #include "sluice/io/wds_tar.hpp"
 #include "test_util.hpp"
 
+using sluice_test::expect_format_error;
+
 using namespace sluice;
 using sluice_test::as_bytes;
 using sluice_test::random_bytes;
@@ -236,16 +238,6 @@ void plain_sample(std::vector<std::byte>& t, int i) {
 }
 void end_archive(std::vector<std::byte>& t) { t.resize(t.size() + 1024); }
 
-template <class F>
-format_error expect_format_error(F&& open) {
-  try {
-    open();
-  } catch (const format_error& e) {
-    return e;
-  }
-  FAIL("expected a sluice::format_error");
-  return format_error("", {}, "");
-}
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace

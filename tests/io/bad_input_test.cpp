@@ -11,6 +11,8 @@
 #include "sluice/io/wds_tar.hpp"
 #include "test_util.hpp"
 
+using sluice_test::expect_format_error;
+
 using namespace sluice;
 using sluice_test::as_bytes;
 using sluice_test::random_bytes;
@@ -19,17 +21,6 @@ using sluice_test::write_file;
 
 namespace {
 
-// Runs `open` and returns the format_error it must throw.
-template <class F>
-format_error expect_format_error(F&& open) {
-  try {
-    open();
-  } catch (const format_error& e) {
-    return e;
-  }
-  FAIL("expected a sluice::format_error");
-  return format_error("", {}, "");
-}
 
 std::vector<std::byte> good_tfrecord() {
   std::vector<std::byte> img;

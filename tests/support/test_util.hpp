@@ -1,25 +1,60 @@
 // Helpers shared by sluice's tests: temporary directories that clean up after themselves,
-// and small file writers.
+// small file writers, and the texts of sluice's errors.
 #pragma once
 
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
 
 namespace sluice_test {
+
+// Runs `f` and returns the format_error it must throw; any other outcome fails the test case
+// (no exception: a std::logic_error, which the test framework reports).
+template <class F>
+sluice::format_error expect_format_error(F&& f) {
+  try {
+    f();
+  } catch (const sluice::format_error& e) {
+    return e;
+  }
+  throw std::logic_error("expected a sluice::format_error, none was thrown");
+}
+
+// An error's text and every nested cause's, joined by " | " (what rethrow_if_nested reaches).
+inline std::string nested_text(const std::exception& e) {
+  std::string t = e.what();
+  try {
+    std::rethrow_if_nested(e);
+  } catch (const std::exception& inner) {
+    t += " | " + nested_text(inner);
+  }
+  return t;
+}
+
+// The innermost cause's text (what a trainer reads at the end of the nested chain).
+inline std::string innermost_text(const std::exception& e) {
+  try {
+    std::rethrow_if_nested(e);
+  } catch (const std::exception& inner) {
+    return innermost_text(inner);
+  }
+  return e.what();
+}
 
 // Ends the running test case as Skipped: ctest runs each case alone and maps exit 77 to
 // "Skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). For a missing input, tool or device —

@@ -12,6 +12,8 @@
 #include "sluice/sluice.hpp"
 #include "test_util.hpp"
 
+using sluice_test::nested_text;
+
 using namespace sluice;
 using bytes = std::vector<std::byte>;
 
@@ -148,15 +150,6 @@ std::string write_records(const sluice_test::temp_dir& d, const std::string& nam
   return p;
 }
 
-std::string nested_text(const std::exception& e) {
-  std::string t = e.what();
-  try {
-    std::rethrow_if_nested(e);
-  } catch (const std::exception& inner) {
-    t += " | " + nested_text(inner);
-  }
-  return t;
-}
 
 // The text of the format_error fields(i) throws ("" when it parses).
 template <class R>
