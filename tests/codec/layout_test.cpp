@@ -275,8 +275,14 @@ TEST_CASE("decode<\"jpg\">: the field sample protocol of the decoded sample") {
   bad.set<"jpg">(half.first(half.size() / 2));
   const D dbad = stage(bad, {});
   try {
-    dbad.write<"jpg">(got, {});
-    FAIL("no error");
+    try {
+      dbad.write<"jpg">(got, {});
+      FAIL("no error");
+    } catch (const stage_error& se) {  // the decode stage's error, the codec's nested in it
+      CHECK(std::string(se.what()).find("decode<\"jpg\">") != std::string::npos);
+      std::rethrow_if_nested(se);
+    }
+    FAIL("no nested error");
   } catch (const format_error& e) {
     CHECK(e.file() == "memory-fields");
     CHECK(e.record() == 1);
