@@ -47,8 +47,6 @@
 
 namespace sluice::codecs {
 
-enum class pixels { rgb, grey };
-
 struct jpeg_options {
   int width = 224;
   int height = 224;
