@@ -224,3 +224,23 @@ TEST_CASE("decode<\"png\">: a field decoded by the png codec; a bad field names 
     CHECK(std::string(e.what()).find("field 'png'") != std::string::npos);
   }
 }
+
+TEST_CASE("png: no heap allocation per image once the largest image has been seen") {
+  auto& arena = sluice::codecs::detail::thread_png_arena();
+  std::vector<std::vector<std::byte>> pngs;
+  for (int i = 0; i < 12; ++i)  // different kinds and sizes, the largest among them
+    pngs.push_back(write_png(spec_of(kAllKinds[static_cast<std::size_t>(i) % std::size(kAllKinds)], i % 3 == 0,
+                                     200 + 37 * (i % 4), 50 + 11 * (i % 5))));
+  const png dec({.width = 32, .height = 32, .keep_alpha = true});
+  std::vector<std::byte> out(dec.output_bytes());
+  for (const auto& p : pngs) dec.decode(p, out, {});  // warm-up
+  const auto before = arena.heap_allocations;
+  for (int round = 0; round < 5; ++round)
+    for (const auto& p : pngs) dec.decode(p, out, {});
+  CHECK(arena.heap_allocations == before);
+  CHECK(arena.blocks == 1);
+  // Errors leave the arena usable.
+  CHECK_THROWS_AS(dec.decode(std::span(pngs[3]).first(100), out, {}), format_error);
+  dec.decode(pngs[3], out, {});
+  CHECK(arena.heap_allocations == before);
+}

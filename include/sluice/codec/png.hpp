@@ -25,9 +25,10 @@
 // longjmp: here every longjmp lands in a small C-style function with no C++ objects in its frame
 // (detail::png_read_header_c, png_read_pixels_c), so no destructor is ever skipped.
 //
-// Threads: decode() is const and thread-safe; each call makes its own libpng reader (a few small
-// allocations, ~40 KiB for zlib's window) and decodes into a thread_local scratch image that grows
-// to the largest image seen and is then reused. Sources much larger than the output (> ~2× per
+// Threads: decode() is const and thread-safe; each call makes its own libpng reader, whose memory
+// (libpng's structures, its row buffers, zlib's window: ~60 KiB for a 500-pixel-wide image) comes
+// from a thread_local arena, and decodes into a thread_local scratch image; both grow to the
+// largest image seen and are then reused: no heap allocation per image in steady state. Sources much larger than the output (> ~2× per
 // axis) are reduced by the bilinear pass alone, which aliases; JPEG's DCT scaling has no PNG
 // counterpart.
 //
@@ -42,6 +43,7 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -111,7 +113,73 @@ inline void sluice_png_warning(png_structp png, png_const_charp msg) {
 }
 }
 
-// Owns one libpng reader; destroyed normally (no longjmp crosses this object's frame).
+// Per-thread memory for libpng and zlib: a bump allocator over blocks that are kept from image to
+// image (libpng's frees are no-ops; everything is released at once when the reader is destroyed).
+// When an image needed more than one block, they are merged into one of the total size before the
+// next image, so once the largest image has been seen a decode asks the heap for nothing.
+// Plain C state only: it is used from inside libpng, where nothing may throw.
+struct png_arena {
+  static constexpr int max_blocks = 32;
+  unsigned char* block[max_blocks] = {};
+  std::size_t size[max_blocks] = {};
+  int blocks = 0;
+  std::size_t used = 0;                 // in the last block
+  std::uint64_t heap_allocations = 0;   // blocks taken from the heap, ever (tests watch it)
+  png_arena() = default;
+  png_arena(const png_arena&) = delete;
+  png_arena& operator=(const png_arena&) = delete;
+  ~png_arena() { release(); }
+  void release() noexcept {
+    for (int i = 0; i < blocks; ++i) std::free(block[i]);
+    blocks = 0;
+    used = 0;
+  }
+  void* take(std::size_t n) noexcept {
+    n = (n + 15) & ~std::size_t{15};
+    if (blocks > 0 && n <= size[blocks - 1] - used) {
+      void* p = block[blocks - 1] + used;
+      used += n;
+      return p;
+    }
+    if (blocks == max_blocks) return nullptr;  // libpng reports "out of memory" as an error
+    const std::size_t want = n > (std::size_t{64} << 10) ? n : (std::size_t{64} << 10);
+    auto* b = static_cast<unsigned char*>(std::malloc(want));
+    if (b == nullptr) return nullptr;
+    ++heap_allocations;
+    block[blocks] = b;
+    size[blocks++] = want;
+    used = n;
+    return b;
+  }
+  // After an image: everything it took is free again, in one block big enough for all of it.
+  void reset() noexcept {
+    if (blocks > 1) {
+      std::size_t total = 0;
+      for (int i = 0; i < blocks; ++i) total += size[i];
+      release();
+      if (auto* b = static_cast<unsigned char*>(std::malloc(total))) {
+        ++heap_allocations;
+        block[0] = b;
+        size[0] = total;
+        blocks = 1;
+      }
+    }
+    used = 0;
+  }
+};
+inline png_arena& thread_png_arena() {
+  thread_local png_arena a;
+  return a;
+}
+extern "C" {
+inline png_voidp sluice_png_malloc(png_structp png, png_alloc_size_t n) {
+  return static_cast<png_arena*>(png_get_mem_ptr(png))->take(n);
+}
+inline void sluice_png_free(png_structp, png_voidp) {}
+}
+
+// Owns one libpng reader; destroyed normally (no longjmp crosses this object's frame). One at a
+// time on a thread (the arena is the thread's).
 struct png_reader {
   png_source src;
   png_structp png = nullptr;
@@ -119,18 +187,23 @@ struct png_reader {
   explicit png_reader(std::span<const std::byte> in) {
     src.data = reinterpret_cast<const unsigned char*>(in.data());
     src.size = in.size();
-    png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, sluice_png_error, sluice_png_warning);
+    png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &src, sluice_png_error, sluice_png_warning,
+                                   &thread_png_arena(), sluice_png_malloc, sluice_png_free);
     if (png == nullptr) throw std::runtime_error("sluice: png_create_read_struct failed");
     info = png_create_info_struct(png);
     if (info == nullptr) {
       png_destroy_read_struct(&png, nullptr, nullptr);
+      thread_png_arena().reset();
       throw std::runtime_error("sluice: png_create_info_struct failed");
     }
     png_set_read_fn(png, &src, sluice_png_read);
   }
   png_reader(const png_reader&) = delete;
   png_reader& operator=(const png_reader&) = delete;
-  ~png_reader() { png_destroy_read_struct(&png, &info, nullptr); }
+  ~png_reader() {
+    png_destroy_read_struct(&png, &info, nullptr);
+    thread_png_arena().reset();
+  }
 };
 
 // C-style phases: setjmp here, so libpng's longjmp unwinds only C frames and these trivial ones.
