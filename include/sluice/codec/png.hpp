@@ -189,7 +189,10 @@ struct png_reader {
     src.size = in.size();
     png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &src, sluice_png_error, sluice_png_warning,
                                    &thread_png_arena(), sluice_png_malloc, sluice_png_free);
-    if (png == nullptr) throw std::runtime_error("sluice: png_create_read_struct failed");
+    if (png == nullptr) {
+      thread_png_arena().reset();
+      throw std::runtime_error("sluice: png_create_read_struct failed");
+    }
     info = png_create_info_struct(png);
     if (info == nullptr) {
       png_destroy_read_struct(&png, nullptr, nullptr);
