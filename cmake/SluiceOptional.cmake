@@ -22,6 +22,17 @@ if(SLUICE_TURBOJPEG_FOUND)
   target_compile_definitions(sluice_jpeg INTERFACE SLUICE_WITH_TURBOJPEG=1)
 endif()
 
+# libpng: sluice/codec/png.hpp (and, with sluice::jpeg, codec/image.hpp).
+if(PkgConfig_FOUND)
+  pkg_check_modules(SLUICE_LIBPNG QUIET IMPORTED_TARGET libpng)
+endif()
+if(SLUICE_LIBPNG_FOUND)
+  add_library(sluice_png INTERFACE)
+  add_library(sluice::png ALIAS sluice_png)
+  target_link_libraries(sluice_png INTERFACE sluice PkgConfig::SLUICE_LIBPNG)
+  target_compile_definitions(sluice_png INTERFACE SLUICE_WITH_PNG=1)
+endif()
+
 # DLPack's header (Debian: libdlpack-dev): sluice/core/dlpack.hpp. Header-only, nothing to link;
 # the target puts its directory on the include path (a no-op for /usr/include).
 find_path(SLUICE_DLPACK_INCLUDE_DIR dlpack/dlpack.h DOC "Directory holding dlpack/dlpack.h")

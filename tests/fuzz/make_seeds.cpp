@@ -1,10 +1,11 @@
 // Writes the small seed corpora in tests/data/fuzz/<target>/ (run once; the outputs are committed):
-//   g++ -std=c++20 -Iinclude tests/fuzz/make_seeds.cpp -o /tmp/make_seeds -lturbojpeg && /tmp/make_seeds tests/data/fuzz
+//   g++ -std=c++20 -Iinclude tests/fuzz/make_seeds.cpp -o /tmp/make_seeds -lturbojpeg -lpng16 && /tmp/make_seeds tests/data/fuzz
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../codec/png_writer.hpp"
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/tf_example.hpp"
@@ -82,5 +83,24 @@ int main(int argc, char** argv) {
     put(dir / "jpeg" / "rgb420.jpg", codecs::encode_jpeg(px, 16, 12, codecs::pixels::rgb, 75));
     put(dir / "jpeg" / "rgb444.jpg", codecs::encode_jpeg(px, 12, 16, codecs::pixels::rgb, 90, TJSAMP_444));
     put(dir / "jpeg" / "grey.jpg", codecs::encode_jpeg(std::span(px).first(64), 8, 8, codecs::pixels::grey, 60));
+    // CMYK: TurboJPEG writes YCCK with the Adobe marker (the codec's CMYK conversion path).
+    tjhandle c = tjInitCompress();
+    unsigned char* buf = nullptr;
+    unsigned long size = 0;
+    if (tjCompress2(c, px.data(), 8, 0, 8, TJPF_CMYK, &buf, &size, TJSAMP_420, 70, 0) == 0)
+      put(dir / "jpeg" / "cmyk.jpg", std::vector<std::byte>(reinterpret_cast<std::byte*>(buf),
+                                                          reinterpret_cast<std::byte*>(buf) + size));
+    tjFree(buf);
+    tjDestroy(c);
+  }
+  {  // png: small images of each colour type, some 16-bit, some interlaced, a palette with tRNS
+    auto pal = sluice_test::make_png_spec(PNG_COLOR_TYPE_PALETTE, 4, false, 9, 5);
+    pal.palette_alpha = {0, 100, 200};
+    put(dir / "png" / "palette4_trns.png", sluice_test::write_png(pal));
+    put(dir / "png" / "grey1.png", sluice_test::write_png(sluice_test::make_png_spec(PNG_COLOR_TYPE_GRAY, 1, false, 11, 3)));
+    put(dir / "png" / "grey16_adam7.png", sluice_test::write_png(sluice_test::make_png_spec(PNG_COLOR_TYPE_GRAY, 16, true, 10, 9)));
+    put(dir / "png" / "ga8.png", sluice_test::write_png(sluice_test::make_png_spec(PNG_COLOR_TYPE_GRAY_ALPHA, 8, false, 6, 6)));
+    put(dir / "png" / "rgb16_adam7.png", sluice_test::write_png(sluice_test::make_png_spec(PNG_COLOR_TYPE_RGB, 16, true, 12, 10)));
+    put(dir / "png" / "rgba8.png", sluice_test::write_png(sluice_test::make_png_spec(PNG_COLOR_TYPE_RGB_ALPHA, 8, false, 8, 7)));
   }
 }

@@ -3,6 +3,9 @@
 #if SLUICE_WITH_ZLIB
 #include <sluice/io/idx.hpp>  // an optional part: needs sluice::zlib
 #endif
+#if SLUICE_WITH_PNG
+#include <sluice/codec/png.hpp>  // an optional part: needs sluice::png
+#endif
 
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +29,18 @@ int main() {
   for (auto& b : loader.epoch(0)) n += b.size();
   std::filesystem::remove(path);
   std::printf("consumer saw %zu samples\n", n);
+#if SLUICE_WITH_PNG
+  {  // libpng is linked and called: a non-PNG input is its error, as a format_error
+    const sluice::codecs::png dec({.width = 4, .height = 4});
+    std::vector<std::byte> out(dec.output_bytes()), junk(16, std::byte{7});
+    try {
+      dec.decode(junk, out, {});
+      return 1;
+    } catch (const sluice::format_error&) {
+      std::printf("consumer has sluice::png\n");
+    }
+  }
+#endif
 #if SLUICE_WITH_ZLIB
   std::printf("consumer has sluice::zlib (idx_reader is %zu bytes)\n", sizeof(sluice::io::idx_reader));
 #endif

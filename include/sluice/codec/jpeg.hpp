@@ -17,6 +17,12 @@
 // thread_local scratch buffer for the decoded image, grown to the largest image seen and then
 // reused: no allocation per image in steady state. decode() is const and thread-safe.
 //
+// Colour: whatever the JPEG holds becomes the output's pixels. Grey JPEGs decode to RGB (the grey
+// value three times) and colour to grey (JFIF luma), as libjpeg converts them; CMYK and YCCK JPEGs,
+// which libjpeg cannot turn into RGB, are decoded to CMYK and converted here without colour
+// management: R = (1 − C)(1 − K) and so on. Inverted CMYK (Adobe's: 255 = no ink, recognised by
+// the Adobe APP14 marker that such files carry) is un-inverted first.
+//
 // Errors: a corrupt, truncated or non-JPEG input raises sluice::format_error (libjpeg warnings
 // such as "premature end of data" count as errors: TJFLAG_STOPONWARNING), as does an image whose
 // decoded size would exceed `max_decoded_pixels` (checked from the header before allocating).
@@ -46,8 +52,6 @@
 #include "sluice/core/tensor.hpp"
 
 namespace sluice::codecs {
-
-enum class pixels { rgb, grey };
 
 struct jpeg_options {
   int width = 224;
@@ -119,6 +123,45 @@ inline tjscalingfactor pick_scale(double need) {
   return best;
 }
 
+// Whether the JPEG carries Adobe's APP14 marker (scanned from SOI up to the first scan). CMYK
+// written by Adobe software, the bulk of the CMYK JPEGs in the wild, is stored inverted
+// (255 = no ink) and marked so; libjpeg hands the stored values back unchanged.
+inline bool has_adobe_marker(std::span<const std::byte> in) noexcept {
+  auto b = [&](std::size_t i) { return std::to_integer<unsigned>(in[i]); };
+  std::size_t i = 2;
+  while (i + 4 <= in.size() && b(i) == 0xff) {
+    const unsigned m = b(i + 1);
+    if (m == 0xff) { ++i; continue; }                                  // fill byte
+    if (m == 0xda || m == 0xd9) break;                                  // SOS, EOI
+    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) { i += 2; continue; }   // no length
+    const std::size_t len = (b(i + 2) << 8) | b(i + 3);
+    if (m == 0xee && len >= 7 && i + 9 <= in.size() && b(i + 4) == 'A' && b(i + 5) == 'd' && b(i + 6) == 'o' &&
+        b(i + 7) == 'b' && b(i + 8) == 'e')
+      return true;
+    i += 2 + len;
+  }
+  return false;
+}
+
+// CMYK (4 bytes a pixel, `n` pixels) to RGB (3) or grey (1), in place (the output never overtakes
+// the input). No colour management: R = (1 - C)(1 - K), and so on, on the ink amounts, inverted
+// first when `inverted`; grey is the JFIF luma of that RGB, as TurboJPEG makes grey from colour.
+inline void cmyk_to(std::uint8_t* p, std::size_t n, int channels, bool inverted) noexcept {
+  const unsigned flip = inverted ? 0 : 255;  // stored ^ flip = 255 - ink
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* s = p + i * 4;
+    const unsigned k = s[3] ^ flip;
+    const unsigned r = ((s[0] ^ flip) * k + 127) / 255, g = ((s[1] ^ flip) * k + 127) / 255,
+                   bl = ((s[2] ^ flip) * k + 127) / 255;
+    if (channels == 3) {
+      std::uint8_t* d = p + i * 3;
+      d[0] = static_cast<std::uint8_t>(r), d[1] = static_cast<std::uint8_t>(g), d[2] = static_cast<std::uint8_t>(bl);
+    } else {
+      p[i] = static_cast<std::uint8_t>((19595 * r + 38470 * g + 7471 * bl + 32768) >> 16);
+    }
+  }
+}
+
 }  // namespace detail
 
 // Reads the header only (dimensions, subsampling); throws format_error if it is not a JPEG.
@@ -174,13 +217,20 @@ class jpeg {
     if (static_cast<std::uint64_t>(dw) * static_cast<std::uint64_t>(dh) > opt_.max_decoded_pixels)
       throw format_error("<jpeg data>", {}, "JPEG of " + std::to_string(hd.width) + "x" + std::to_string(hd.height) +
                                                " decodes to more than max_decoded_pixels");
+    // libjpeg converts grey to RGB and YCbCr to grey, but CMYK/YCCK to neither: those decode to
+    // CMYK and are converted here (detail::cmyk_to).
+    const bool cmyk = hd.colorspace == TJCS_CMYK || hd.colorspace == TJCS_YCCK;
+    const int dc = cmyk ? 4 : c;
     thread_local std::vector<std::uint8_t> scratch;
-    const std::size_t pitch = static_cast<std::size_t>(dw) * c;
-    if (scratch.size() < pitch * dh) scratch.resize(pitch * dh);
+    const std::size_t dpitch = static_cast<std::size_t>(dw) * dc;
+    if (scratch.size() < dpitch * dh) scratch.resize(dpitch * dh);
     int flags = TJFLAG_STOPONWARNING | (opt_.fast_dct ? TJFLAG_FASTDCT : 0);
+    const int pf = cmyk ? TJPF_CMYK : c == 3 ? TJPF_RGB : TJPF_GRAY;
     if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(in.data()), static_cast<unsigned long>(in.size()),
-                      scratch.data(), dw, static_cast<int>(pitch), dh, c == 3 ? TJPF_RGB : TJPF_GRAY, flags) != 0)
+                      scratch.data(), dw, static_cast<int>(dpitch), dh, pf, flags) != 0)
       detail::jpeg_fail(h, "decode");
+    const std::size_t pitch = static_cast<std::size_t>(dw) * c;
+    if (cmyk) detail::cmyk_to(scratch.data(), static_cast<std::size_t>(dw) * dh, c, detail::has_adobe_marker(in));
     resample(scratch.data(), dw, dh, pitch, c, out, plan_geometry(dw, dh, g, ctx));
   }
 

@@ -39,6 +39,8 @@
 
 namespace sluice::codecs {
 
+// The pixels a codec writes: three channels (RGB) or one (grey), whatever the file holds.
+enum class pixels { rgb, grey };
 enum class fit { crop, stretch };
 enum class crop_at { center, random };
 

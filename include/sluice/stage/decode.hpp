@@ -15,7 +15,9 @@
 //               | sluice::collate({.batch = 256})
 //               | sluice::prefetch(2, {.workers = 2});
 //
-// A codec that states what it writes (`geometry()`: shape and image_layout, as codecs::jpeg does)
+// The image codecs are codecs::jpeg, codecs::png and codecs::image (either, by the first bytes:
+// for datasets that mix them), in include/sluice/codec/.
+// A codec that states what it writes (`geometry()`: shape and image_layout, as those codecs do)
 // has it passed on: the decoded sample's geometry() forwards to it, so collate normalises each
 // channel in the layout the codec wrote, and a `.layout` that contradicts it is an error (a
 // stage_error whose nested cause is a usage_error), never a silent reinterpretation. A codec
