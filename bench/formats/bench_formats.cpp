@@ -404,9 +404,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "wdsg-102400.tar",
-                        "wdsg-1024.tar", "jpegs.tfrecord"}) {
-
-  for (const char* f : {"tf-102400.tfrecord", "tf-1024.tfrecord", "wds-102400.tar", "wds-1024.tar", "jpegs.tfrecord", "tfex-0.tfrecord", "tfex-1.tfrecord"}) {
+                        "wdsg-1024.tar", "jpegs.tfrecord", "tfex-0.tfrecord", "tfex-1.tfrecord"}) {
     std::error_code ec;
     fs::remove(tmp(f), ec);
   }
