@@ -138,7 +138,7 @@ TEST_CASE("image: a dataset mixing JPEG and PNG through decode(codec), 1 and 2 w
   CHECK(run(2) == one);
 }
 
-TEST_CASE("image: decode<\"img\">(image) on mixed fields; a GIF among them is named with its record") {
+TEST_CASE("image: decode<\"img\">(image) on mixed fields, a GIF among them is named with its record") {
   mixed_fields rd(8);
   const image codec({.width = 8, .height = 8, .layout = image_layout::chw});
   auto run = [&] {

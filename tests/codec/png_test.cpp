@@ -99,7 +99,7 @@ TEST_CASE("png: the header is read without decoding") {
   CHECK(h.interlaced);
 }
 
-TEST_CASE("png: resize, crop and flip are the shared transform pass; CHW is the transpose of HWC") {
+TEST_CASE("png: resize, crop and flip are the shared transform pass, CHW is the transpose of HWC") {
   const auto s = spec_of({PNG_COLOR_TYPE_RGB, 8}, false, 80, 60);
   const auto enc = write_png(s);
   const auto full = expected_png_pixels(s, true, false);
@@ -126,7 +126,7 @@ TEST_CASE("png: resize, crop and flip are the shared transform pass; CHW is the 
   }
 }
 
-TEST_CASE("png: RGBA output keeps four channels through resize; usage errors") {
+TEST_CASE("png: RGBA output keeps four channels through resize, usage errors") {
   const auto s = spec_of({PNG_COLOR_TYPE_RGB_ALPHA, 8}, false, 40, 30);
   const png dec({.width = 10, .height = 10, .keep_alpha = true, .layout = image_layout::chw});
   CHECK(dec.channels() == 4);
@@ -159,7 +159,7 @@ struct png_records {
 using png_schema = schema<field<"png", std::uint8_t, variable>, field<"label", std::int64_t>>;
 }  // namespace
 
-TEST_CASE("decode stage with the png codec: identical for 1 and 2 workers; a bad record is named") {
+TEST_CASE("decode stage with the png codec: identical for 1 and 2 workers, a bad record is named") {
   const png_records r(23);
   const png codec({.width = 12, .height = 10, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true});
   auto run = [&](std::size_t workers) {
@@ -190,7 +190,7 @@ TEST_CASE("decode stage with the png codec: identical for 1 and 2 workers; a bad
   CHECK(msg.find("PNG") != std::string::npos);
 }
 
-TEST_CASE("decode<\"png\">: a field decoded by the png codec; a bad field names file, record and field") {
+TEST_CASE("decode<\"png\">: a field decoded by the png codec, a bad field names file, record and field") {
   const png_records r(6);
   std::vector<std::int64_t> labels{0, 1, 2, 0, 1, 2};
   auto make = [&](std::size_t i, std::span<const std::byte> bytes) {

@@ -210,7 +210,7 @@ TEST_CASE("the trainer may keep batch 0 for a whole epoch, and the last batch ac
   check_batch(keep);
 }
 
-TEST_CASE("holding every slot but one works; holding all of them is the one usage_error") {
+TEST_CASE("holding every slot but one works, holding all of them is the one usage_error") {
   sluice_test::temp_dir d;
   const auto p = write_records(d, "data.bin", 64);
   auto r = open_records(p);
@@ -329,7 +329,7 @@ TEST_CASE("decode's errors and busy time are decode's, not collate's") {
   CHECK(st.stages[2].busy_ns < st.stages[1].busy_ns);
 }
 
-TEST_CASE("a batch emptied by skip is not delivered; positions and resume stay exact") {
+TEST_CASE("a batch emptied by skip is not delivered, positions and resume stay exact") {
   sluice_test::temp_dir d;
   const auto p = write_records(d, "data.bin", 64);
   auto r = open_records(p);

@@ -324,7 +324,7 @@ TEST_CASE("tfrecord defer: 199 good records of a file truncated in its 200th, th
   }
 }
 
-TEST_CASE("tfrecord defer: a bad length CRC ends the scan there; a bad payload CRC is one entry") {
+TEST_CASE("tfrecord defer: a bad length CRC ends the scan there, a bad payload CRC is one entry") {
   temp_dir dir;
   const auto path = dir.file("l.tfrecord");
   auto good = tfrecords(100, 40, 2);
@@ -474,7 +474,7 @@ TEST_CASE("npy: a uint64 label above INT64_MAX is a format_error naming the labe
   CHECK(r.label(2) == INT64_MAX);
 }
 
-TEST_CASE("npy: text after the header dict's closing brace is refused; padding and the newline are not") {
+TEST_CASE("npy: text after the header dict's closing brace is refused, padding and the newline are not") {
   temp_dir dir;
   const auto path = dir.file("h.npy");
   auto with_header = [&](std::string dict) {

@@ -491,7 +491,7 @@ TEST_CASE("tf_example: labels<Name>() for a class-balanced sampler") {
                        doctest::Contains("record 4: feature 'image/class/label': holds 2 values; a label needs exactly one"), format_error);
 }
 
-TEST_CASE("tf_example: .counts checks fixed fields; misuse is a usage_error") {
+TEST_CASE("tf_example: .counts checks fixed fields, misuse is a usage_error") {
   using s = schema<field<"v", float>>;
   sluice_test::temp_dir d;
   const std::string p = write_records(d, "c.tfrecord", {enc::example({enc::entry("v", enc::feature(2, enc::float_list({1, 2, 3})))}),

@@ -203,7 +203,7 @@ TEST_CASE("wds bad input: a shard that is not a tar, or is truncated, fails nami
   }
 }
 
-TEST_CASE("wds dataset: shards written by GNU tar (gnu and pax formats, names over 100 bytes); errors name the long key") {
+TEST_CASE("wds dataset: shards written by GNU tar (gnu and pax formats, names over 100 bytes), errors name the long key") {
   if (std::system("tar --version 2>/dev/null | grep -q 'GNU tar'") != 0) sluice_test::skip("GNU tar not found");
   temp_dir dir;
   const std::string deep = "d/" + std::string(60, 'a') + "/" + std::string(60, 'b');  // keys longer than 100 bytes

@@ -45,7 +45,7 @@ void check_sample(const io::wds_dataset<schema4>& d, std::uint64_t g, std::size_
 }
 }  // namespace
 
-TEST_CASE("wds brace patterns: lists, zero-padded ranges, nesting; bad patterns are usage errors") {
+TEST_CASE("wds brace patterns: lists, zero-padded ranges, nesting, bad patterns are usage errors") {
   using io::expand_braces;
   CHECK(expand_braces("a.tar") == std::vector<std::string>{"a.tar"});
   CHECK(expand_braces("train-{000000..000002}.tar") ==
@@ -106,7 +106,7 @@ TEST_CASE("wds dataset: every member of a key, shards concatenated in order, sha
   CHECK(one.path() == dir.file("train-{0000..0003}.tar"));
 }
 
-TEST_CASE("wds dataset: a field takes any of its alternative extensions; text fields as bytes or numbers") {
+TEST_CASE("wds dataset: a field takes any of its alternative extensions, text fields as bytes or numbers") {
   temp_dir dir;
   std::vector<member> ms = {{"a/1.jpeg", bytes_of("J1")}, {"a/1.txt", bytes_of(" 42 ")}, {"a/1.cls", bytes_of("-3")},
                             {"a/2.png", bytes_of("P2")},  {"a/2.txt", bytes_of("x")},    {"a/2.cls", bytes_of("250")},
@@ -129,7 +129,7 @@ TEST_CASE("wds dataset: a field takes any of its alternative extensions; text fi
   CHECK(d.fields(1).size_of<"cls">() == 2);
 }
 
-TEST_CASE("wds dataset: given sizes, shards open only when touched; counting opens them all") {
+TEST_CASE("wds dataset: given sizes, shards open only when touched, counting opens them all") {
   temp_dir dir;
   write_shards(dir, {3, 5, 2, 4});
   const std::string pattern = dir.file("train-{0000..0003}.tar");
