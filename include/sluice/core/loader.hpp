@@ -824,12 +824,20 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // The slot's storage holds at least `bytes`: it grows (by a quarter at least, so a slowly
   // growing variable field reallocates a few times at warm-up, not every batch), never shrinks.
+  // A slot below the largest slot so far is brought up to it on its next use, so after warm-up
+  // every slot has the ring's high-water mark (with the growth step's headroom) and which slot a
+  // batch lands in cannot decide whether it allocates.
   void ensure_storage(slot_type& s, std::size_t bytes) {
     bytes = std::max<std::size_t>(bytes, cache_line);
-    if (s.data != nullptr && s.storage_bytes >= bytes) return;
-    std::size_t want = bytes;
+    std::size_t floor = 0;
+    {
+      std::lock_guard lk(m_);
+      floor = slot_bytes_;
+    }
+    if (s.data != nullptr && s.storage_bytes >= bytes && s.storage_bytes >= floor) return;
+    std::size_t want = std::max(bytes, floor);
     if (s.data != nullptr) {
-      want = std::max(bytes, s.storage_bytes + s.storage_bytes / 4);
+      if (s.storage_bytes < bytes) want = std::max(want, s.storage_bytes + s.storage_bytes / 4);
       free_storage(s.data, s.storage_bytes);
       s.data = nullptr;
       s.storage_bytes = 0;
