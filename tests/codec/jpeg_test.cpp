@@ -116,7 +116,7 @@ TEST_CASE("transform: flip mirrors, random crop and flip depend only on (seed, e
   for (std::uint64_t id = 0; id < 16; ++id) {
     const sample_context ctx{.seed = 5, .epoch = 1, .id = id};
     flipping.decode(enc, f, ctx);
-    const bool flip = plan_geometry(w, h, flipping.transform(), ctx).flip;
+    const bool flip = plan_geometry(w, h, flipping.transform_options(), ctx).flip;
     bool mirrored = true, same = true;
     for (int y = 0; y < 40; ++y)
       for (int x = 0; x < 40; ++x)
@@ -139,8 +139,8 @@ TEST_CASE("transform: flip mirrors, random crop and flip depend only on (seed, e
   CHECK(a == b);
   int differ = 0;
   for (std::uint64_t id = 0; id < 8; ++id) {
-    auto p1 = plan_geometry(w, h, rnd.transform(), {.seed = 9, .epoch = 2, .id = id});
-    auto p2 = plan_geometry(w, h, rnd.transform(), {.seed = 9, .epoch = 3, .id = id});
+    auto p1 = plan_geometry(w, h, rnd.transform_options(), {.seed = 9, .epoch = 2, .id = id});
+    auto p2 = plan_geometry(w, h, rnd.transform_options(), {.seed = 9, .epoch = 3, .id = id});
     differ += (p1.offset_x != p2.offset_x || p1.offset_y != p2.offset_y);
     CHECK(p1.offset_x >= 0);
     CHECK(p1.offset_x + 40 * p1.step_x <= w + 1e-9);

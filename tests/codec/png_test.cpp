@@ -115,7 +115,7 @@ TEST_CASE("png: resize, crop and flip are the shared transform pass, CHW is the 
     std::vector<std::byte> got(hwc.output_bytes()), ref(hwc.output_bytes()), planes(chw.output_bytes());
     hwc.decode(enc, got, ctx);
     resample(full.data(), s.width, s.height, static_cast<std::size_t>(s.width) * 3, 3, ref,
-             plan_geometry(s.width, s.height, hwc.transform(), ctx));
+             plan_geometry(s.width, s.height, hwc.transform_options(), ctx));
     CHECK(got == ref);
     chw.decode(enc, planes, ctx);
     const std::size_t plane = 24 * 20;

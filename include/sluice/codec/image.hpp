@@ -43,6 +43,8 @@ struct image_options {
   bool fast_dct = false;    // JPEG only: TJFLAG_FASTDCT
   std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;
   image_layout layout = image_layout::hwc;
+  value_range scale{0.08, 1.0};             // fit::random_resized_crop (codec/transform.hpp)
+  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop
 };
 
 enum class image_format { unknown, jpeg, png };
@@ -121,16 +123,26 @@ class image {
       : opt_(o),
         jpeg_({.width = o.width, .height = o.height, .format = o.format, .mode = o.mode, .crop = o.crop,
                .resize_scale = o.resize_scale, .random_flip = o.random_flip, .dct_scaling = o.dct_scaling,
-               .fast_dct = o.fast_dct, .max_decoded_pixels = o.max_decoded_pixels, .layout = o.layout}),
+               .fast_dct = o.fast_dct, .max_decoded_pixels = o.max_decoded_pixels, .layout = o.layout,
+               .scale = o.scale, .ratio = o.ratio}),
         png_({.width = o.width, .height = o.height, .format = o.format, .mode = o.mode, .crop = o.crop,
               .resize_scale = o.resize_scale, .random_flip = o.random_flip, .keep_alpha = false,
-              .max_decoded_pixels = o.max_decoded_pixels, .layout = o.layout}) {}
+              .max_decoded_pixels = o.max_decoded_pixels, .layout = o.layout, .scale = o.scale, .ratio = o.ratio}) {}
 
   [[nodiscard]] int channels() const noexcept { return jpeg_.channels(); }
   [[nodiscard]] std::size_t output_bytes() const noexcept { return jpeg_.output_bytes(); }
   [[nodiscard]] const image_options& options() const noexcept { return opt_; }
   [[nodiscard]] field_geometry geometry() const noexcept { return jpeg_.geometry(); }
-  [[nodiscard]] geometry_options transform() const noexcept { return jpeg_.transform(); }
+  [[nodiscard]] geometry_options transform_options() const noexcept { return jpeg_.transform_options(); }
+  // Sample ctx's geometry for this image (reads the header only), JPEG or PNG alike.
+  [[nodiscard]] image_transform plan(std::span<const std::byte> in, const sample_context& ctx) const {
+    switch (sniff_image(in)) {
+      case image_format::jpeg: return jpeg_.plan(in, ctx);
+      case image_format::png: return png_.plan(in, ctx);
+      case image_format::unknown: break;
+    }
+    unknown(in);
+  }
 
   void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context& ctx) const {
     switch (sniff_image(in)) {
@@ -138,10 +150,22 @@ class image {
       case image_format::png: return png_.decode(in, out, ctx);
       case image_format::unknown: break;
     }
-    throw format_error("<image data>", {}, "neither JPEG nor PNG: " + describe_image_bytes(in));
+    unknown(in);
+  }
+  void decode_with(std::span<const std::byte> in, std::span<std::byte> out, const image_transform& t) const {
+    switch (sniff_image(in)) {
+      case image_format::jpeg: return jpeg_.decode_with(in, out, t);
+      case image_format::png: return png_.decode_with(in, out, t);
+      case image_format::unknown: break;
+    }
+    unknown(in);
   }
 
  private:
+  [[noreturn]] static void unknown(std::span<const std::byte> in) {
+    throw format_error("<image data>", {}, "neither JPEG nor PNG: " + describe_image_bytes(in));
+  }
+
   image_options opt_;
   jpeg jpeg_;
   png png_;

@@ -65,6 +65,8 @@ struct jpeg_options {
   bool fast_dct = false;            // TJFLAG_FASTDCT: faster, slightly less accurate
   std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;  // 64 Mpixel after DCT scaling
   image_layout layout = image_layout::hwc;  // of the output: hwc (interleaved) or chw (planes)
+  value_range scale{0.08, 1.0};             // fit::random_resized_crop (codec/transform.hpp)
+  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop
 };
 
 struct jpeg_header {
@@ -185,6 +187,7 @@ class jpeg {
     if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: jpeg output width and height must be positive");
     if (o.layout != image_layout::hwc && o.layout != image_layout::chw)
       throw usage_error("sluice: jpeg .layout is image_layout::hwc or image_layout::chw");
+    detail::check_geometry_options(transform_options());
   }
 
   [[nodiscard]] int channels() const noexcept { return opt_.format == pixels::rgb ? 3 : 1; }
@@ -201,17 +204,36 @@ class jpeg {
     return g;
   }
   // The resize/crop/flip options of the transform pass (codec/transform.hpp).
-  [[nodiscard]] geometry_options transform() const noexcept {
-    return {opt_.width, opt_.height, opt_.mode, opt_.crop, opt_.resize_scale, opt_.random_flip, opt_.layout};
+  [[nodiscard]] geometry_options transform_options() const noexcept {
+    return {.width = opt_.width, .height = opt_.height, .mode = opt_.mode, .crop = opt_.crop,
+            .resize_scale = opt_.resize_scale, .random_flip = opt_.random_flip, .layout = opt_.layout,
+            .scale = opt_.scale, .ratio = opt_.ratio};
+  }
+  // Sample ctx's geometry for this JPEG (reads the header only): what decode(in, out, ctx)
+  // applies, and what boxes and points of the same sample follow.
+  [[nodiscard]] image_transform plan(std::span<const std::byte> in, const sample_context& ctx) const {
+    const jpeg_header hd = read_jpeg_header(in);
+    return plan_transform(hd.width, hd.height, transform_options(), ctx);
   }
 
   void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context& ctx) const {
-    if (out.size() < output_bytes()) throw usage_error("sluice: jpeg decode destination is smaller than output_bytes()");
     const jpeg_header hd = read_jpeg_header(in);
+    decode_as(in, out, hd, plan_transform(hd.width, hd.height, transform_options(), ctx));
+  }
+  // Decodes with a transform planned before (plan(), or plan_transform for this image's size).
+  void decode_with(std::span<const std::byte> in, std::span<std::byte> out, const image_transform& t) const {
+    decode_as(in, out, read_jpeg_header(in), t);
+  }
+
+ private:
+  void decode_as(std::span<const std::byte> in, std::span<std::byte> out, const jpeg_header& hd,
+                 const image_transform& t) const {
+    if (out.size() < output_bytes()) throw usage_error("sluice: jpeg decode destination is smaller than output_bytes()");
+    if (t.src_width != hd.width || t.src_height != hd.height || t.out_width != opt_.width || t.out_height != opt_.height)
+      throw usage_error("sluice: jpeg decode given a transform planned for another image or output size");
     tjhandle h = detail::thread_decompressor();
-    const geometry_options g = transform();
     tjscalingfactor sf{1, 1};
-    if (opt_.dct_scaling) sf = detail::pick_scale(source_scale_needed(hd.width, hd.height, g));
+    if (opt_.dct_scaling) sf = detail::pick_scale(source_scale_needed(t));
     const int dw = TJSCALED(hd.width, sf), dh = TJSCALED(hd.height, sf);
     const int c = channels();
     if (static_cast<std::uint64_t>(dw) * static_cast<std::uint64_t>(dh) > opt_.max_decoded_pixels)
@@ -231,10 +253,9 @@ class jpeg {
       detail::jpeg_fail(h, "decode");
     const std::size_t pitch = static_cast<std::size_t>(dw) * c;
     if (cmyk) detail::cmyk_to(scratch.data(), static_cast<std::size_t>(dw) * dh, c, detail::has_adobe_marker(in));
-    resample(scratch.data(), dw, dh, pitch, c, out, plan_geometry(dw, dh, g, ctx));
+    resample(scratch.data(), dw, dh, pitch, c, out, to_plan(t, dw, dh, opt_.layout));
   }
 
- private:
   jpeg_options opt_{};
 };
 

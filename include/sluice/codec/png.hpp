@@ -69,6 +69,8 @@ struct png_options {
   bool keep_alpha = false;  // add an alpha channel: RGBA (4) or grey + alpha (2)
   std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;  // 64 Mpixel
   image_layout layout = image_layout::hwc;  // of the output: hwc (interleaved) or chw (planes)
+  value_range scale{0.08, 1.0};             // fit::random_resized_crop (codec/transform.hpp)
+  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop
 };
 
 struct png_header {
@@ -286,6 +288,7 @@ class png {
     if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: png output width and height must be positive");
     if (o.layout != image_layout::hwc && o.layout != image_layout::chw)
       throw usage_error("sluice: png .layout is image_layout::hwc or image_layout::chw");
+    detail::check_geometry_options(transform_options());
   }
 
   [[nodiscard]] int channels() const noexcept { return (opt_.format == pixels::rgb ? 3 : 1) + (opt_.keep_alpha ? 1 : 0); }
@@ -302,11 +305,30 @@ class png {
     return g;
   }
   // The resize/crop/flip options of the transform pass (codec/transform.hpp).
-  [[nodiscard]] geometry_options transform() const noexcept {
-    return {opt_.width, opt_.height, opt_.mode, opt_.crop, opt_.resize_scale, opt_.random_flip, opt_.layout};
+  [[nodiscard]] geometry_options transform_options() const noexcept {
+    return {.width = opt_.width, .height = opt_.height, .mode = opt_.mode, .crop = opt_.crop,
+            .resize_scale = opt_.resize_scale, .random_flip = opt_.random_flip, .layout = opt_.layout,
+            .scale = opt_.scale, .ratio = opt_.ratio};
+  }
+  // Sample ctx's geometry for this PNG (reads the header only): what decode(in, out, ctx)
+  // applies, and what boxes and points of the same sample follow.
+  [[nodiscard]] image_transform plan(std::span<const std::byte> in, const sample_context& ctx) const {
+    const png_header h = read_png_header(in);
+    return plan_transform(h.width, h.height, transform_options(), ctx);
   }
 
   void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context& ctx) const {
+    decode_as(in, out, nullptr, &ctx);
+  }
+  // Decodes with a transform planned before (plan(), or plan_transform for this image's size).
+  void decode_with(std::span<const std::byte> in, std::span<std::byte> out, const image_transform& t) const {
+    decode_as(in, out, &t, nullptr);
+  }
+
+ private:
+  // One of `given` (a planned transform) or `ctx` (plan here, from the header read anyway).
+  void decode_as(std::span<const std::byte> in, std::span<std::byte> out, const image_transform* given,
+                 const sample_context* ctx) const {
     if (out.size() < output_bytes()) throw usage_error("sluice: png decode destination is smaller than output_bytes()");
     if (in.empty()) throw format_error("<png data>", {file_position::npos, 0}, "empty PNG input");
     detail::png_reader r(in);
@@ -318,16 +340,18 @@ class png {
     if (static_cast<std::uint64_t>(h.width) * static_cast<std::uint64_t>(h.height) > opt_.max_decoded_pixels)
       throw format_error("<png data>", {}, "PNG of " + std::to_string(h.width) + "x" + std::to_string(h.height) +
                                               " has more than max_decoded_pixels");
+    const image_transform t = given != nullptr ? *given : plan_transform(h.width, h.height, transform_options(), *ctx);
+    if (t.src_width != h.width || t.src_height != h.height || t.out_width != opt_.width || t.out_height != opt_.height)
+      throw usage_error("sluice: png decode given a transform planned for another image or output size");
     const int c = channels();
     const std::size_t pitch = static_cast<std::size_t>(h.width) * c;
     thread_local std::vector<std::uint8_t> scratch;
     if (scratch.size() < pitch * h.height) scratch.resize(pitch * h.height);
     if (detail::png_read_pixels_c(r.png, r.info, c, scratch.data(), pitch, static_cast<std::uint32_t>(h.height)) != 0)
       detail::png_fail(r.src, "decode");
-    resample(scratch.data(), h.width, h.height, pitch, c, out, plan_geometry(h.width, h.height, transform(), ctx));
+    resample(scratch.data(), h.width, h.height, pitch, c, out, to_plan(t, h.width, h.height, opt_.layout));
   }
 
- private:
   png_options opt_{};
 };
 

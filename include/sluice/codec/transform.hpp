@@ -1,25 +1,39 @@
-// sluice/codec/transform.hpp — fixed-size output for batching: resize, crop, flip in one pass.
+// sluice/codec/transform.hpp — fixed-size output for batching: resize, crop, flip in one pass,
+// and the per-sample transform value that boxes and points follow.
 //
 // A batch needs every sample the same size, so a decoded image of any size is mapped to exactly
-// width × height × channels bytes. Two fits:
+// width × height × channels bytes. Three fits:
 //   fit::crop     keep the aspect ratio: scale so the image covers the output times resize_scale
 //                 (e.g. 1.14 ≈ 256/224, the classic "resize to 256, crop 224"), then cut a
 //                 width × height window, centred or at a random place;
-//   fit::stretch  scale each axis independently to the output size (aspect not kept).
+//   fit::stretch  scale each axis independently to the output size (aspect not kept);
+//   fit::random_resized_crop
+//                 torchvision's RandomResizedCrop: a window whose area is a uniform fraction in
+//                 `scale` of the image's and whose aspect ratio (w / h) is log-uniform in `ratio`,
+//                 at a uniform position, up to 10 tries; when none fits, the whole image cut to
+//                 the nearest ratio in range, centred. The window (whole source pixels) is then
+//                 resized to width × height. Defaults: scale {0.08, 1}, ratio {3/4, 4/3}.
 // A horizontal flip may be drawn at random. Resampling is bilinear (pixel centres aligned), done
 // in one pass from the source straight into the destination: no intermediate resized image.
+//
+// The transform value. plan_transform(src_w, src_h, options, ctx) decides a sample's geometry —
+// the source window that becomes the whole output (in source pixels, pixel i spanning [i, i+1)),
+// the output size and the flip — from counter_rng(ctx.seed, ctx.epoch, ctx.id) alone: the same
+// whichever worker computes it, different from epoch to epoch. Codecs take it (codec.plan(bytes,
+// ctx) reads the header and plans; codec.decode_with(bytes, out, transform) applies one), and the same
+// value maps boxes and points into the output (map_point, map_box, transform_boxes), which is how
+// the decode stage keeps a sample's box fields on its objects (stage/decode.hpp).
 //
 // The output layout is HWC (rows of interleaved channels, as the source is) or CHW (one plane per
 // channel): `.layout = image_layout::chw` transposes in that same pass, each output byte is
 // stored once at its planar place — no extra copy. Both layouts hold the same values: the CHW
 // output is the transpose of the HWC output, bit for bit.
 //
-// Randomness comes only from counter_rng(ctx.seed, ctx.epoch, ctx.id), so a sample's crop and
-// flip are the same whichever worker computes them, and change from epoch to epoch.
-//
-//   auto plan = sluice::codecs::plan_geometry(src_w, src_h, {.width = 64, .height = 64,
-//                                             .layout = sluice::image_layout::chw}, ctx);
-//   sluice::codecs::resample(src, src_w, src_h, src_pitch, channels, dst, plan);
+//   auto t = sluice::codecs::plan_transform(src_w, src_h, {.width = 224, .height = 224,
+//                                           .mode = sluice::codecs::fit::random_resized_crop,
+//                                           .random_flip = true}, ctx);
+//   sluice::codecs::resample(src, src_w, src_h, src_pitch, channels, dst, sluice::codecs::to_plan(t, src_w, src_h));
+//   auto [x, y] = t.map_point(17.5, 40.0);     // where source point (17.5, 40) lands in the output
 //
 // Bilinear sampling of a source more than ~2× larger than the output aliases; the JPEG codec
 // avoids that by letting libjpeg-turbo's DCT scaling do the bulk of a large reduction first
@@ -27,6 +41,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -41,8 +56,13 @@ namespace sluice::codecs {
 
 // The pixels a codec writes: three channels (RGB) or one (grey), whatever the file holds.
 enum class pixels { rgb, grey };
-enum class fit { crop, stretch };
+enum class fit { crop, stretch, random_resized_crop };
 enum class crop_at { center, random };
+
+// A closed range [min, max] of a random draw.
+struct value_range {
+  double min = 0, max = 0;
+};
 
 struct geometry_options {
   int width = 224;
@@ -52,7 +72,167 @@ struct geometry_options {
   double resize_scale = 1.0;  // fit::crop: cover (width, height) × this before cropping; >= 1
   bool random_flip = false;   // mirror left-right with probability 1/2
   image_layout layout = image_layout::hwc;  // of the output: hwc (interleaved) or chw (planes)
+  value_range scale{0.08, 1.0};             // fit::random_resized_crop: window area / image area
+  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop: window width / height
 };
+
+// A sample's geometry: source window (x, y, w, h) in source pixels → the whole out_width ×
+// out_height output, mirrored left-right after the resize when `flip`. A plain value: copy it,
+// store it, hand it to another process; the same value gives the same pixels and coordinates.
+struct image_transform {
+  int src_width = 0, src_height = 0;  // of the image it was planned for
+  double x = 0, y = 0, w = 0, h = 0;  // the source window
+  int out_width = 0, out_height = 0;
+  bool flip = false;
+
+  // Output coordinates of source point (sx, sy), both in pixel units with pixel i spanning
+  // [i, i+1): a point inside the window lands in [0, out_width] × [0, out_height].
+  [[nodiscard]] std::array<double, 2> map_point(double sx, double sy) const noexcept {
+    double ox = (sx - x) * out_width / w;
+    const double oy = (sy - y) * out_height / h;
+    if (flip) ox = out_width - ox;
+    return {ox, oy};
+  }
+  // Box (x0, y0, x1, y1) in source pixels → the same box in output pixels (x0 <= x1 kept under
+  // a flip), not clipped.
+  [[nodiscard]] std::array<double, 4> map_box(double x0, double y0, double x1, double y1) const noexcept {
+    auto a = map_point(x0, y0), b = map_point(x1, y1);
+    return {std::min(a[0], b[0]), std::min(a[1], b[1]), std::max(a[0], b[0]), std::max(a[1], b[1])};
+  }
+  friend bool operator==(const image_transform&, const image_transform&) = default;
+};
+
+namespace detail {
+inline void check_geometry_options(const geometry_options& o) {
+  if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: output width and height must be positive");
+  if (o.mode == fit::random_resized_crop &&
+      !(o.scale.min > 0 && o.scale.min <= o.scale.max && o.scale.max <= 1.0 && o.ratio.min > 0 &&
+        o.ratio.min <= o.ratio.max && std::isfinite(o.ratio.max)))
+    throw usage_error("sluice: random_resized_crop needs 0 < scale.min <= scale.max <= 1 and 0 < ratio.min <= ratio.max");
+}
+
+// torchvision's RandomResizedCrop.get_params, on counter_rng draws: (x, y, w, h), whole pixels.
+inline std::array<int, 4> random_resized_window(int W, int H, const geometry_options& o, counter_rng& rng) {
+  const double area = static_cast<double>(W) * H;
+  const double lr0 = std::log(o.ratio.min), lr1 = std::log(o.ratio.max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (o.scale.min + (o.scale.max - o.scale.min) * rng.uniform());
+    const double aspect = std::exp(lr0 + (lr1 - lr0) * rng.uniform());
+    const long w = std::lround(std::sqrt(target * aspect)), h = std::lround(std::sqrt(target / aspect));
+    if (w > 0 && w <= W && h > 0 && h <= H) {
+      const auto x = static_cast<int>(rng.below(static_cast<std::uint64_t>(W - w + 1)));
+      const auto y = static_cast<int>(rng.below(static_cast<std::uint64_t>(H - h + 1)));
+      return {x, y, static_cast<int>(w), static_cast<int>(h)};
+    }
+  }
+  // Fallback: the whole image, cut to the nearest ratio in range, centred.
+  const double in_ratio = static_cast<double>(W) / H;
+  long w = W, h = H;
+  if (in_ratio < o.ratio.min) h = std::max(1L, std::lround(W / o.ratio.min));
+  else if (in_ratio > o.ratio.max) w = std::max(1L, std::lround(H * o.ratio.max));
+  return {static_cast<int>((W - w) / 2), static_cast<int>((H - h) / 2), static_cast<int>(w), static_cast<int>(h)};
+}
+}  // namespace detail
+
+// Decides a sample's geometry for a src_w × src_h image (see the top of this file).
+inline image_transform plan_transform(int src_w, int src_h, const geometry_options& o, const sample_context& ctx) {
+  detail::check_geometry_options(o);
+  if (src_w <= 0 || src_h <= 0) throw usage_error("sluice: plan_transform of an image with a zero dimension");
+  image_transform t{.src_width = src_w, .src_height = src_h, .out_width = o.width, .out_height = o.height};
+  counter_rng rng(ctx.seed, ctx.epoch, ctx.id);
+  if (o.mode == fit::stretch) {
+    t.w = src_w;
+    t.h = src_h;
+  } else if (o.mode == fit::random_resized_crop) {
+    const auto win = detail::random_resized_window(src_w, src_h, o, rng);
+    t.x = win[0], t.y = win[1], t.w = win[2], t.h = win[3];
+  } else {
+    // Output pixels per source pixel: the image covers the output (times resize_scale).
+    const double s = std::max(static_cast<double>(o.width) / src_w, static_cast<double>(o.height) / src_h) *
+                     std::max(1.0, o.resize_scale);
+    t.w = o.width / s;
+    t.h = o.height / s;
+    const double ux = o.crop == crop_at::random ? rng.uniform() : 0.5;
+    const double uy = o.crop == crop_at::random ? rng.uniform() : 0.5;
+    t.x = std::max(0.0, src_w - t.w) * ux;
+    t.y = std::max(0.0, src_h - t.h) * uy;
+  }
+  t.flip = o.random_flip && (rng() >> 63) != 0;
+  return t;
+}
+
+// The factor the source must be scaled by for this transform; < 1 is a reduction. The JPEG codec
+// decodes at the smallest DCT scale >= this, so the bilinear pass reduces < 2×.
+inline double source_scale_needed(const image_transform& t) noexcept {
+  return std::max(t.out_width / t.w, t.out_height / t.h);
+}
+inline double source_scale_needed(int src_w, int src_h, const geometry_options& o) noexcept {
+  if (o.mode == fit::stretch)
+    return std::max(static_cast<double>(o.width) / src_w, static_cast<double>(o.height) / src_h);
+  if (o.mode == fit::random_resized_crop)  // the largest window: the whole image
+    return std::max(static_cast<double>(o.width) / src_w, static_cast<double>(o.height) / src_h);
+  return std::max(static_cast<double>(o.width) / src_w, static_cast<double>(o.height) / src_h) *
+         std::max(1.0, o.resize_scale);
+}
+
+// Boxes and points through a transform. Boxes are rows of 4 numbers, (x0, y0, x1, y1) or
+// (x, y, width, height), in pixels of the source image or, `normalized`, as fractions of its width
+// and height; they come out in the same form relative to the output. A box is clipped to the
+// output; with `drop_outside` (default) a box is dropped when its clipped width or height is below
+// `min_size` output pixels (1: torchvision's SanitizeBoundingBoxes) or less than `min_visible` of
+// its area stays in view; without, every box is kept, clipped (possibly to zero area), so rows
+// stay aligned with whatever else the dataset keeps per box. Points are rows of 2 (x, y), mapped
+// and not clipped; with `drop_outside` a point outside the output is dropped.
+enum class box_format { xyxy, xywh };
+
+struct box_options {
+  box_format format = box_format::xyxy;
+  bool normalized = false;
+  bool drop_outside = true;
+  double min_size = 1.0;     // output pixels
+  double min_visible = 0.0;  // of the box's area in the output, before clipping
+};
+
+struct point_options {
+  bool normalized = false;
+  bool drop_outside = false;
+};
+
+// Box `in` (4 values) through `t` into `out` (4 values); false when the options drop it.
+template <class T>
+bool transform_box(const image_transform& t, const box_options& o, const T* in, T* out) noexcept {
+  double v[4] = {static_cast<double>(in[0]), static_cast<double>(in[1]), static_cast<double>(in[2]),
+                 static_cast<double>(in[3])};
+  if (o.format == box_format::xywh) v[2] += v[0], v[3] += v[1];
+  if (o.normalized) v[0] *= t.src_width, v[2] *= t.src_width, v[1] *= t.src_height, v[3] *= t.src_height;
+  const auto m = t.map_box(v[0], v[1], v[2], v[3]);
+  const double W = t.out_width, H = t.out_height;
+  const double c0 = std::clamp(m[0], 0.0, W), c1 = std::clamp(m[1], 0.0, H), c2 = std::clamp(m[2], 0.0, W),
+               c3 = std::clamp(m[3], 0.0, H);
+  if (o.drop_outside) {
+    if (!(c2 - c0 >= o.min_size && c3 - c1 >= o.min_size)) return false;  // NaN input dropped too
+    const double area = (m[2] - m[0]) * (m[3] - m[1]);
+    if (o.min_visible > 0 && !((c2 - c0) * (c3 - c1) >= o.min_visible * area)) return false;
+  }
+  double r[4] = {c0, c1, c2, c3};
+  if (o.normalized) r[0] /= W, r[2] /= W, r[1] /= H, r[3] /= H;
+  if (o.format == box_format::xywh) r[2] -= r[0], r[3] -= r[1];
+  for (int k = 0; k < 4; ++k) out[k] = static_cast<T>(r[k]);
+  return true;
+}
+
+// Point `in` (x, y) through `t` into `out`; false when the options drop it.
+template <class T>
+bool transform_point(const image_transform& t, const point_options& o, const T* in, T* out) noexcept {
+  double px = static_cast<double>(in[0]), py = static_cast<double>(in[1]);
+  if (o.normalized) px *= t.src_width, py *= t.src_height;
+  auto m = t.map_point(px, py);
+  if (o.drop_outside && !(m[0] >= 0 && m[0] <= t.out_width && m[1] >= 0 && m[1] <= t.out_height)) return false;
+  if (o.normalized) m[0] /= t.out_width, m[1] /= t.out_height;
+  out[0] = static_cast<T>(m[0]);
+  out[1] = static_cast<T>(m[1]);
+  return true;
+}
 
 // Where output pixel (x, y) reads from: source coordinate = offset + (x + 0.5) * step - 0.5.
 struct geometry_plan {
@@ -63,34 +243,26 @@ struct geometry_plan {
   image_layout layout = image_layout::hwc;  // of the output (none counts as hwc)
 };
 
-// The factor the source must be scaled by (before cropping) for this output; < 1 is a reduction.
-// The JPEG codec decodes at the smallest DCT scale >= this, so the bilinear pass reduces < 2×.
-inline double source_scale_needed(int src_w, int src_h, const geometry_options& o) noexcept {
-  const double sx = static_cast<double>(o.width) / src_w, sy = static_cast<double>(o.height) / src_h;
-  return o.mode == fit::stretch ? std::max(sx, sy) : std::max(sx, sy) * std::max(1.0, o.resize_scale);
+// The resample plan of transform `t` on the image as decoded, dec_w × dec_h (the source itself,
+// or a DCT-reduced version of it: the window scales with it).
+inline geometry_plan to_plan(const image_transform& t, int dec_w, int dec_h, image_layout layout = image_layout::hwc) {
+  if (t.src_width <= 0 || t.src_height <= 0 || t.w <= 0 || t.h <= 0 || t.out_width <= 0 || t.out_height <= 0)
+    throw usage_error("sluice: an empty image_transform (plan it with plan_transform or codec.plan)");
+  const double kx = static_cast<double>(dec_w) / t.src_width, ky = static_cast<double>(dec_h) / t.src_height;
+  geometry_plan p;
+  p.out_width = t.out_width;
+  p.out_height = t.out_height;
+  p.step_x = dec_w == t.src_width ? t.w / t.out_width : t.w * kx / t.out_width;
+  p.step_y = dec_h == t.src_height ? t.h / t.out_height : t.h * ky / t.out_height;
+  p.offset_x = t.x * kx;
+  p.offset_y = t.y * ky;
+  p.flip = t.flip;
+  p.layout = layout;
+  return p;
 }
 
 inline geometry_plan plan_geometry(int src_w, int src_h, const geometry_options& o, const sample_context& ctx) {
-  if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: output width and height must be positive");
-  geometry_plan p;
-  p.out_width = o.width;
-  p.out_height = o.height;
-  counter_rng rng(ctx.seed, ctx.epoch, ctx.id);
-  if (o.mode == fit::stretch) {
-    p.step_x = static_cast<double>(src_w) / o.width;
-    p.step_y = static_cast<double>(src_h) / o.height;
-  } else {
-    const double s = source_scale_needed(src_w, src_h, o);  // output pixels per source pixel
-    p.step_x = p.step_y = 1.0 / s;
-    const double slack_x = src_w - o.width / s, slack_y = src_h - o.height / s;  // in source pixels
-    const double ux = o.crop == crop_at::random ? rng.uniform() : 0.5;
-    const double uy = o.crop == crop_at::random ? rng.uniform() : 0.5;
-    p.offset_x = std::max(0.0, slack_x) * ux;
-    p.offset_y = std::max(0.0, slack_y) * uy;
-  }
-  p.flip = o.random_flip && (rng() >> 63) != 0;
-  p.layout = o.layout;
-  return p;
+  return to_plan(plan_transform(src_w, src_h, o, ctx), src_w, src_h, o.layout);
 }
 
 namespace detail {

@@ -39,6 +39,25 @@
 //                                 sluice::stack<"label">{})
 //               | sluice::prefetch(2);          // b.get<"jpg">(): float {64, 3, 224, 224}
 //
+// Fields that follow the image: decode<"jpg">(codec, boxes<"boxes", "classes">{...}, points<"kp">{})
+// plans the sample's geometry when the stage runs (codec.plan: the header is read, the transform
+// drawn from (seed, epoch, id)), keeps that codecs::image_transform in the sample, decodes the
+// image with it, and maps field "boxes" (rows of 4 floating-point coordinates) by the same value
+// (codec/transform.hpp: clipped; dropped per .drop_outside / .min_size / .min_visible). The fields
+// named after it ("classes": one row per box, any type) lose the rows of dropped boxes. A box
+// field that is not whole rows, a per-box field whose size is not one row per box, or an image
+// whose header cannot be read is a format_error naming the file, the record and the field, raised
+// when the stage runs (so on_error::skip skips the sample).
+//
+//   auto loader = sluice::from(sampler) | sluice::read(wds)   // "jpg", "boxes.npy", "classes.npy"
+//               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 224, .height = 224,
+//                                           .mode = sluice::codecs::fit::random_resized_crop,
+//                                           .random_flip = true}},
+//                                       sluice::boxes<"boxes.npy", "classes.npy">{})
+//               | sluice::collate({.batch = 32}, sluice::stack<"jpg">{},
+//                                 sluice::ragged<"boxes.npy">{.row = {4}}, sluice::ragged<"classes.npy">{})
+//               | sluice::prefetch(2);
+//
 // Random augmentation inside the codec draws from counter_rng(ctx.seed, ctx.epoch, ctx.id), so
 // the batch is bit-identical for any worker count. A record the codec cannot decode raises
 // sluice::format_error naming the record's file (the reader's path), the record id and the cause
@@ -48,6 +67,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <tuple>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +81,7 @@
 #include "sluice/core/fixed_string.hpp"
 #include "sluice/core/schema.hpp"
 #include "sluice/core/stats.hpp"
+#include "sluice/codec/transform.hpp"
 
 namespace sluice {
 
@@ -129,8 +151,73 @@ template <fixed_string Name>
 inline constexpr auto decode_field_name = concat_v<concat_v<"decode<\"", Name>, "\">">;
 }  // namespace detail
 
+// Fields that follow a decoded image's geometry (decode<"img">(codec, boxes<...>{}, points<...>{})).
+// boxes<"boxes", "classes", ...>: field "boxes" holds rows of 4 coordinates (floating point), one
+// row per box; the fields named after it hold one row per box too (a class, a score, a mask id:
+// any type, any row size), and lose the same rows when a box is dropped. points<...> likewise, for
+// rows of 2 (x, y). The options are codecs::box_options / codecs::point_options
+// (codec/transform.hpp).
+template <fixed_string Field, fixed_string... With>
+struct boxes {
+  codecs::box_format format = codecs::box_format::xyxy;
+  bool normalized = false;    // coordinates as fractions of the image's width and height
+  bool drop_outside = true;   // drop a box below min_size / min_visible once clipped; else keep all, clipped
+  double min_size = 1.0;      // output pixels
+  double min_visible = 0.0;   // fraction of the box's area that stays in view
+
+  static constexpr std::size_t row = 4;
+  template <fixed_string N>
+  static constexpr bool carries = (N == Field) || ((N == With) || ...);
+  template <fixed_string N>
+  static constexpr bool is_coordinates = N == Field;
+  static constexpr auto coordinates = Field;
+  template <class Fn>
+  static void each_companion(Fn&& fn) {
+    (fn.template operator()<With>(), ...);
+  }
+  template <class T>
+  bool map(const codecs::image_transform& t, const T* in, T* out) const noexcept {
+    return codecs::transform_box(t, {format, normalized, drop_outside, min_size, min_visible}, in, out);
+  }
+};
+
+template <fixed_string Field, fixed_string... With>
+struct points {
+  bool normalized = false;    // coordinates as fractions of the image's width and height
+  bool drop_outside = false;  // drop a point that lands outside the output; else keep it, unclipped
+
+  static constexpr std::size_t row = 2;
+  template <fixed_string N>
+  static constexpr bool carries = (N == Field) || ((N == With) || ...);
+  template <fixed_string N>
+  static constexpr bool is_coordinates = N == Field;
+  static constexpr auto coordinates = Field;
+  template <class Fn>
+  static void each_companion(Fn&& fn) {
+    (fn.template operator()<With>(), ...);
+  }
+  template <class T>
+  bool map(const codecs::image_transform& t, const T* in, T* out) const noexcept {
+    return codecs::transform_point(t, {normalized, drop_outside}, in, out);
+  }
+};
+
+namespace detail {
+// The index of the follower in Fs... that carries field N, or -1.
+template <fixed_string N, class... Fs>
+consteval int follower_of() {
+  int i = 0, found = -1;
+  ((found = found < 0 && Fs::template carries<N> ? i : found, ++i), ...);
+  return found;
+}
+template <class F, class S>
+using coordinate_t = typename S::schema_type::template field_t<F::coordinates>::value_type;
+}  // namespace detail
+
 // `Inner` with field `Name` decoded by `Codec`; the field-sample protocol of core/schema.hpp.
-template <fixed_string Name, field_sample Inner, codec Codec>
+// With followers, the image's transform is planned when the stage runs (the header is read then)
+// and kept in the sample; the image is decoded with it and the followed fields are mapped by it.
+template <fixed_string Name, field_sample Inner, codec Codec, class... Follow>
 struct decoded_field_sample {
   using schema_type = replace_field_t<typename Inner::schema_type, field<Name, std::uint8_t>>;
   static constexpr std::string_view stage_name = detail::decode_field_name<Name>.view();
@@ -138,11 +225,20 @@ struct decoded_field_sample {
   std::string_view origin;
   Inner inner;
   const Codec* codec = nullptr;
+  const std::tuple<Follow...>* follow = nullptr;
+  codecs::image_transform transform{};  // planned by the stage when there are followers
 
   template <fixed_string N>
   [[nodiscard]] std::size_t size_of() const {
-    if constexpr (N == Name) return codec->output_bytes();
-    else return inner.template size_of<N>();
+    if constexpr (N == Name) {
+      return codec->output_bytes();
+    } else if constexpr (constexpr int f = detail::follower_of<N, Follow...>(); f >= 0) {
+      const auto& fol = std::get<f>(*follow);
+      const std::size_t n = rows_of(fol), kept = kept_rows(fol);
+      return n == 0 ? 0 : inner.template size_of<N>() / n * kept;
+    } else {
+      return inner.template size_of<N>();
+    }
   }
   template <fixed_string N>
   void write(std::span<std::byte> dst, const sample_context& ctx) const {
@@ -150,28 +246,48 @@ struct decoded_field_sample {
       const detail::deferred_scope timed(stage_name);
       try {
         try {
-          codec->decode(encoded(ctx), dst, ctx);
+          if constexpr (sizeof...(Follow) > 0) codec->decode_with(encoded(ctx), dst, transform);
+          else codec->decode(encoded(ctx), dst, ctx);
         } catch (const format_error& e) {
           throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
         }
       } catch (...) {
         detail::throw_stage_error(stage_name, id);
       }
+    } else if constexpr (constexpr int f = detail::follower_of<N, Follow...>(); f >= 0) {
+      write_followed<N>(std::get<f>(*follow), dst);
     } else {
       inner.template write<N>(dst, ctx);
     }
   }
-  // The other fields' bytes, where the input has them; never the decoded field's.
+  // The other fields' bytes, where the input has them; never the decoded or followed fields'.
   template <fixed_string N>
-    requires(!(N == Name) && requires(const Inner& s) { s.template bytes_of<N>(); })
+    requires(!(N == Name) && detail::follower_of<N, Follow...>() < 0 &&
+             requires(const Inner& s) { s.template bytes_of<N>(); })
   [[nodiscard]] std::span<const std::byte> bytes_of() const {
     return inner.template bytes_of<N>();
   }
   template <fixed_string N>
-    requires((N == Name) || requires(const Inner& s) { s.template geometry_of<N>(); })
+    requires((N == Name) || (detail::follower_of<N, Follow...>() < 0 &&
+                             requires(const Inner& s) { s.template geometry_of<N>(); }))
   [[nodiscard]] field_geometry geometry_of() const {
     if constexpr (N == Name) return detail::codec_geometry(*codec);
     else return inner.template geometry_of<N>();
+  }
+
+  // Called by the stage: plans the transform and checks the followed fields' sizes, so that
+  // size_of/write can trust them. Errors name the file, the record and the field.
+  void prepare(const sample_context& ctx) {
+    try {
+      try {
+        transform = codec->plan(encoded(ctx), ctx);
+      } catch (const format_error& e) {
+        throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
+      }
+      std::apply([&](const auto&... fol) { (check_followed(fol), ...); }, *follow);
+    } catch (...) {
+      detail::throw_stage_error(stage_name, id);
+    }
   }
 
  private:
@@ -188,33 +304,114 @@ struct decoded_field_sample {
       return {buf.data(), n};
     }
   }
+
+  template <class F>
+  std::span<const std::byte> coordinate_bytes() const {
+    static_assert(requires { inner.template bytes_of<F::coordinates>(); },
+                  "sluice: a field that follows an image's geometry must be readable as bytes (a reader's view)");
+    return inner.template bytes_of<F::coordinates>();
+  }
+  template <class F>
+  std::size_t rows_of(const F&) const {
+    return coordinate_bytes<F>().size() / (F::row * sizeof(detail::coordinate_t<F, Inner>));
+  }
+  // Whether row r of follower F survives the transform (the row read with memcpy: views into a
+  // file need not be aligned for T).
+  template <class F>
+  bool keeps(const F& fol, std::size_t r, detail::coordinate_t<F, Inner>* out) const {
+    using T = detail::coordinate_t<F, Inner>;
+    T in[F::row];
+    std::memcpy(in, coordinate_bytes<F>().data() + r * sizeof in, sizeof in);
+    return fol.map(transform, in, out);
+  }
+  template <class F>
+  std::size_t kept_rows(const F& fol) const {
+    detail::coordinate_t<F, Inner> out[F::row];
+    std::size_t kept = 0;
+    for (std::size_t r = 0, n = rows_of(fol); r < n; ++r) kept += keeps(fol, r, out);
+    return kept;
+  }
+  template <fixed_string N, class F>
+  void write_followed(const F& fol, std::span<std::byte> dst) const {
+    using T = detail::coordinate_t<F, Inner>;
+    const std::size_t n = rows_of(fol);
+    if (n == 0) return;
+    std::span<const std::byte> src;
+    if constexpr (!F::template is_coordinates<N>) {
+      static_assert(requires { inner.template bytes_of<N>(); },
+                    "sluice: a field that follows an image's geometry must be readable as bytes (a reader's view)");
+      src = inner.template bytes_of<N>();
+    }
+    const std::size_t row_bytes = F::template is_coordinates<N> ? F::row * sizeof(T) : src.size() / n;
+    std::size_t w = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      T out[F::row];
+      if (!keeps(fol, r, out)) continue;
+      if constexpr (F::template is_coordinates<N>) std::memcpy(dst.data() + w, out, sizeof out);
+      else std::memcpy(dst.data() + w, src.data() + r * row_bytes, row_bytes);
+      w += row_bytes;
+    }
+  }
+  template <class F>
+  void check_followed(const F&) const {
+    using T = detail::coordinate_t<F, Inner>;
+    static_assert(std::is_floating_point_v<T>, "sluice: box and point coordinates are a floating-point field");
+    const std::size_t bytes = coordinate_bytes<F>().size(), row = F::row * sizeof(T);
+    if (bytes % row != 0)
+      throw format_error(std::string(origin), {.record = id},
+                         "field '" + std::string(F::coordinates.view()) + "': " + std::to_string(bytes) +
+                             " bytes is not a whole number of rows of " + std::to_string(F::row) + " coordinates");
+    // Every other field F carries must have one row per box (point): n rows of equal size.
+    const std::size_t n = bytes / row;
+    F::each_companion([&]<fixed_string N>() {
+      const std::size_t b = inner.template size_of<N>();
+      if ((n == 0 && b != 0) || (n != 0 && b % n != 0))
+        throw format_error(std::string(origin), {.record = id},
+                           "field '" + std::string(N.view()) + "': " + std::to_string(b) + " bytes for " +
+                               std::to_string(n) + " rows of '" + std::string(F::coordinates.view()) +
+                               "' (it must hold one row per row of it)");
+    });
+  }
 };
 
-template <fixed_string Name, codec Codec>
+template <fixed_string Name, codec Codec, class... Follow>
 class decode_field_stage {
  public:
   using stage_concept = sample_stage_tag;
   static constexpr std::string_view name = detail::decode_field_name<Name>.view();
 
-  explicit decode_field_stage(Codec c) : codec_(std::move(c)) {}
+  explicit decode_field_stage(Codec c, Follow... f) : codec_(std::move(c)), follow_(std::move(f)...) {}
 
   // A sample without field Name fails to compile, naming it (schema_has_no_field<"Name">).
   template <field_sample S>
-  decoded_field_sample<Name, S, Codec> operator()(S s, const sample_context&) const {
+  decoded_field_sample<Name, S, Codec, Follow...> operator()(S s, const sample_context& ctx) const {
     const std::uint64_t id = s.id;
     const std::string_view origin = s.origin;
-    return {id, origin, std::move(s), &codec_};
+    decoded_field_sample<Name, S, Codec, Follow...> d{id, origin, std::move(s), &codec_, &follow_};
+    if constexpr (sizeof...(Follow) > 0) d.prepare(ctx);
+    return d;
   }
   [[nodiscard]] const Codec& codec() const noexcept { return codec_; }
 
  private:
   Codec codec_;
+  std::tuple<Follow...> follow_;
 };
 
-template <fixed_string Name, class Codec>
-  requires codec<std::remove_cvref_t<Codec>>
-decode_field_stage<Name, std::remove_cvref_t<Codec>> decode(Codec&& c) {
-  return decode_field_stage<Name, std::remove_cvref_t<Codec>>(std::forward<Codec>(c));
+// decode<"img">(codec) decodes field "img"; decode<"img">(codec, boxes<"boxes", "classes">{},
+// points<"kp">{}) also moves those fields with the image's geometry (the codec must have
+// plan(bytes, ctx) and decode_with(bytes, out, image_transform), as the image codecs do).
+template <fixed_string Name, class Codec, class... Follow>
+  requires codec<std::remove_cvref_t<Codec>> &&
+           (sizeof...(Follow) == 0 ||
+            requires(const std::remove_cvref_t<Codec>& c, std::span<const std::byte> in, std::span<std::byte> out,
+                     const sample_context& ctx, const codecs::image_transform& t) {
+              { c.plan(in, ctx) } -> std::same_as<codecs::image_transform>;
+              c.decode_with(in, out, t);
+            })
+decode_field_stage<Name, std::remove_cvref_t<Codec>, std::remove_cvref_t<Follow>...> decode(Codec&& c, Follow&&... f) {
+  return decode_field_stage<Name, std::remove_cvref_t<Codec>, std::remove_cvref_t<Follow>...>(
+      std::forward<Codec>(c), std::forward<Follow>(f)...);
 }
 
 }  // namespace sluice
