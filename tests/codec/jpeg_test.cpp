@@ -66,11 +66,15 @@ TEST_CASE("jpeg: grey output") {
   CHECK(std::abs(at(o3, 32, 20, 5, 0) - at(o3, 32, 20, 5, 2)) <= 1);
 }
 
-TEST_CASE("jpeg: DCT scaling picks the smallest sufficient factor and agrees with a full decode") {
+TEST_CASE("jpeg: DCT scaling picks the smallest sufficient factor of 1, 1/2, 1/4, 1/8 and agrees with a full decode") {
   CHECK(codecs::detail::pick_scale(0.125).num * 8 == codecs::detail::pick_scale(0.125).denom * 1);
-  auto s3 = codecs::detail::pick_scale(0.3);
-  CHECK(double(s3.num) / s3.denom >= 0.3);
-  CHECK(double(s3.num) / s3.denom <= 0.375);
+  auto s3 = codecs::detail::pick_scale(0.3);  // 3/8 would do, but runs without SIMD: 1/2
+  CHECK(s3.num == 1);
+  CHECK(s3.denom == 2);
+  auto s2 = codecs::detail::pick_scale(0.25);
+  CHECK(s2.denom == 4 * s2.num);
+  auto s7 = codecs::detail::pick_scale(0.8);  // 7/8 is slower than a full decode
+  CHECK(s7.num == s7.denom);
   auto s1 = codecs::detail::pick_scale(1.7);  // upscaling: decode at full size, never above
   CHECK(s1.num == s1.denom);
 
