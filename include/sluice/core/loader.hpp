@@ -418,6 +418,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::lock_guard lk(m_);
     return num_batches_;
   }
+  // The batches a whole epoch `e` yields (from the sampler's size; nothing is started).
+  [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const {
+    const std::uint64_t n = chain_.chain.sampler_.size(e), b = chain_.collate.batch_size();
+    return chain_.collate.drop_last() ? n / b : (n + b - 1) / b;
+  }
 
   [[nodiscard]] pipeline_stats stats() const {
     pipeline_stats s;
@@ -917,6 +922,8 @@ class loader {
     return ring_->state(epoch, position);
   }
   [[nodiscard]] pipeline_stats stats() const { return ring_->stats(); }
+  // The batches a whole epoch `e` yields (what len() of a Python loader says).
+  [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const { return ring_->batches_for(e); }
   void set_workers(std::size_t n) { ring_->set_workers(n); }
   [[nodiscard]] auto& sampler() noexcept { return ring_->chain().chain.sampler_; }
   [[nodiscard]] Depth& depth_policy() noexcept { return ring_->depth_policy(); }

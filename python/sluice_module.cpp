@@ -1,0 +1,195 @@
+// The Python module `sluice`: common pipelines chosen at run time from keyword arguments, each
+// combination a concrete loader type compiled here (no per-sample virtual call; one virtual call
+// per batch, in python/bind.hpp's loader_handle).
+//
+//   import sluice, torch
+//   loader = sluice.loader("idx", images="train-images-idx3-ubyte.gz", labels="train-labels-idx1-ubyte.gz",
+//                          batch_size=256, sampler="class_balanced", weights="inverse_log", seed=7,
+//                          workers=2, output="float32", shape=(1, 28, 28))
+//   for epoch in range(10):
+//       loader.set_epoch(epoch)
+//       for batch in loader:
+//           x = torch.from_dlpack(batch["data"]); y = torch.from_dlpack(batch["label"])
+//
+// Sources:  "idx"      images= (and labels=) IDX files, plain or .gz (the MNIST family)
+//           "records"  path= a file of fixed-size records, record_bytes=, labels= (int64 per record,
+//                      optional), header_bytes=
+//           "shard"    path= a sluice shard (sluice-pack's output); records as stored (they must all
+//                      be the same size within a batch), or decode="jpeg" with size=(h, w),
+//                      random_resized_crop=, flip=: decoded to u8 HWC, then collated
+// Samplers: "sequential", "shuffle", "class_balanced" (weights "inverse_log": 1/log(1 + n), the
+//           default, or "inverse_frequency": 1/n), each split across ranks when distributed=True
+//           (rank and world from torchrun's or mpirun's environment; a single process is rank 0
+//           of 1).
+// Output:   "uint8" as stored, or "float32" scaled by 1/255 then (x - mean) / std per channel;
+//           shape= the per-sample shape of "data" (default: flat).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <sluice/sluice.hpp>
+
+#include "sluice/io/fixed_records.hpp"
+#include "sluice/io/idx.hpp"
+#include "sluice/io/shard.hpp"
+#include "sluice/python/bind.hpp"
+#include "sluice/sample/class_balanced.hpp"
+#include "sluice/sample/distributed.hpp"
+#include "sluice/sample/rank.hpp"
+#if SLUICE_WITH_TURBOJPEG
+#include "sluice/codec/jpeg.hpp"
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+struct options {
+  std::string source;
+  std::string path, images, labels, decode;
+  std::size_t record_bytes = 0, header_bytes = 0;
+  std::size_t batch_size = 64;
+  std::string sampler = "shuffle", weights = "inverse_log";
+  std::uint64_t seed = 0;
+  bool distributed = false, drop_last = false;
+  std::size_t workers = 2, prefetch = 2;
+  std::string output = "uint8";
+  std::vector<std::int64_t> shape;
+  std::vector<float> mean, std;
+  std::vector<int> size;
+  bool random_resized_crop = false, flip = false;
+  std::string errors = "raise";
+};
+
+[[noreturn]] void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
+  throw py::value_error("sluice.loader: " + arg + "=" + got + " is not accepted; use " + accepted);
+}
+
+sluice::collate_options collate_of(const options& o) {
+  sluice::collate_options c{.batch = o.batch_size, .drop_last = o.drop_last};
+  if (o.output == "float32") c.output = sluice::dtype::f32;
+  else if (o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  c.mean = o.mean;
+  c.std = o.std;
+  c.shape = o.shape;
+  if (!o.mean.empty()) c.channels = o.mean.size();
+  return c;
+}
+
+sluice::loader_options loader_opts(const options& o) {
+  sluice::loader_options l{.workers = o.workers, .seed = o.seed};
+  if (o.errors == "skip") l.errors = sluice::on_error::skip;
+  else if (o.errors != "raise") bad_value("errors", "'" + o.errors + "'", "'raise' or 'skip'");
+  return l;
+}
+
+sluice::sample::distributed_options rank_of(const options& o) {
+  if (!o.distributed) return {};
+  return sluice::sample::rank_from_environment().distributed({});
+}
+
+// Calls f(sampler) with the sampler the options name, for a dataset of n samples with `labels`.
+template <class F>
+auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_t>& labels, F&& f) {
+  using namespace sluice::sample;  // samplers and weighting rules
+  const auto r = rank_of(o);
+  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  if (o.sampler == "class_balanced") {
+    if (labels.empty()) throw py::value_error("sluice.loader: sampler='class_balanced' needs labels");
+    if (o.weights == "inverse_log")
+      return f(distributed{class_balanced<inverse_log>(labels, {}, {.seed = o.seed}), r});
+    if (o.weights == "inverse_frequency")
+      return f(distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = o.seed}), r});
+    bad_value("weights", "'" + o.weights + "'", "'inverse_log' (1/log(1+n)) or 'inverse_frequency' (1/n)");
+  }
+  bad_value("sampler", "'" + o.sampler + "'", "'sequential', 'shuffle' or 'class_balanced'");
+}
+
+template <class Reader>
+std::shared_ptr<sluice::python::py_loader> records_loader(const options& o, Reader r, std::vector<std::int64_t> labels) {
+  const std::size_t n = r.size();
+  return with_sampler(o, n, labels, [&](auto s) {
+    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(r)) | sluice::collate(collate_of(o)) |
+                                sluice::prefetch(o.prefetch, loader_opts(o)));
+  });
+}
+
+std::shared_ptr<sluice::python::py_loader> make_loader(const options& o) {
+  if (o.batch_size == 0) throw py::value_error("sluice.loader: batch_size must be at least 1");
+  if (o.workers == 0) throw py::value_error("sluice.loader: workers must be at least 1");
+  if (o.source == "idx") {
+    if (o.images.empty()) throw py::value_error("sluice.loader: source='idx' needs images= (and labels=)");
+    sluice::io::idx_reader r(o.images, o.labels);
+    std::vector<std::int64_t> labels;
+    if (r.has_labels())
+      for (std::size_t i = 0; i < r.size(); ++i) labels.push_back(r.label(i));
+    return records_loader(o, std::move(r), std::move(labels));
+  }
+  if (o.source == "records") {
+    if (o.path.empty() || o.record_bytes == 0)
+      throw py::value_error("sluice.loader: source='records' needs path= and record_bytes=");
+    sluice::io::fixed_records r(o.path, {.record_bytes = o.record_bytes, .labels_path = o.labels, .header_bytes = o.header_bytes});
+    auto labels = r.labels();
+    if (!o.labels.empty()) return records_loader(o, std::move(r), std::move(labels));
+    return records_loader(o, std::move(r), {});
+  }
+  if (o.source == "shard") {
+    if (o.path.empty()) throw py::value_error("sluice.loader: source='shard' needs path=");
+    sluice::io::shard_reader r(o.path);
+    auto labels = r.labels();
+    if (o.decode.empty()) return records_loader(o, std::move(r), std::move(labels));
+#if SLUICE_WITH_TURBOJPEG
+    if (o.decode != "jpeg") bad_value("decode", "'" + o.decode + "'", "'jpeg' (or leave it out: records as stored)");
+    if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
+      throw py::value_error("sluice.loader: decode='jpeg' needs size=(height, width), both positive");
+    const sluice::codecs::jpeg codec({.width = o.size[1], .height = o.size[0],
+                                      .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop
+                                                                    : sluice::codecs::fit::crop,
+                                      .random_flip = o.flip});
+    const std::size_t n = r.size();
+    return with_sampler(o, n, labels, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(r)) | sluice::decode(codec) |
+                                  sluice::collate(collate_of(o)) | sluice::prefetch(o.prefetch, loader_opts(o)));
+    });
+#else
+    throw py::value_error("sluice.loader: decode='jpeg' needs a module built with TurboJPEG");
+#endif
+  }
+  bad_value("source", "'" + o.source + "'", "'idx', 'records' or 'shard'");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(sluice, m) {
+  m.doc() = "sluice: C++ data pipelines for PyTorch training loops, zero-copy through DLPack.";
+  sluice::python::register_types(m);
+  m.def(
+      "loader",
+      [](std::string source, std::string path, std::string images, std::string labels, std::size_t record_bytes,
+         std::size_t header_bytes, std::size_t batch_size, std::string sampler, std::string weights, std::uint64_t seed,
+         bool distributed, bool drop_last, std::size_t workers, std::size_t prefetch, std::string output,
+         std::vector<std::int64_t> shape, std::vector<float> mean, std::vector<float> std, std::string decode,
+         std::vector<int> size, bool random_resized_crop, bool flip, std::string errors) {
+        options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
+                  record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
+                  drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
+                  std::move(size), random_resized_crop, flip, std::move(errors)};
+        py::gil_scoped_release nogil;  // opening files, scanning indexes
+        auto l = make_loader(o);
+        return l;
+      },
+      py::arg("source"), py::kw_only(), py::arg("path") = "", py::arg("images") = "", py::arg("labels") = "",
+      py::arg("record_bytes") = 0, py::arg("header_bytes") = 0, py::arg("batch_size") = 64,
+      py::arg("sampler") = "shuffle", py::arg("weights") = "inverse_log", py::arg("seed") = 0,
+      py::arg("distributed") = false, py::arg("drop_last") = false, py::arg("workers") = 2, py::arg("prefetch") = 2,
+      py::arg("output") = "uint8", py::arg("shape") = std::vector<std::int64_t>{},
+      py::arg("mean") = std::vector<float>{}, py::arg("std") = std::vector<float>{}, py::arg("decode") = "",
+      py::arg("size") = std::vector<int>{}, py::arg("random_resized_crop") = false, py::arg("flip") = false,
+      py::arg("errors") = "raise",
+      "A loader of a common pipeline; see the module's documentation for the keywords.");
+}

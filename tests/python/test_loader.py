@@ -1,0 +1,223 @@
+"""The Python module: batches as DLPack tensors without a copy, slots that return when the last
+tensor dies, the same batches as the C++ pipeline, resume through state_dict, errors as typed
+exceptions with the C++ text, a disjoint two-process split, nothing left in /dev/shm."""
+import gc
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import sluice
+
+N = 1000           # records
+RB = 48            # bytes per record: the record's index as 12 little-endian uint32s
+CLASSES = 7
+
+
+def fnv(*arrays):
+    h = 1469598103934665603
+    for a in arrays:
+        for byte in a.tobytes():
+            h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    d = tmp_path_factory.mktemp("records")
+    data = np.repeat(np.arange(N, dtype="<u4")[:, None], RB // 4, axis=1)
+    labels = (np.arange(N) % CLASSES).astype("<i8")
+    (d / "data.bin").write_bytes(data.tobytes())
+    (d / "labels.bin").write_bytes(labels.tobytes())
+    return str(d / "data.bin"), str(d / "labels.bin")
+
+
+def make(records, **kw):
+    path, labels = records
+    args = dict(path=path, labels=labels, record_bytes=RB, batch_size=64, seed=3, workers=2)
+    args.update(kw)
+    return sluice.loader("records", **args)
+
+
+def ids_of(batch):
+    return np.from_dlpack(batch["data"]).view("<u4")[:, 0].tolist()
+
+
+def test_zero_copy_and_contents(records):
+    ld = make(records)
+    assert len(ld) == (N + 63) // 64
+    seen = []
+    for b in ld:
+        data, label = b["data"], b["label"]
+        t = torch.from_dlpack(data)
+        assert t.data_ptr() == data.data_ptr          # the batch's own memory, not a copy
+        assert np.from_dlpack(data).ctypes.data == data.data_ptr
+        assert data.shape == (t.shape[0], RB) and data.dtype == "uint8" and label.dtype == "int64"
+        assert data.__dlpack_device__() == (1, 0)     # kDLCPU
+        rows = t.view(torch.uint8).numpy().view("<u4")
+        ids = rows[:, 0]
+        assert (rows == ids[:, None]).all()           # every record intact
+        assert (torch.from_dlpack(label).numpy() == ids % CLASSES).all()
+        seen += ids.tolist()
+    assert sorted(seen) == list(range(N))             # each record exactly once
+
+
+def test_epochs_differ_and_repeat(records):
+    ld = make(records)
+    ld.set_epoch(1)
+    a = [i for b in ld for i in ids_of(b)]
+    ld.set_epoch(2)
+    b = [i for bt in ld for i in ids_of(bt)]
+    ld.set_epoch(1)
+    c = [i for bt in ld for i in ids_of(bt)]
+    assert a == c and a != b
+
+
+def test_slot_returns_when_the_last_tensor_dies(records):
+    # depth 1 + 1 worker: 2 slots. Holding a tensor of each keeps both out of the ring.
+    ld = make(records, workers=1, prefetch=1)
+    it = iter(ld)
+    first = torch.from_dlpack(next(it)["data"])
+    second = next(it)["label"]
+    with pytest.raises(sluice.UsageError, match="holds 2 batches"):
+        next(it)
+    before = first[0, 0].item()
+    del first, second
+    gc.collect()
+    b = next(it)                                          # a slot came back
+    assert b["data"].shape[0] == 64
+    assert before == before  # the held tensor stayed readable while held
+
+
+def test_same_batches_as_the_cxx_pipeline(records):
+    exe = os.environ.get("SLUICE_PY_CXX_REFERENCE")
+    if not exe:
+        pytest.skip("SLUICE_PY_CXX_REFERENCE not set (run through ctest)")
+    path, labels = records
+    for workers in (1, 2):
+        out = subprocess.run([exe, path, labels, str(RB), "64", "3", str(workers), "4"], check=True,
+                             capture_output=True, text=True).stdout.split()
+        ld = make(records, workers=workers)
+        ld.set_epoch(4)
+        mine = [fnv(np.from_dlpack(b["data"]), np.from_dlpack(b["label"])) for b in ld]
+        assert [int(x) for x in out] == mine
+
+
+def test_resume_from_state_dict(records):
+    ld = make(records)
+    ld.set_epoch(5)
+    full = [ids_of(b) for b in ld]
+    ld2 = make(records)
+    ld2.set_epoch(5)
+    it = iter(ld2)
+    first = [ids_of(next(it)) for _ in range(3)]
+    sd = ld2.state_dict()
+    assert isinstance(sd["sluice_state"], bytes)
+    ld3 = make(records)
+    ld3.load_state_dict(sd)
+    rest = [ids_of(b) for b in ld3]
+    assert first + rest == full
+    other = make(records, seed=4)                     # another pipeline refuses the state
+    other.load_state_dict(sd)
+    with pytest.raises(sluice.UsageError, match="resume"):
+        iter(other)
+
+
+def test_errors_are_typed_and_carry_the_cxx_text(records, tmp_path):
+    with pytest.raises(TypeError):
+        sluice.loader("records", pth="x")
+    with pytest.raises(ValueError, match="sampler='spiral'"):
+        make(records, sampler="spiral")
+    with pytest.raises(ValueError, match="output"):
+        make(records, output="float64")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\0" * (RB * 3 + 5))             # a truncated last record
+    with pytest.raises(sluice.FormatError) as e:
+        sluice.loader("records", path=str(bad), record_bytes=RB)
+    assert str(bad) in str(e.value) and "record 3" in str(e.value)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, sluice.Error)
+    with pytest.raises(sluice.IOError):
+        sluice.loader("records", path=str(tmp_path / "missing.bin"), record_bytes=RB)
+
+
+def test_stats_is_a_dict(records):
+    ld = make(records)
+    for _ in ld:
+        pass
+    s = ld.stats()
+    assert s["samples"] == N and s["batches"] == len(ld)
+
+
+CHILD = r"""
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import sluice
+ld = sluice.loader("records", path=sys.argv[2], labels=sys.argv[3], record_bytes=48, batch_size=50,
+                   distributed=True, seed=9)
+ids = [int(i) for b in ld for i in np.from_dlpack(b["data"]).view("<u4")[:, 0]]
+print(" ".join(map(str, ids)))
+"""
+
+
+def module_dir():
+    return os.path.dirname(sluice.__file__)
+
+
+def test_two_ranks_split_the_data_disjointly(records):
+    path, labels = records
+    outs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2")
+        env.pop("OMPI_COMM_WORLD_RANK", None)
+        env.pop("OMPI_COMM_WORLD_SIZE", None)
+        r = subprocess.run([sys.executable, "-c", CHILD, module_dir(), path, labels], env=env, check=True,
+                           capture_output=True, text=True)
+        outs.append([int(x) for x in r.stdout.split()])
+    assert len(outs[0]) == len(outs[1]) == N // 2
+    assert not set(outs[0]) & set(outs[1])
+    assert sorted(outs[0] + outs[1]) == list(range(N))
+
+
+KILLED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import sluice
+ld = sluice.loader("records", path=sys.argv[2], labels=sys.argv[3], record_bytes=48, batch_size=8, workers=2)
+for i, b in enumerate(ld):
+    if i == 2:
+        print("running", flush=True)
+        sys.stdin.read()        # wait here, mid-epoch, until killed
+"""
+
+
+def test_killed_mid_epoch_leaves_nothing_in_dev_shm(records):
+    path, labels = records
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    p = subprocess.Popen([sys.executable, "-c", KILLED, module_dir(), path, labels], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "running"
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    time.sleep(0.1)
+    after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert after <= before
+
+
+def test_idx_pipeline_float_output(tmp_path):
+    # A tiny IDX pair written here: 10 images of 4x4, labels 0..9.
+    imgs = tmp_path / "img.idx"
+    labs = tmp_path / "lab.idx"
+    imgs.write_bytes(struct.pack(">IIII", 0x803, 10, 4, 4) + bytes(range(160)))
+    labs.write_bytes(struct.pack(">II", 0x801, 10) + bytes(range(10)))
+    ld = sluice.loader("idx", images=str(imgs), labels=str(labs), batch_size=4, sampler="sequential",
+                       output="float32", shape=[1, 4, 4], workers=1)
+    xs = [torch.from_dlpack(b["data"]).clone() for b in ld]
+    x = torch.cat(xs)
+    assert x.shape == (10, 1, 4, 4) and x.dtype == torch.float32
+    assert torch.allclose(x.flatten(), torch.arange(160, dtype=torch.float32) / 255)
