@@ -176,6 +176,61 @@ def time_loader(make_loader, seconds):
     return rate
 
 
+def sluice_module_rate(module_dir, data, workers, seconds):
+    """The raw workload through the Python module (python/): the same pipeline as sluice_peers raw
+    (shuffle, fixed records, collate 256, drop_last, depth 2), each batch turned into torch tensors
+    with torch.from_dlpack as a trainer would."""
+    import torch
+    if module_dir not in sys.path:
+        sys.path.insert(0, module_dir)
+    import sluice
+    ld = sluice.loader("records", path=os.path.join(data, "records.u8"), labels=os.path.join(data, "labels.i64"),
+                       record_bytes=RECORD_BYTES, batch_size=BATCH, sampler="shuffle", seed=7, drop_last=True,
+                       workers=workers, prefetch=2, shape=list(RECORD_SHAPE))
+    epoch = 0
+    it = iter(ld)
+    for _ in range(3):
+        next(it)
+    samples = 0
+    t0 = time.perf_counter()
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            epoch += 1
+            ld.set_epoch(epoch)
+            it = iter(ld)
+            continue
+        x, y = torch.from_dlpack(b["data"]), torch.from_dlpack(b["label"])
+        samples += x.shape[0]
+        del x, y, b
+        if time.perf_counter() - t0 >= seconds:
+            break
+    rate = samples / (time.perf_counter() - t0)
+    del it, ld
+    return rate
+
+
+FIRST_BATCH = {
+    "sluice module": "import time; t0 = time.perf_counter(); import sys; sys.path.insert(0, {mod!r}); import sluice, torch; "
+                     "ld = sluice.loader('records', path={rec!r}, labels={lab!r}, record_bytes={rb}, batch_size={b}, workers=2); "
+                     "x = torch.from_dlpack(next(iter(ld))['data']); print(time.perf_counter() - t0)",
+    "PyTorch DataLoader": "import time; t0 = time.perf_counter(); import sys; sys.path.insert(0, {here!r}); import torch, run; "
+                          "ds = run.RecordDataset({data!r}); "
+                          "x = next(iter(torch.utils.data.DataLoader(ds, batch_size={b}, shuffle=True, num_workers=2))); "
+                          "print(time.perf_counter() - t0)",
+}
+
+
+def first_batch_seconds(kind, module_dir, data):
+    """Seconds from a fresh interpreter's start to the first batch (imports included)."""
+    code = FIRST_BATCH[kind].format(mod=module_dir, rec=os.path.join(data, "records.u8"),
+                                    lab=os.path.join(data, "labels.i64"), rb=RECORD_BYTES, b=BATCH,
+                                    here=os.path.dirname(os.path.abspath(__file__)), data=data)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return float(out.stdout.split()[-1])
+
+
 def torch_loader_factory(dataset, workers):
     import torch
     from torch.utils.data import DataLoader, RandomSampler
@@ -259,9 +314,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0, help="measuring time per loader and round")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is reported")
     ap.add_argument("--json", default=None, help="also write the results here")
-    ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted")
+    ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted,startup")
     args = ap.parse_args()
-    groups = set(args.only.split(",")) if args.only else {"raw", "jpeg", "weighted"}
+    groups = set(args.only.split(",")) if args.only else {"raw", "jpeg", "weighted", "startup"}
 
     import torch
     bench_dir = os.path.join(args.build, "bench", "peers")
@@ -293,6 +348,11 @@ def main():
         if have(sluice_prog):
             for w in (1, 2):  # sluice's workers are threads beside the consumer; 1 is its least
                 jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
+        module_dir = os.path.join(args.build, "python", "module")
+        if os.path.isdir(module_dir):
+            for w in (1, 2):
+                jobs.append(("raw", "sluice (Python module)", w,
+                             (lambda w=w: sluice_module_rate(module_dir, d, w, args.seconds))))
     if "jpeg" in groups:
         decoders = ["pil"]
         try:
@@ -314,6 +374,11 @@ def main():
         if have(sluice_prog):
             jobs.append(("weighted", "sluice weighted (alias)", 0,
                          lambda: run_program([sluice_prog, "weighted", os.path.join(d, "weights.f64"), secs])))
+
+    if "startup" in groups and os.path.isdir(os.path.join(args.build, "python", "module")):
+        for kind in FIRST_BATCH:
+            jobs.append(("startup", kind, 2, (lambda kind=kind: 1.0 / first_batch_seconds(
+                kind, os.path.join(args.build, "python", "module"), d))))
 
     best = {}
     for r in range(args.rounds):
@@ -341,6 +406,8 @@ def main():
     print(f"{'group':8s} {'loader':36s} {'workers':>7s} {'samples/s':>12s}  sluice/this")
     results = []
     for (group, name, w), rate in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        if group == "startup":
+            continue  # reported in seconds below
         ratio = ""
         sl = [v for k, v in best.items() if k[0] == group and k[1].startswith("sluice")]
         if sl and not name.startswith("sluice"):
@@ -377,6 +444,20 @@ def main():
                 print(f"raw: best sluice vs best libtorch {max(lt):.0f}/s -> {max(sl.values()) / max(lt):.2f}x")
             if roof:
                 print(f"raw: best sluice / memcpy roofline {roof:.0f}/s -> {max(sl.values()) / roof:.2f}")
+            pym = {k[2]: v for k, v in best.items() if k[0] == "raw" and k[1] == "sluice (Python module)"}
+            cxx = {k[2]: v for k, v in best.items() if k[0] == "raw" and k[1] == "sluice"}
+            py = [v for k, v in best.items() if k[0] == "raw" and k[1].startswith("PyTorch")]
+            for w in sorted(pym):
+                if w in cxx:
+                    print(f"raw: workers={w}: sluice from Python {pym[w]:.0f}/s vs the same pipeline from C++ "
+                          f"{cxx[w]:.0f}/s -> {pym[w] / cxx[w]:.2f}")
+            if pym and py:
+                print(f"raw: best sluice from Python vs best PyTorch DataLoader {max(py):.0f}/s -> "
+                      f"{max(pym.values()) / max(py):.2f}x")
+    st = {k[1]: 1.0 / v for k, v in best.items() if k[0] == "startup"}
+    if st:
+        print("startup: seconds from interpreter start to the first batch (imports included), best round: " +
+              ", ".join(f"{k} {v:.2f} s" for k, v in st.items()))
     v = versions(args.build)
     print("\n# " + ", ".join(f"{k} {val}" for k, val in v.items()))
     print(f"# total {time.time() - t_start:.0f} s")
