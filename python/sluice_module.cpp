@@ -17,6 +17,10 @@
 //           "shard"    path= a sluice shard (sluice-pack's output); records as stored (they must all
 //                      be the same size within a batch), or decode="jpeg" with size=(h, w),
 //                      random_resized_crop=, flip=: decoded to u8 HWC, then collated
+//           "wds"      path= WebDataset shards (a list or "train-{000000..000127}.tar") for image
+//                      classification: <key>.jpg/.jpeg/.png decoded (JPEG or PNG by the first
+//                      bytes) to size=(h, w) with random_resized_crop=, flip=, in layout= "chw"
+//                      (default) or "hwc"; <key>.cls the label. Batches {"image", "label"}.
 // Samplers: "sequential", "shuffle", "class_balanced" (weights "inverse_log": 1/log(1 + n), the
 //           default, or "inverse_frequency": 1/n), each split across ranks when distributed=True
 //           (rank and world from torchrun's or mpirun's environment; a single process is rank 0
@@ -26,6 +30,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <variant>
@@ -42,6 +47,10 @@
 #include "sluice/sample/rank.hpp"
 #if SLUICE_WITH_TURBOJPEG
 #include "sluice/codec/jpeg.hpp"
+#include "sluice/io/wds.hpp"
+#endif
+#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
+#include "sluice/codec/image.hpp"
 #endif
 
 namespace py = pybind11;
@@ -63,6 +72,7 @@ struct options {
   std::vector<int> size;
   bool random_resized_crop = false, flip = false;
   std::string errors = "raise";
+  std::string layout = "chw";
 };
 
 [[noreturn]] void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -119,6 +129,64 @@ std::shared_ptr<sluice::python::py_loader> records_loader(const options& o, Read
   });
 }
 
+#if SLUICE_WITH_TURBOJPEG
+// WebDataset for image classification: <key>.jpg/.jpeg/.png (decoded) and <key>.cls (an integer).
+using wds_classes = sluice::schema<sluice::field<"jpg;jpeg;png", std::uint8_t, sluice::variable>,
+                                   sluice::field<"cls", std::int64_t>>;
+#if SLUICE_WITH_PNG
+using image_codec = sluice::codecs::image;  // JPEG or PNG, by the first bytes
+#else
+using image_codec = sluice::codecs::jpeg;
+#endif
+
+std::shared_ptr<sluice::python::py_loader> wds_loader(const options& o) {
+  if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
+    throw py::value_error("sluice.loader: source='wds' needs size=(height, width), both positive");
+  if (o.layout != "chw" && o.layout != "hwc") bad_value("layout", "'" + o.layout + "'", "'chw' or 'hwc'");
+  const auto layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc;
+  sluice::io::wds_dataset<wds_classes> data(o.path);
+  // Labels for the class-balanced sampler; a sample that cannot be read gets -1 here (never drawn
+  // by it) and fails, naming shard, key and field, when a sampler that draws it reads it.
+  std::vector<std::int64_t> labels(data.size(), -1);
+  if (o.sampler == "class_balanced") {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      try {
+        const auto b = data.fields(i).bytes_of<"cls">();
+        if (b.size() == sizeof(std::int64_t)) std::memcpy(&labels[i], b.data(), sizeof(std::int64_t));
+      } catch (const sluice::error&) {
+      }
+    }
+  }
+  const image_codec codec({.width = o.size[1], .height = o.size[0],
+                           .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop
+                                                         : sluice::codecs::fit::crop,
+                           .random_flip = o.flip, .layout = layout});
+  const std::size_t n = data.size();
+  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
+  std::shared_ptr<sluice::python::py_loader> l;
+  if (o.output == "float32") {
+    l = with_sampler(o, n, labels, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                  sluice::decode<"jpg;jpeg;png">(codec) |
+                                  sluice::collate(bo, sluice::normalized<"jpg;jpeg;png">{.mean = o.mean, .std = o.std},
+                                                  sluice::stack<"cls">{}) |
+                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+    });
+  } else if (o.output == "uint8") {
+    l = with_sampler(o, n, labels, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                  sluice::decode<"jpg;jpeg;png">(codec) |
+                                  sluice::collate(bo, sluice::stack<"jpg;jpeg;png">{}, sluice::stack<"cls">{}) |
+                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+    });
+  } else {
+    bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  }
+  l->rename = {{"jpg;jpeg;png", "image"}, {"cls", "label"}};
+  return l;
+}
+#endif
+
 std::shared_ptr<sluice::python::py_loader> make_loader(const options& o) {
   if (o.batch_size == 0) throw py::value_error("sluice.loader: batch_size must be at least 1");
   if (o.workers == 0) throw py::value_error("sluice.loader: workers must be at least 1");
@@ -160,7 +228,15 @@ std::shared_ptr<sluice::python::py_loader> make_loader(const options& o) {
     throw py::value_error("sluice.loader: decode='jpeg' needs a module built with TurboJPEG");
 #endif
   }
-  bad_value("source", "'" + o.source + "'", "'idx', 'records' or 'shard'");
+  if (o.source == "wds") {
+    if (o.path.empty()) throw py::value_error("sluice.loader: source='wds' needs path= (a shard, or a brace pattern)");
+#if SLUICE_WITH_TURBOJPEG
+    return wds_loader(o);
+#else
+    throw py::value_error("sluice.loader: source='wds' needs a module built with TurboJPEG");
+#endif
+  }
+  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'shard' or 'wds'");
 }
 
 }  // namespace
@@ -174,11 +250,11 @@ PYBIND11_MODULE(sluice, m) {
          std::size_t header_bytes, std::size_t batch_size, std::string sampler, std::string weights, std::uint64_t seed,
          bool distributed, bool drop_last, std::size_t workers, std::size_t prefetch, std::string output,
          std::vector<std::int64_t> shape, std::vector<float> mean, std::vector<float> std, std::string decode,
-         std::vector<int> size, bool random_resized_crop, bool flip, std::string errors) {
+         std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
-                  std::move(size), random_resized_crop, flip, std::move(errors)};
+                  std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout)};
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -190,6 +266,6 @@ PYBIND11_MODULE(sluice, m) {
       py::arg("output") = "uint8", py::arg("shape") = std::vector<std::int64_t>{},
       py::arg("mean") = std::vector<float>{}, py::arg("std") = std::vector<float>{}, py::arg("decode") = "",
       py::arg("size") = std::vector<int>{}, py::arg("random_resized_crop") = false, py::arg("flip") = false,
-      py::arg("errors") = "raise",
+      py::arg("errors") = "raise", py::arg("layout") = "chw",
       "A loader of a common pipeline; see the module's documentation for the keywords.");
 }

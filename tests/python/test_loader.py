@@ -221,3 +221,56 @@ def test_idx_pipeline_float_output(tmp_path):
     x = torch.cat(xs)
     assert x.shape == (10, 1, 4, 4) and x.dtype == torch.float32
     assert torch.allclose(x.flatten(), torch.arange(160, dtype=torch.float32) / 255)
+
+
+def write_wds(path, first, count, missing_cls=None):
+    """A WebDataset shard of solid-colour JPEGs: sample g is grey level 10 * (g % 20), label g % 5."""
+    import io
+    import tarfile
+    PIL = pytest.importorskip("PIL.Image")
+    with tarfile.open(path, "w") as tar:
+        for g in range(first, first + count):
+            img = PIL.new("RGB", (40, 30), (10 * (g % 20),) * 3)
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=95)
+            members = [(f"s/{g:06d}.jpg", buf.getvalue())]
+            if g != missing_cls:
+                members.append((f"s/{g:06d}.cls", str(g % 5).encode()))
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_images_and_labels(tmp_path):
+    write_wds(tmp_path / "train-0.tar", 0, 12)
+    write_wds(tmp_path / "train-1.tar", 12, 12)
+    ld = sluice.loader("wds", path=str(tmp_path / "train-{0..1}.tar"), batch_size=5, size=[16, 16],
+                       output="float32", sampler="shuffle", seed=1, workers=2)
+    assert len(ld) == 5
+    greys, labels = [], []
+    for b in ld:
+        assert set(b) == {"image", "label"}
+        x = torch.from_dlpack(b["image"])
+        assert x.shape[1:] == (3, 16, 16) and x.dtype == torch.float32  # CHW
+        greys += (x.mean(dim=(1, 2, 3)) * 255 / 10).round().long().tolist()
+        labels += torch.from_dlpack(b["label"]).tolist()
+    assert sorted(zip(greys, labels)) == sorted((g % 20, g % 5) for g in range(24))
+    u8 = sluice.loader("wds", path=str(tmp_path / "train-0.tar"), batch_size=4, size=[8, 12], layout="hwc",
+                       sampler="class_balanced", workers=1)
+    b = next(iter(u8))
+    assert b["image"].shape == (4, 8, 12, 3) and b["image"].dtype == "uint8"
+
+
+def test_webdataset_missing_member_names_shard_key_and_field(tmp_path):
+    write_wds(tmp_path / "bad.tar", 0, 6, missing_cls=3)
+    ld = sluice.loader("wds", path=str(tmp_path / "bad.tar"), batch_size=2, size=[8, 8], sampler="sequential")
+    with pytest.raises(sluice.FormatError) as e:
+        for _ in ld:
+            pass
+    text = str(e.value)
+    assert "bad.tar" in text and "000003" in text and "cls" in text
+    skip = sluice.loader("wds", path=str(tmp_path / "bad.tar"), batch_size=2, size=[8, 8], sampler="sequential",
+                         errors="skip")
+    assert sum(b["label"].shape[0] for b in skip) == 5
+    assert skip.stats()["skipped"] == 1

@@ -217,6 +217,7 @@ class bound_loader final : public loader_handle {
 // What Python holds: the handle, the epoch set_epoch chose and a state to resume from.
 struct py_loader {
   std::unique_ptr<loader_handle> handle;
+  std::vector<std::pair<std::string, std::string>> rename;  // batch tensor name -> dict key
   std::uint64_t epoch = 0;
   std::optional<loader_state> pending;
   bool running = false;
@@ -355,7 +356,14 @@ inline void register_types(py::module_& m) {
                throw py::stop_iteration();
              }
              py::dict d;
-             for (auto& [name, m] : ts) d[py::str(name)] = py::cast(std::make_shared<tensor>(m));
+             for (auto& [name, m] : ts) {
+               for (const auto& [from, to] : self.rename)
+                 if (name.starts_with(from) && (name.size() == from.size() || name[from.size()] == '.')) {
+                   name = to + name.substr(from.size());  // "cls" -> "label", "x.mask" -> "y.mask"
+                   break;
+                 }
+               d[py::str(name)] = py::cast(std::make_shared<tensor>(m));
+             }
              return d;
            })
       .def("__len__", [](const py_loader& self) { return self.handle->batches_for(self.epoch); })
