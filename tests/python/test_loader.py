@@ -274,3 +274,41 @@ def test_webdataset_missing_member_names_shard_key_and_field(tmp_path):
                          errors="skip")
     assert sum(b["label"].shape[0] for b in skip) == 5
     assert skip.stats()["skipped"] == 1
+
+
+def test_the_gil_is_released_while_waiting_for_a_batch(tmp_path):
+    import threading
+    write_wds(tmp_path / "big.tar", 0, 12)
+    # 512 x 512 float32 CHW images from 40 x 30 JPEGs: the worker's resize and normalise take a
+    # while per batch, during which the trainer's thread waits in next().
+    ld = sluice.loader("wds", path=str(tmp_path / "big.tar"), batch_size=6, size=[512, 512], output="float32",
+                       sampler="sequential", workers=1, prefetch=1)
+    state = {"in_next": False, "during": 0, "stop": False}
+
+    def count():
+        while not state["stop"]:
+            if state["in_next"]:
+                state["during"] += 1
+
+    t = threading.Thread(target=count)
+    t.start()
+    waited = 0.0
+    try:
+        for _ in range(3):
+            it = iter(ld)
+            while True:
+                state["in_next"] = True
+                t0 = time.perf_counter()
+                try:
+                    next(it)
+                except StopIteration:
+                    break
+                finally:
+                    waited += time.perf_counter() - t0
+                    state["in_next"] = False
+    finally:
+        state["stop"] = True
+        t.join()
+    assert waited > 0.01
+    # Another Python thread ran while next() waited: it could not if the GIL were held there.
+    assert state["during"] > 1000
