@@ -5,6 +5,7 @@ Usage (from the repository root, after building the peer programs):
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
     cmake --build build -j2 --target sluice_peers libtorch_peer
     /usr/bin/python3 bench/peers/run.py --build build [--data /tmp/sluice-peers] [--seconds 3]
+(the "sluice (Python module)" rows need the module: cmake --build build --target sluice_python)
 
 It needs Debian's python3-torch, python3-numpy and python3-pil (and python3-torchvision for
 torchvision.io.decode_jpeg), which install for /usr/bin/python3, not for a python3 found first on
@@ -211,6 +212,59 @@ def sluice_module_rate(module_dir, data, workers, seconds):
     return rate
 
 
+def wds_from_pack(data):
+    """The packed JPEGs as one WebDataset shard (<i>.jpg + <i>.cls), for the Python module's "wds"
+    source; written once next to the pack."""
+    import tarfile
+    import numpy as np
+    out = os.path.join(data, "images.tar")
+    pack = os.path.join(data, "images.jpgpack")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(pack):
+        return out
+    offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
+    labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
+    raw = np.fromfile(pack, dtype=np.uint8)
+    with tarfile.open(out + ".partial", "w") as tar:
+        for i in range(len(labels)):
+            for name, blob in ((f"{i:07d}.jpg", raw[offsets[i]:offsets[i + 1]].tobytes()),
+                               (f"{i:07d}.cls", str(int(labels[i])).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+    os.replace(out + ".partial", out)
+    return out
+
+
+def sluice_module_jpeg_rate(module_dir, tar, workers, seconds):
+    """The JPEG workload through the Python module: WebDataset .jpg + .cls, decoded to 64x64 RGB
+    HWC uint8 (what sluice_peers jpeg writes), batches of 256, torch.from_dlpack per batch."""
+    import torch
+    if module_dir not in sys.path:
+        sys.path.insert(0, module_dir)
+    import sluice
+    ld = sluice.loader("wds", path=tar, batch_size=BATCH, size=[64, 64], layout="hwc", output="uint8",
+                       sampler="shuffle", seed=7, drop_last=True, workers=workers, prefetch=2)
+    epoch, samples = 0, 0
+    it = iter(ld)
+    for _ in range(3):
+        next(it)
+    t0 = time.perf_counter()
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            epoch += 1
+            ld.set_epoch(epoch)
+            it = iter(ld)
+            continue
+        x, y = torch.from_dlpack(b["image"]), torch.from_dlpack(b["label"])
+        samples += x.shape[0]
+        del x, y, b
+        if time.perf_counter() - t0 >= seconds:
+            break
+    return samples / (time.perf_counter() - t0)
+
+
 FIRST_BATCH = {
     "sluice module": "import time; t0 = time.perf_counter(); import sys; sys.path.insert(0, {mod!r}); import sluice, torch; "
                      "ld = sluice.loader('records', path={rec!r}, labels={lab!r}, record_bytes={rb}, batch_size={b}, workers=2); "
@@ -366,6 +420,12 @@ def main():
             name = "PyTorch DataLoader + PIL" if dec == "pil" else "PyTorch DataLoader + decode_jpeg"
             for w in (0, 1, 2):
                 jobs.append(("jpeg", name, w, (lambda w=w, dsj=dsj: time_loader(torch_loader_factory(dsj, w), args.seconds))))
+        module_dir = os.path.join(args.build, "python", "module")
+        if os.path.isdir(module_dir):
+            tar = wds_from_pack(d)
+            for w in (1, 2):
+                jobs.append(("jpeg", "sluice (Python module)", w,
+                             (lambda w=w: sluice_module_jpeg_rate(module_dir, tar, w, args.seconds))))
         if have(sluice_prog):
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
@@ -409,7 +469,7 @@ def main():
         if group == "startup":
             continue  # reported in seconds below
         ratio = ""
-        sl = [v for k, v in best.items() if k[0] == group and k[1].startswith("sluice")]
+        sl = [v for k, v in best.items() if k[0] == group and k[1].startswith("sluice") and "Python" not in k[1]]
         if sl and not name.startswith("sluice"):
             if group == "jpeg":
                 same = best.get((group, "sluice (TurboJPEG)", w))
@@ -420,7 +480,7 @@ def main():
         results.append({"group": group, "loader": name, "workers": w, "samples_per_s": rate})
     print()
     for group in ("raw", "jpeg", "weighted"):
-        sl = {k[2]: v for k, v in best.items() if k[0] == group and k[1].startswith("sluice")}
+        sl = {k[2]: v for k, v in best.items() if k[0] == group and k[1].startswith("sluice") and "Python" not in k[1]}
         if not sl:
             continue
         pv, pk = peer_best(group)
@@ -432,6 +492,15 @@ def main():
             if py:
                 print(f"{group}: best sluice vs best PyTorch DataLoader {max(py):.0f}/s -> {max(sl.values()) / max(py):.2f}x")
         if group == "jpeg":
+            pym = {k[2]: v for k, v in best.items() if k[0] == "jpeg" and k[1] == "sluice (Python module)"}
+            tv = {k[2]: v for k, v in best.items() if k[0] == "jpeg" and k[1] == "PyTorch DataLoader + decode_jpeg"}
+            for w in sorted(pym):
+                if w in tv:
+                    print(f"jpeg: workers={w}: sluice from Python {pym[w]:.0f}/s vs DataLoader + decode_jpeg at the "
+                          f"same workers {tv[w]:.0f}/s -> {pym[w] / tv[w]:.2f}x")
+            if pym and tv:
+                print(f"jpeg: best sluice from Python {max(pym.values()):.0f}/s vs best DataLoader + decode_jpeg "
+                      f"{max(tv.values()):.0f}/s (any workers) -> {max(pym.values()) / max(tv.values()):.2f}x")
             for w in sorted(sl):
                 py_w = [v for k, v in best.items() if k[0] == "jpeg" and k[1].startswith("PyTorch") and k[2] == w]
                 if py_w:
