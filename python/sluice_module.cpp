@@ -21,6 +21,11 @@
 //                      classification: <key>.jpg/.jpeg/.png decoded (JPEG or PNG by the first
 //                      bytes) to size=(h, w) with random_resized_crop=, flip=, in layout= "chw"
 //                      (default) or "hwc"; <key>.cls the label. Batches {"image", "label"}.
+//           "tokens"   path= a flat token file (dtype= "uint16" or "uint32", as numpy tofile writes),
+//                      windows of length= (stride=, vocab= checked): {"input", "target"}
+//           "documents" path= tokens + offsets= (n_docs + 1 uint64): collate="pack" rows of length=
+//                      with "tokens.doc_ids", ".position_ids", ".cu_seqlens", or "pad" (to the
+//                      longest, or to length= truncating) with "tokens.lengths" and ".mask"
 // Samplers: "sequential", "shuffle", "class_balanced" (weights "inverse_log": 1/log(1 + n), the
 //           default, or "inverse_frequency": 1/n), each split across ranks when distributed=True
 //           (rank and world from torchrun's or mpirun's environment; a single process is rank 0
@@ -41,6 +46,7 @@
 #include "sluice/io/fixed_records.hpp"
 #include "sluice/io/idx.hpp"
 #include "sluice/io/shard.hpp"
+#include "sluice/io/tokens.hpp"
 #include "sluice/python/bind.hpp"
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/distributed.hpp"
@@ -73,6 +79,10 @@ struct options {
   bool random_resized_crop = false, flip = false;
   std::string errors = "raise";
   std::string layout = "chw";
+  std::string offsets, dtype = "uint16", collate = "pack";
+  std::size_t length = 1024, stride = 0;
+  std::uint64_t vocab = 0;
+  double pad_value = 0;
 };
 
 [[noreturn]] void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -187,6 +197,47 @@ std::shared_ptr<sluice::python::py_loader> wds_loader(const options& o) {
 }
 #endif
 
+// Token data: only order samplers (sequential, shuffle) apply; there are no labels.
+template <class F>
+auto with_order_sampler(const options& o, std::size_t n, F&& f) {
+  using namespace sluice::sample;
+  const auto r = rank_of(o);
+  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  bad_value("sampler", "'" + o.sampler + "'", "'sequential' or 'shuffle' for token data (it has no labels)");
+}
+
+template <class T>
+std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
+  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
+  if (o.source == "tokens") {
+    sluice::io::token_windows<T> w(o.path, {.length = o.length, .stride = o.stride, .vocab = o.vocab});
+    const std::size_t n = w.size();
+    return with_order_sampler(o, n, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(w)) |
+                                  sluice::collate(bo, sluice::stack<"input">{}, sluice::stack<"target">{}) |
+                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+    });
+  }
+  if (o.offsets.empty()) throw py::value_error("sluice.loader: source='documents' needs offsets= (n_docs + 1 uint64)");
+  sluice::io::token_documents<T> d(o.path, o.offsets, {.vocab = o.vocab});
+  const std::size_t n = d.size();
+  if (o.collate == "pack")
+    return with_order_sampler(o, n, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(d)) |
+                                  sluice::collate(bo, sluice::pack<"tokens">{.length = o.length, .value = o.pad_value}) |
+                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+    });
+  if (o.collate == "pad")
+    return with_order_sampler(o, n, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(d)) |
+                                  sluice::collate(bo, sluice::pad<"tokens">{.value = o.pad_value, .length = o.length,
+                                                                            .mask = true, .truncate = o.length != 0}) |
+                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+    });
+  bad_value("collate", "'" + o.collate + "'", "'pack' (rows of length= with doc ids, positions, cu_seqlens) or 'pad'");
+}
+
 std::shared_ptr<sluice::python::py_loader> make_loader(const options& o) {
   if (o.batch_size == 0) throw py::value_error("sluice.loader: batch_size must be at least 1");
   if (o.workers == 0) throw py::value_error("sluice.loader: workers must be at least 1");
@@ -228,6 +279,14 @@ std::shared_ptr<sluice::python::py_loader> make_loader(const options& o) {
     throw py::value_error("sluice.loader: decode='jpeg' needs a module built with TurboJPEG");
 #endif
   }
+  if (o.source == "tokens" || o.source == "documents") {
+    if (o.path.empty()) throw py::value_error("sluice.loader: source='" + o.source + "' needs path= (a token file)");
+    if (o.length == 0 && (o.source == "tokens" || o.collate == "pack"))
+      throw py::value_error("sluice.loader: length= must be at least 1 here");
+    if (o.dtype == "uint16") return token_loader<std::uint16_t>(o);
+    if (o.dtype == "uint32") return token_loader<std::uint32_t>(o);
+    bad_value("dtype", "'" + o.dtype + "'", "'uint16' or 'uint32' (the token file's element type)");
+  }
   if (o.source == "wds") {
     if (o.path.empty()) throw py::value_error("sluice.loader: source='wds' needs path= (a shard, or a brace pattern)");
 #if SLUICE_WITH_TURBOJPEG
@@ -236,7 +295,7 @@ std::shared_ptr<sluice::python::py_loader> make_loader(const options& o) {
     throw py::value_error("sluice.loader: source='wds' needs a module built with TurboJPEG");
 #endif
   }
-  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'shard' or 'wds'");
+  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'shard', 'wds', 'tokens' or 'documents'");
 }
 
 }  // namespace
@@ -250,11 +309,14 @@ PYBIND11_MODULE(sluice, m) {
          std::size_t header_bytes, std::size_t batch_size, std::string sampler, std::string weights, std::uint64_t seed,
          bool distributed, bool drop_last, std::size_t workers, std::size_t prefetch, std::string output,
          std::vector<std::int64_t> shape, std::vector<float> mean, std::vector<float> std, std::string decode,
-         std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout) {
+         std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout,
+         std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
+         std::uint64_t vocab, double pad_value) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
-                  std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout)};
+                  std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout),
+                  std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value};
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -266,6 +328,8 @@ PYBIND11_MODULE(sluice, m) {
       py::arg("output") = "uint8", py::arg("shape") = std::vector<std::int64_t>{},
       py::arg("mean") = std::vector<float>{}, py::arg("std") = std::vector<float>{}, py::arg("decode") = "",
       py::arg("size") = std::vector<int>{}, py::arg("random_resized_crop") = false, py::arg("flip") = false,
-      py::arg("errors") = "raise", py::arg("layout") = "chw",
+      py::arg("errors") = "raise", py::arg("layout") = "chw", py::arg("offsets") = "", py::arg("dtype") = "uint16",
+      py::arg("collate") = "pack", py::arg("length") = 1024, py::arg("stride") = 0, py::arg("vocab") = 0,
+      py::arg("pad_value") = 0.0,
       "A loader of a common pipeline; see the module's documentation for the keywords.");
 }

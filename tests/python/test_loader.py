@@ -312,3 +312,43 @@ def test_the_gil_is_released_while_waiting_for_a_batch(tmp_path):
     assert waited > 0.01
     # Another Python thread ran while next() waited: it could not if the GIL were held there.
     assert state["during"] > 1000
+
+
+def test_token_windows_and_packed_documents(tmp_path):
+    toks = (np.arange(10_001) % 50_000).astype("<u2")
+    toks.tofile(tmp_path / "train.bin")
+    ld = sluice.loader("tokens", path=str(tmp_path / "train.bin"), length=100, batch_size=8, sampler="shuffle",
+                       seed=2, vocab=50_000)
+    assert len(ld) == (10_000 // 100 + 7) // 8
+    starts = []
+    for b in ld:
+        # uint16 tensors: numpy takes them; torch before 2.3 has no uint16 and refuses them.
+        assert b["input"].dtype == "uint16" and b["input"].shape[1] == 100
+        xi, yi = np.from_dlpack(b["input"]).astype(np.int64), np.from_dlpack(b["target"]).astype(np.int64)
+        assert (yi[:, :-1] == xi[:, 1:]).all() and (yi[:, -1] == xi[:, -1] + 1).all()
+        starts += xi[:, 0].tolist()
+    assert sorted(starts) == list(range(0, 10_000, 100))
+
+    docs = [list(range(1, 1 + k)) for k in (5, 12, 3, 40, 7)]
+    flat = np.array([t for d in docs for t in d], dtype="<u4")
+    off = np.cumsum([0] + [len(d) for d in docs]).astype("<u8")
+    flat.tofile(tmp_path / "docs.bin")
+    off.tofile(tmp_path / "docs.idx")
+    packed = sluice.loader("documents", path=str(tmp_path / "docs.bin"), offsets=str(tmp_path / "docs.idx"),
+                           dtype="uint32", collate="pack", length=16, batch_size=5, sampler="sequential")
+    b = next(iter(packed))
+    rows = np.from_dlpack(b["tokens"])
+    assert rows.shape[1] == 16 and rows.dtype == np.uint32
+    assert rows.flatten()[:67].tolist() == flat.tolist()   # 67 tokens, split across rows in order
+    assert {"tokens.doc_ids", "tokens.position_ids", "tokens.cu_seqlens"} <= set(b)
+    padded = sluice.loader("documents", path=str(tmp_path / "docs.bin"), offsets=str(tmp_path / "docs.idx"),
+                           dtype="uint32", collate="pad", length=0, batch_size=5, sampler="sequential", pad_value=0)
+    b = next(iter(padded))
+    assert b["tokens"].shape == (5, 40)
+    assert np.from_dlpack(b["tokens.lengths"]).tolist() == [5, 12, 3, 40, 7]
+    with pytest.raises(ValueError, match="sampler"):
+        sluice.loader("tokens", path=str(tmp_path / "train.bin"), length=100, sampler="class_balanced")
+    bad = tmp_path / "odd.bin"
+    bad.write_bytes(b"\1\0\2")                               # not a whole number of uint16 tokens
+    with pytest.raises(sluice.FormatError, match="odd.bin"):
+        sluice.loader("tokens", path=str(bad), length=1)
