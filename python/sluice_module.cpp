@@ -26,7 +26,8 @@
 //           "documents" path= tokens + offsets= (n_docs + 1 uint64): collate="pack" rows of length=
 //                      with "tokens.doc_ids", ".position_ids", ".cu_seqlens", or "pad" (to the
 //                      longest, or to length= truncating) with "tokens.lengths" and ".mask"
-// Samplers: "sequential", "shuffle", "class_balanced" (weights "inverse_log": 1/log(1 + n), the
+// Samplers: "sequential", "shuffle", "weighted" (sample_weights= one per sample: draws with
+//           replacement, alias method), "class_balanced" (weights "inverse_log": 1/log(1 + n), the
 //           default, or "inverse_frequency": 1/n), each split across ranks when distributed=True
 //           (rank and world from torchrun's or mpirun's environment; a single process is rank 0
 //           of 1).
@@ -48,6 +49,7 @@
 #include "sluice/io/shard.hpp"
 #include "sluice/io/tokens.hpp"
 #include "sluice/python/bind.hpp"
+#include "sluice/sample/alias.hpp"
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/distributed.hpp"
 #include "sluice/sample/rank.hpp"
@@ -83,6 +85,7 @@ struct options {
   std::size_t length = 1024, stride = 0;
   std::uint64_t vocab = 0;
   double pad_value = 0;
+  std::vector<double> sample_weights;
 };
 
 [[noreturn]] void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -119,6 +122,12 @@ auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_
   const auto r = rank_of(o);
   if (o.sampler == "sequential") return f(distributed{sequential(n), r});
   if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  if (o.sampler == "weighted") {
+    if (o.sample_weights.size() != n)
+      throw py::value_error("sluice.loader: sampler='weighted' needs sample_weights= with one weight per sample (" +
+                            std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
+    return f(distributed{weighted(o.sample_weights, {.seed = o.seed}), r});
+  }
   if (o.sampler == "class_balanced") {
     if (labels.empty()) throw py::value_error("sluice.loader: sampler='class_balanced' needs labels");
     if (o.weights == "inverse_log")
@@ -127,7 +136,7 @@ auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_
       return f(distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = o.seed}), r});
     bad_value("weights", "'" + o.weights + "'", "'inverse_log' (1/log(1+n)) or 'inverse_frequency' (1/n)");
   }
-  bad_value("sampler", "'" + o.sampler + "'", "'sequential', 'shuffle' or 'class_balanced'");
+  bad_value("sampler", "'" + o.sampler + "'", "'sequential', 'shuffle', 'weighted' or 'class_balanced'");
 }
 
 template <class Reader>
@@ -311,12 +320,13 @@ PYBIND11_MODULE(sluice, m) {
          std::vector<std::int64_t> shape, std::vector<float> mean, std::vector<float> std, std::string decode,
          std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout,
          std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
-         std::uint64_t vocab, double pad_value) {
+         std::uint64_t vocab, double pad_value, std::vector<double> sample_weights) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
                   std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout),
-                  std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value};
+                  std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value,
+                  std::move(sample_weights)};
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -330,6 +340,6 @@ PYBIND11_MODULE(sluice, m) {
       py::arg("size") = std::vector<int>{}, py::arg("random_resized_crop") = false, py::arg("flip") = false,
       py::arg("errors") = "raise", py::arg("layout") = "chw", py::arg("offsets") = "", py::arg("dtype") = "uint16",
       py::arg("collate") = "pack", py::arg("length") = 1024, py::arg("stride") = 0, py::arg("vocab") = 0,
-      py::arg("pad_value") = 0.0,
+      py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{},
       "A loader of a common pipeline; see the module's documentation for the keywords.");
 }

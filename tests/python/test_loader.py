@@ -352,3 +352,15 @@ def test_token_windows_and_packed_documents(tmp_path):
     bad.write_bytes(b"\1\0\2")                               # not a whole number of uint16 tokens
     with pytest.raises(sluice.FormatError, match="odd.bin"):
         sluice.loader("tokens", path=str(bad), length=1)
+
+
+def test_weighted_sampler_follows_the_weights(records):
+    w = np.zeros(N)
+    w[:10] = 1.0
+    w[10] = 9.0                                          # record 10 carries half the mass
+    ld = make(records, sampler="weighted", sample_weights=w.tolist(), batch_size=100)
+    ids = np.array([i for b in ld for i in ids_of(b)])
+    assert len(ids) == N and set(ids.tolist()) <= set(range(11))
+    assert 0.4 < np.mean(ids == 10) < 0.6
+    with pytest.raises(ValueError, match="one weight per sample"):
+        make(records, sampler="weighted", sample_weights=[1.0, 2.0])
