@@ -4,6 +4,8 @@
 //
 // Records are stored as they are (JPEG bytes stay JPEG: decoding happens in the pipeline), each
 // with its label; ImageFolder class names go inside the shard (shard_reader::class_names()).
+// With --fields (wds) or --features (tfrecord of tf.train.Example) each record holds several
+// fields and the shard carries their schema (format version 3, io/shard_fields.hpp reads it).
 //
 // Never a bad file under the output name: the shard is written to "<out>.partial", fsynced,
 // re-opened and verified there, and only then renamed to <out> (and the directory fsynced). A

@@ -694,3 +694,37 @@ TEST_CASE("pack: SIGTERM while packing fields removes the partial file and exits
     check_nothing_left(out);
   }
 }
+
+TEST_CASE("pack: a field changed in the sealed shard fails verification, naming the record and the field") {
+  temp_dir d;
+  const auto a = write_fields_tar(d, "a.tar", 3);
+  const auto out = d.file("f.sluice");
+  child c({"wds", a, "-o", out, "--fields", "jpg,json"}, "sealed");
+  REQUIRE(c.wait_for("paused at sealed"));
+  {
+    // Flip one byte of record 1's json field in the sealed partial file, in place.
+    std::size_t at = 0;
+    {
+      sluice::io::shard_reader r(out + ".partial");
+      std::array<std::span<const std::byte>, 2> v;
+      r.field_views(1, v);
+      REQUIRE(v[1].size() > 2);
+      at = static_cast<std::size_t>(v[1].data() - r.file().bytes().data()) + 2;
+    }
+    const int fd = ::open((out + ".partial").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    char ch = 0;
+    REQUIRE(::pread(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+    ch = static_cast<char>(ch ^ 0x20);
+    REQUIRE(::pwrite(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+    ::close(fd);
+  }
+  c.send(SIGUSR1);
+  const auto r = c.finish(30);
+  INFO(r.err);
+  CHECK(r.exited);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("verification of") != std::string::npos);
+  CHECK(r.err.find("record 1, field 'json': bytes differ from the input") != std::string::npos);
+  check_nothing_left(out);
+}
