@@ -368,8 +368,9 @@ options parse(int argc, char** argv) {
     if (a == "--features" && o.kind != "tfrecord") usage("--features is for tfrecord (wds takes --fields)");
   }
   if (!o.fields.empty() && o.field_given) usage("--field (one record) and --fields (a shard with fields) exclude each other");
-  if (o.kind == "tfrecord" && o.label_given && o.fields.empty())
-    usage("tfrecord takes --label only with --features (it names an int64 feature holding the label)");
+  // Before --features, tfrecord ignored --label; it still does there (same exit status), but says so.
+  if (o.kind == "tfrecord" && o.label_given && o.fields.empty() && !o.quiet)
+    std::fprintf(stderr, "sluice-pack: --label is ignored for tfrecord without --features (labels are -1)\n");
   // The output (and its partial file) must not be an input: packing would truncate what it reads.
   std::vector<std::string> all = o.inputs;
   if (!o.labels_npy.empty()) all.push_back(o.labels_npy);

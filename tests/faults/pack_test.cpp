@@ -589,7 +589,7 @@ TEST_CASE("pack: --fields and --features are usage errors where they do not belo
            {"wds", a, "-o", out, "--fields", "jpg:u8:x"},
            {"wds", a, "-o", out, "--fields", "jpg", "--field", "json"},
            {"tfrecord", a, "-o", out, "--features", "x:f16"},
-           {"tfrecord", a, "-o", out, "--label", "y"}}) {
+           {"tfrecord", a, "-o", out, "--features", "x:i64:-1"}}) {
     const auto r = run_pack(args);
     INFO(r.err);
     CHECK(r.code == 2);

@@ -80,6 +80,7 @@ class shard_fields {
   // The per-sample shape of field Name as stored in the shard (-1 leading: variable).
   template <fixed_string Name>
   [[nodiscard]] const std::vector<std::int64_t>& shape_of() const {
+    static_assert(Schema::template index_of<Name> < Schema::size);  // a name outside Schema fails here, named
     return r_.schema()[r_.field_index(Name.view())].shape;
   }
   [[nodiscard]] std::int64_t label(std::size_t i) const { return r_.label(i); }
