@@ -241,7 +241,7 @@ struct options {
   bool label_given = false;
   std::vector<std::string> inputs;
   // --fields (wds) / --features (tfrecord): a shard with fields (format version 3).
-  std::vector<sluice::io::shard_field> fields;
+  std::vector<sluice::io::shard_schema_field> fields;
   bool field_given = false;
   bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false, ignore_zeros = false;
   verify_mode verify = verify_mode::crc;
@@ -276,8 +276,8 @@ bool parse_dtype(const std::string& t, sluice::dtype& out) {
 }
 
 // "name[:type[:count]],..." -> the shard's fields (variable unless a count is given).
-std::vector<sluice::io::shard_field> parse_field_list(const std::string& flag, const std::string& list, bool tf) {
-  std::vector<sluice::io::shard_field> out;
+std::vector<sluice::io::shard_schema_field> parse_field_list(const std::string& flag, const std::string& list, bool tf) {
+  std::vector<sluice::io::shard_schema_field> out;
   std::size_t at = 0;
   while (at <= list.size()) {
     const std::size_t comma = std::min(list.find(',', at), list.size());
@@ -292,7 +292,7 @@ std::vector<sluice::io::shard_field> parse_field_list(const std::string& flag, c
     }
     if (parts[0].empty()) usage(flag + ": an empty field name in '" + list + "'");
     if (parts.size() > 3) usage(flag + ": '" + item + "' is not name[:type[:count]]");
-    sluice::io::shard_field f{parts[0], sluice::dtype::u8, sluice::extent::variable, {-1}};
+    sluice::io::shard_schema_field f{parts[0], sluice::dtype::u8, sluice::extent::variable, {-1}};
     if (parts.size() > 1 && !parse_dtype(parts[1], f.type))
       usage(flag + ": '" + parts[1] + "' is not a type (bytes, int64, float, or a sluice dtype: u8 i8 u16 i16 i32 "
             "u32 i64 u64 f16 bf16 f32 f64 bool)");
@@ -536,7 +536,7 @@ std::string tsv_escape(const std::string& s) {
 
 struct packed {
   std::vector<std::uint32_t> crcs;        // per record (a shard without fields)
-  std::vector<sluice::io::shard_field> schema;  // a shard with fields: its schema
+  std::vector<sluice::io::shard_schema_field> schema;  // a shard with fields: its schema
   std::vector<std::uint32_t> field_crcs;  // ... and per record, per field, the input bytes' CRC
   std::vector<std::int64_t> labels;
   std::vector<std::string> class_names;
@@ -821,7 +821,7 @@ class tf_fields_source {
 
  private:
   sluice::io::tfrecord_reader r_;
-  std::vector<sluice::io::shard_field> fields_;
+  std::vector<sluice::io::shard_schema_field> fields_;
   std::string label_;
   std::vector<decode_fn> decode_;
   std::vector<std::vector<std::byte>> bufs_;  // this record's decoded fields

@@ -518,7 +518,7 @@ TEST_CASE("pack: wds --fields packs several members per sample into a shard with
   sluice::io::shard_reader raw(out);
   CHECK(raw.version() == 3);
   REQUIRE(raw.schema().size() == 3);
-  CHECK(raw.schema()[2] == sluice::io::shard_field{"boxes.bin", sluice::dtype::f32, sluice::extent::variable, {-1}});
+  CHECK(raw.schema()[2] == sluice::io::shard_schema_field{"boxes.bin", sluice::dtype::f32, sluice::extent::variable, {-1}});
   using s = sluice::schema<sluice::field<"jpg", std::uint8_t, sluice::variable>, sluice::field<"json", std::uint8_t, sluice::variable>,
                            sluice::field<"boxes.bin", float, sluice::variable>>;
   sluice::io::shard_fields<s> f(out);

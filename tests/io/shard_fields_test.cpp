@@ -114,11 +114,11 @@ TEST_CASE("shard fields: round trip of fixed and variable fields of five dtypes,
   CHECK(r.version() == 3);
   CHECK(r.has_fields());
   REQUIRE(r.schema().size() == 5);
-  CHECK(r.schema()[0] == io::shard_field{"jpg", dtype::u8, extent::variable, {-1}});
-  CHECK(r.schema()[1] == io::shard_field{"boxes", dtype::f32, extent::variable, {-1, 4}});
-  CHECK(r.schema()[2] == io::shard_field{"size", dtype::i32, extent::fixed, {2}});
-  CHECK(r.schema()[3] == io::shard_field{"ids", dtype::i64, extent::variable, {-1}});
-  CHECK(r.schema()[4] == io::shard_field{"w", dtype::f64, extent::fixed, {1}});  // learnt from record 0
+  CHECK(r.schema()[0] == io::shard_schema_field{"jpg", dtype::u8, extent::variable, {-1}});
+  CHECK(r.schema()[1] == io::shard_schema_field{"boxes", dtype::f32, extent::variable, {-1, 4}});
+  CHECK(r.schema()[2] == io::shard_schema_field{"size", dtype::i32, extent::fixed, {2}});
+  CHECK(r.schema()[3] == io::shard_schema_field{"ids", dtype::i64, extent::variable, {-1}});
+  CHECK(r.schema()[4] == io::shard_schema_field{"w", dtype::f64, extent::fixed, {1}});  // learnt from record 0
   CHECK(r.class_names() == std::vector<std::string>{"a", "b", "c"});
   CHECK(r.verify_all() == 40);
 
@@ -202,7 +202,7 @@ TEST_CASE("shard fields: the run-time schema API, a scalar fixed field, a zero-s
 
   // Invalid schemas are usage errors naming the field.
   io::shard_writer w(d.file("x.sluice"));
-  auto why = [&](std::vector<io::shard_field> f) {
+  auto why = [&](std::vector<io::shard_schema_field> f) {
     try {
       w.set_schema(std::move(f));
     } catch (const usage_error& e) {

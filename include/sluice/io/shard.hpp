@@ -139,7 +139,7 @@ inline void append_le(std::vector<std::byte>& out, T v) {
 }  // namespace detail
 
 // One field of a shard's schema, in its run-time form (what the schema section stores).
-struct shard_field {
+struct shard_schema_field {
   std::string name;
   dtype type = dtype::u8;
   extent kind = extent::variable;
@@ -147,10 +147,10 @@ struct shard_field {
   // the rest fixed (the writer takes an empty shape as {-1}: any number of elements); a fixed
   // field's dimensions are all >= 0 (empty: one element).
   std::vector<std::int64_t> shape{};
-  friend bool operator==(const shard_field&, const shard_field&) = default;
+  friend bool operator==(const shard_schema_field&, const shard_schema_field&) = default;
 };
 
-inline std::string shard_field_text(const shard_field& f) {
+inline std::string schema_field_text(const shard_schema_field& f) {
   std::string s = std::string(dtype_name(f.type)) + (f.kind == extent::variable ? " variable" : " fixed") + " [";
   for (std::size_t d = 0; d < f.shape.size(); ++d) {
     if (d) s += ", ";
@@ -162,7 +162,7 @@ inline std::string shard_field_text(const shard_field& f) {
 namespace detail {
 // Why a schema field is invalid (empty: valid). `unit` gets the bytes a fixed field has, or the
 // bytes of one row of a variable field.
-inline std::string shard_field_problem(const shard_field& f, std::uint64_t& unit) {
+inline std::string schema_field_problem(const shard_schema_field& f, std::uint64_t& unit) {
   if (f.name.empty()) return "a field with an empty name";
   if (static_cast<unsigned>(f.type) > static_cast<unsigned>(dtype::boolean))
     return "dtype code " + std::to_string(static_cast<unsigned>(f.type)) + " is not a sluice dtype";
@@ -192,8 +192,8 @@ template <class Schema>
 struct schema_fields;
 template <class... F>
 struct schema_fields<schema<F...>> {
-  static void append(std::vector<shard_field>& out) {
-    (out.push_back(shard_field{std::string(F::name.view()), F::type, F::kind,
+  static void append(std::vector<shard_schema_field>& out) {
+    (out.push_back(shard_schema_field{std::string(F::name.view()), F::type, F::kind,
                                F::kind == extent::variable ? std::vector<std::int64_t>{shard_format::any_rows}
                                                            : std::vector<std::int64_t>{}}),
      ...);
@@ -289,7 +289,7 @@ class shard_reader {
   // The class names stored in the shard (name of class i at [i]); empty when it has none.
   [[nodiscard]] const std::vector<std::string>& class_names() const noexcept { return class_names_; }
   // The fields of each record (version 3); empty for a single-field shard (versions 1 and 2).
-  [[nodiscard]] const std::vector<shard_field>& schema() const noexcept { return schema_; }
+  [[nodiscard]] const std::vector<shard_schema_field>& schema() const noexcept { return schema_; }
   [[nodiscard]] bool has_fields() const noexcept { return !schema_.empty(); }
   // The schema index of the field named `name`, or npos.
   [[nodiscard]] std::size_t field_index(std::string_view name) const noexcept {
@@ -319,17 +319,17 @@ class shard_reader {
     for (std::size_t k = 0; k < n; ++k) {
       const std::uint64_t len = detail::load_le<std::uint32_t>(r.data() + 4 * k);
       pos = shard_format::align_field(pos);
-      const shard_field& fd = schema_[k];
+      const shard_schema_field& fd = schema_[k];
       if (pos > size || len > size - pos)
         field_fail(i, e.offset + 4 * k, fd.name, "its table entry says " + std::to_string(len) + " bytes at record offset " +
                                                      std::to_string(pos) + ", past the end of the record (" +
                                                      std::to_string(size) + " bytes)");
       if (fd.kind == extent::fixed && len != units_[k])
-        field_fail(i, e.offset + pos, fd.name, std::to_string(len) + " bytes, but the field is " + shard_field_text(fd) +
+        field_fail(i, e.offset + pos, fd.name, std::to_string(len) + " bytes, but the field is " + schema_field_text(fd) +
                                                    ", which is " + std::to_string(units_[k]) + " bytes");
       if (fd.kind == extent::variable && len % units_[k] != 0)
         field_fail(i, e.offset + pos, fd.name, std::to_string(len) + " bytes, not a whole number of rows of " +
-                                                   std::to_string(units_[k]) + " bytes (the field is " + shard_field_text(fd) + ")");
+                                                   std::to_string(units_[k]) + " bytes (the field is " + schema_field_text(fd) + ")");
       f(k, r.subspan(static_cast<std::size_t>(pos), static_cast<std::size_t>(len)));
       pos += len;
     }
@@ -422,14 +422,14 @@ class shard_reader {
     if (n == 0 || n > shard_format::max_fields)
       fail("", "field count " + std::to_string(n) + " (1 to " + std::to_string(shard_format::max_fields) + ")");
     if (n > (sec.size() - 4) / 8) fail("", "field count " + std::to_string(n) + " exceeds the section");
-    std::vector<shard_field> fields;
+    std::vector<shard_schema_field> fields;
     std::vector<std::uint64_t> units;
     for (std::uint32_t k = 0; k < n; ++k) {
       if (sec.size() - q < 4) fail("", "field " + std::to_string(k) + " runs past the section");
       const auto l = detail::load_le<std::uint32_t>(sec.data() + q);
       q += 4;
       if (l > sec.size() - q || sec.size() - q - l < 4) fail("", "field " + std::to_string(k) + " runs past the section");
-      shard_field f;
+      shard_schema_field f;
       f.name.assign(reinterpret_cast<const char*>(sec.data() + q), l);
       q += l;
       const auto code = static_cast<std::uint8_t>(sec[q]);
@@ -444,7 +444,7 @@ class shard_reader {
       if ((sec.size() - q) / 8 < ndim) fail(f.name, "shape runs past the section");
       for (std::uint8_t d = 0; d < ndim; ++d, q += 8) f.shape.push_back(detail::load_le<std::int64_t>(sec.data() + q));
       std::uint64_t unit = 0;
-      if (auto why = detail::shard_field_problem(f, unit); !why.empty()) fail(f.name, why);
+      if (auto why = detail::schema_field_problem(f, unit); !why.empty()) fail(f.name, why);
       for (const auto& g : fields)
         if (g.name == f.name) fail(f.name, "named twice");
       fields.push_back(std::move(f));
@@ -478,7 +478,7 @@ class shard_reader {
   std::uint64_t count_ = 0;
   std::vector<entry> entries_;
   std::vector<std::string> class_names_;
-  std::vector<shard_field> schema_;
+  std::vector<shard_schema_field> schema_;
   std::vector<std::uint64_t> units_;  // per field: a fixed field's bytes, a variable field's bytes per row
 };
 
@@ -521,9 +521,9 @@ class shard_writer {
   }
 
   // The fields of every record; makes it a version-3 shard, written with add_fields. Call before
-  // the first record. Each field's shape follows shard_field's rules (a usage_error names the
+  // the first record. Each field's shape follows shard_schema_field's rules (a usage_error names the
   // field otherwise); a variable field's empty shape is taken as {-1}.
-  void set_schema(std::vector<shard_field> fields) {
+  void set_schema(std::vector<shard_schema_field> fields) {
     if (count_ != 0) throw usage_error("sluice: shard_writer::set_schema after the first record");
     if (fields.empty() || fields.size() > shard_format::max_fields)
       throw usage_error("sluice: a shard schema has 1 to " + std::to_string(shard_format::max_fields) + " fields");
@@ -533,7 +533,7 @@ class shard_writer {
       if (f.kind == extent::variable && f.shape.empty()) f.shape = {shard_format::any_rows};
       if (f.name.size() > 0xffffu) throw usage_error("sluice: shard field name over 64 KiB");
       std::uint64_t unit = 0;
-      if (auto why = detail::shard_field_problem(f, unit); !why.empty())
+      if (auto why = detail::schema_field_problem(f, unit); !why.empty())
         throw usage_error("sluice: shard schema: field '" + f.name + "': " + why);
       for (std::size_t j = 0; j < k; ++j)
         if (fields[j].name == f.name) throw usage_error("sluice: shard schema: field '" + f.name + "' named twice");
@@ -547,7 +547,7 @@ class shard_writer {
   // ({bytes / dtype size}); a variable field's shape defaults to {-1} (give {-1, 4} for rows of 4).
   template <class Schema>
   void set_schema(std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes = {}) {
-    std::vector<shard_field> fields;
+    std::vector<shard_schema_field> fields;
     std::vector<bool> learn;
     detail::schema_fields<Schema>::append(fields);
     for (auto& f : fields) learn.push_back(f.kind == extent::fixed);
@@ -561,7 +561,7 @@ class shard_writer {
     set_schema(std::move(fields));
     learn_ = std::move(learn);
   }
-  [[nodiscard]] const std::vector<shard_field>& schema() const noexcept { return schema_; }
+  [[nodiscard]] const std::vector<shard_schema_field>& schema() const noexcept { return schema_; }
 
   // One record of a shard with a schema: one byte span per field, in schema order. A fixed field
   // must have exactly its shape's bytes, a variable one whole rows: a format_error naming the
@@ -586,11 +586,11 @@ class shard_writer {
         learn_[k] = false;
       }
       if (fd.kind == extent::fixed && len != units_[k])
-        fail(k, std::to_string(len) + " bytes, but the field is " + shard_field_text(fd) + ", which is " +
+        fail(k, std::to_string(len) + " bytes, but the field is " + schema_field_text(fd) + ", which is " +
                     std::to_string(units_[k]) + " bytes");
       if (fd.kind == extent::variable && len % units_[k] != 0)
         fail(k, std::to_string(len) + " bytes, not a whole number of rows of " + std::to_string(units_[k]) +
-                    " bytes (the field is " + shard_field_text(fd) + ")");
+                    " bytes (the field is " + schema_field_text(fd) + ")");
       total = shard_format::align_field(total) + len;
       if (len > 0xffffffffu || total > 0xffffffffu)
         throw format_error(path_, {.record = count_}, "record of " + std::to_string(total) +
@@ -766,7 +766,7 @@ class shard_writer {
   std::uint64_t offset_ = 0, count_ = 0;
   std::vector<std::byte> index_;
   std::vector<std::string> class_names_;
-  std::vector<shard_field> schema_;
+  std::vector<shard_schema_field> schema_;
   std::vector<std::uint64_t> units_;  // per field: a fixed field's bytes, a variable field's bytes per row
   std::vector<bool> learn_;           // per field: a fixed shape still to learn from the first record
   std::vector<std::byte> scratch_;    // one record with fields, assembled

@@ -53,7 +53,7 @@ class shard_fields {
       throw format_error(p, {}, "a version-" + std::to_string(r_.version()) +
                                     " shard of single records, without fields (read it with shard_reader)");
     slot_.assign(r_.schema().size(), none);
-    std::vector<shard_field> want;
+    std::vector<shard_schema_field> want;
     detail::schema_fields<Schema>::append(want);
     for (std::size_t s = 0; s < want.size(); ++s) {
       const std::size_t k = r_.field_index(want[s].name);
@@ -62,9 +62,9 @@ class shard_fields {
         for (const auto& f : r_.schema()) have += (have.empty() ? "" : ", ") + f.name;
         throw format_error(p, {}, "field '" + want[s].name + "': not in the shard (its fields: " + have + ")");
       }
-      const shard_field& f = r_.schema()[k];
+      const shard_schema_field& f = r_.schema()[k];
       if (f.type != want[s].type || f.kind != want[s].kind)
-        throw format_error(p, {}, "field '" + want[s].name + "': the shard stores it as " + shard_field_text(f) +
+        throw format_error(p, {}, "field '" + want[s].name + "': the shard stores it as " + schema_field_text(f) +
                                       ", the schema asks for " + dtype_name(want[s].type) +
                                       (want[s].kind == extent::variable ? " variable" : " fixed"));
       slot_[k] = s;
@@ -76,7 +76,7 @@ class shard_fields {
   [[nodiscard]] const mapped_file& file() const noexcept { return r_.file(); }
   [[nodiscard]] const shard_reader& reader() const noexcept { return r_; }
   // The shard's own description of the fields (all of them, with their shapes).
-  [[nodiscard]] const std::vector<shard_field>& shard_schema() const noexcept { return r_.schema(); }
+  [[nodiscard]] const std::vector<shard_schema_field>& shard_schema() const noexcept { return r_.schema(); }
   // The per-sample shape of field Name as stored in the shard (-1 leading: variable).
   template <fixed_string Name>
   [[nodiscard]] const std::vector<std::int64_t>& shape_of() const {
