@@ -467,3 +467,44 @@ TEST_CASE("shard fields: a compile-time schema that does not match the shard nam
     CHECK(e.cause().find("field 'mask': not in the shard (its fields: jpg, boxes, size, ids, w)") != std::string::npos);
   }
 }
+
+TEST_CASE("shard fields: under the loader, skip drops and counts a record with a bad field table, raise names it") {
+  temp_dir d;
+  const auto p = write_det(d, 16);
+  shard_bytes sb(p);
+  sb.put<std::uint32_t>(sb.record_offset(9) + 4 * 3, 0x10000000u);  // ids of record 9: past the record
+  sb.fix_record_crc(9);
+  const auto bad = d.file("bad.sluice");
+  sb.write(bad);
+  io::shard_fields<det> s(bad);
+  auto make = [&](on_error policy) {
+    return from(sample::sequential(s.size())) | read(s) | collate({.batch = 4}, stack<"size">{}, ragged<"ids">{}) |
+           prefetch(2, {.workers = 2, .errors = policy});
+  };
+  auto skip = make(on_error::skip);
+  std::size_t seen = 0;
+  for (auto& b : skip.epoch(0)) {
+    auto size = b.get<"size">();
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      CHECK(b.ids()[i] != 9);
+      CHECK(size[2 * i] == static_cast<std::int32_t>(b.ids()[i]));
+      ++seen;
+    }
+  }
+  const auto st = skip.stats();
+  CHECK(seen == 15);
+  CHECK(st.skipped == 1);
+  REQUIRE_FALSE(st.skip_causes.empty());
+  CHECK(st.skip_causes.front().find("field 'ids'") != std::string::npos);
+
+  auto raise = make(on_error::raise);
+  std::string what;
+  try {
+    for (auto& b : raise.epoch(0)) (void)b;
+  } catch (const std::exception& e) {
+    what = sluice_test::nested_text(e);
+  }
+  CHECK(what.find(bad) != std::string::npos);
+  CHECK(what.find("record 9") != std::string::npos);
+  CHECK(what.find("field 'ids'") != std::string::npos);
+}
