@@ -4,6 +4,8 @@
 //
 // Records are stored as they are (JPEG bytes stay JPEG: decoding happens in the pipeline), each
 // with its label; ImageFolder class names go inside the shard (shard_reader::class_names()).
+// With --fields (wds) or --features (tfrecord of tf.train.Example) each record holds several
+// fields and the shard carries their schema (format version 3, io/shard_fields.hpp reads it).
 //
 // Never a bad file under the output name: the shard is written to "<out>.partial", fsynced,
 // re-opened and verified there, and only then renamed to <out> (and the directory fsynced). A
@@ -38,6 +40,7 @@
 #endif
 #include "sluice/io/npy.hpp"
 #include "sluice/io/shard.hpp"
+#include "sluice/io/tf_example.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/wds_tar.hpp"
 #if SLUICE_WITH_TURBOJPEG
@@ -66,19 +69,42 @@ kinds:
                       ASCII-integer label member (default cls; --label '' for none: label -1).
                       A zero block followed by more members (two archives joined with cat) is an
                       error naming the offset unless --ignore-zeros is given.
-  tfrecord FILE...    TFRecord files; CRCs are checked; labels are -1.
+  tfrecord FILE...    TFRecord files; CRCs are checked; labels are -1 (without --features).
   npy X.npy           rows of the first axis of X; --labels Y.npy gives a 1-D integer array with
                       one label per row.
   idx IMAGES [LABELS] IDX files (MNIST, Fashion-MNIST, ...; plain or gzip-compressed .gz): one
                       record per image (its raw bytes, e.g. 28x28 uint8), labels from the
                       labels file when given, else -1.
 
+shards with fields (format version 3, read with sluice::io::shard_fields<Schema>): each record
+holds several named fields, described by a schema stored in the shard (name, dtype, fixed or
+variable shape). A field list is name[:type[:count]],... where type is bytes (the default, =u8),
+int64 (=i64), float (=f32) or a sluice dtype (u8 i8 u16 i16 i32 u32 i64 u64 f16 bf16 f32 f64
+bool); with a count the field is fixed at that many elements, without one it is variable.
+  wds ... --fields jpg,json,boxes.bin:f32
+                      each listed member extension of a sample becomes a field, its bytes as
+                      they are (a non-u8 type takes them as raw little-endian elements: the size
+                      must be whole elements). A sample missing a field is bad input naming
+                      the file, the sample and the field. --label as for wds.
+  tfrecord ... --features image/encoded:bytes,image/class/label:int64:1,bbox/xmin:float
+                      tf.train.Example records: each listed feature becomes a field (a
+                      bytes_list's values concatenated; int64_list values range-checked into
+                      the type; float_list as f32 or f64). --label NAME takes the record's
+                      label from an int64 feature holding exactly one value (it may also be a
+                      field); without it labels are -1.
+Verification of a shard with fields re-opens it and checks its schema, every record's field
+table, every field's bytes against the input's CRC-32C and every label; --verify full also
+decodes every field that holds a JPEG.
+
 options:
   -o, --out PATH      the shard to write (required; not one of the inputs). Written as
                       PATH.partial, fsynced, verified, then renamed to PATH. No records at all
                       (an empty folder, every input bad) is an error: no empty shard is written.
   --field EXT         wds: record field (default jpg)
-  --label EXT         wds: label field (default cls; empty for none)
+  --fields LIST       wds: pack these member extensions as the fields of a shard with fields
+  --features LIST     tfrecord: pack these tf.train.Example features as fields (see above)
+  --label EXT         wds: label field (default cls; empty for none); tfrecord with
+                      --features: the int64 feature holding the label
   --ignore-zeros      wds: read through all-zero blocks (concatenated archives), as GNU tar does
   --labels Y.npy      npy: labels
   --verify MODE       how the finished PATH.partial is checked before it is renamed:
@@ -212,7 +238,11 @@ enum class verify_mode { none, crc, full };
 
 struct options {
   std::string kind, out, field = "jpg", label = "cls", labels_npy;
+  bool label_given = false;
   std::vector<std::string> inputs;
+  // --fields (wds) / --features (tfrecord): a shard with fields (format version 3).
+  std::vector<sluice::io::shard_schema_field> fields;
+  bool field_given = false;
   bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false, ignore_zeros = false;
   verify_mode verify = verify_mode::crc;
 };
@@ -232,6 +262,60 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return !ec && same;
 }
 
+// A field type on the command line: a sluice dtype name, or bytes / int64 / float.
+bool parse_dtype(const std::string& t, sluice::dtype& out) {
+  if (t == "bytes") { out = sluice::dtype::u8; return true; }
+  if (t == "int64") { out = sluice::dtype::i64; return true; }
+  if (t == "float") { out = sluice::dtype::f32; return true; }
+  for (unsigned k = 0; k <= static_cast<unsigned>(sluice::dtype::boolean); ++k)
+    if (t == sluice::dtype_name(static_cast<sluice::dtype>(k))) {
+      out = static_cast<sluice::dtype>(k);
+      return true;
+    }
+  return false;
+}
+
+// "name[:type[:count]],..." -> the shard's fields (variable unless a count is given).
+std::vector<sluice::io::shard_schema_field> parse_field_list(const std::string& flag, const std::string& list, bool tf) {
+  std::vector<sluice::io::shard_schema_field> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    at = comma + 1;
+    std::vector<std::string> parts;
+    for (std::size_t q = 0;;) {
+      const std::size_t colon = item.find(':', q);
+      parts.push_back(item.substr(q, colon == std::string::npos ? std::string::npos : colon - q));
+      if (colon == std::string::npos) break;
+      q = colon + 1;
+    }
+    if (parts[0].empty()) usage(flag + ": an empty field name in '" + list + "'");
+    if (parts.size() > 3) usage(flag + ": '" + item + "' is not name[:type[:count]]");
+    sluice::io::shard_schema_field f{parts[0], sluice::dtype::u8, sluice::extent::variable, {-1}};
+    if (parts.size() > 1 && !parse_dtype(parts[1], f.type))
+      usage(flag + ": '" + parts[1] + "' is not a type (bytes, int64, float, or a sluice dtype: u8 i8 u16 i16 i32 "
+            "u32 i64 u64 f16 bf16 f32 f64 bool)");
+    if (tf && (f.type == sluice::dtype::f16 || f.type == sluice::dtype::bf16))
+      usage(flag + ": a tf.train.Example feature cannot be " + std::string(sluice::dtype_name(f.type)) +
+            " (it holds bytes, int64 or float lists)");
+    if (parts.size() > 2) {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long n = std::strtoull(parts[2].c_str(), &end, 10);
+      if (parts[2].empty() || *end != '\0' || errno != 0 || parts[2][0] == '-' || n > 0xffffffffull)
+        usage(flag + ": '" + parts[2] + "' is not a count of elements");
+      f.kind = sluice::extent::fixed;
+      f.shape = {static_cast<std::int64_t>(n)};
+    }
+    for (const auto& g : out)
+      if (g.name == f.name) usage(flag + ": '" + f.name + "' named twice");
+    out.push_back(std::move(f));
+    if (comma == list.size()) break;
+  }
+  return out;
+}
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
@@ -242,8 +326,10 @@ options parse(int argc, char** argv) {
     };
     if (a == "-h" || a == "--help") { std::fputs(help_text, stdout); std::exit(exit_ok); }
     else if (a == "-o" || a == "--out") o.out = next();
-    else if (a == "--field") o.field = next();
-    else if (a == "--label") o.label = next();
+    else if (a == "--field") { o.field = next(); o.field_given = true; }
+    else if (a == "--fields") o.fields = parse_field_list(a, next(), false);
+    else if (a == "--features") o.fields = parse_field_list(a, next(), true);
+    else if (a == "--label") { o.label = next(); o.label_given = true; }
     else if (a == "--labels") o.labels_npy = next();
     else if (a == "--no-checksums") o.checksums = false;
     else if (a == "--no-jpeg-check") o.jpeg_check = false;
@@ -276,6 +362,15 @@ options parse(int argc, char** argv) {
   if (o.kind == "npy" && o.inputs.size() != 1) usage("npy takes exactly one array");
   if (o.kind == "imagefolder" && o.inputs.size() != 1) usage("imagefolder takes exactly one directory");
   if (o.kind == "idx" && o.inputs.size() > 2) usage("idx takes an images file and optionally a labels file");
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--fields" && o.kind != "wds") usage("--fields is for wds (tfrecord takes --features)");
+    if (a == "--features" && o.kind != "tfrecord") usage("--features is for tfrecord (wds takes --fields)");
+  }
+  if (!o.fields.empty() && o.field_given) usage("--field (one record) and --fields (a shard with fields) exclude each other");
+  // Before --features, tfrecord ignored --label; it still does there (same exit status), but says so.
+  if (o.kind == "tfrecord" && o.label_given && o.fields.empty() && !o.quiet)
+    std::fprintf(stderr, "sluice-pack: --label is ignored for tfrecord without --features (labels are -1)\n");
   // The output (and its partial file) must not be an input: packing would truncate what it reads.
   std::vector<std::string> all = o.inputs;
   if (!o.labels_npy.empty()) all.push_back(o.labels_npy);
@@ -440,7 +535,9 @@ std::string tsv_escape(const std::string& s) {
 }
 
 struct packed {
-  std::vector<std::uint32_t> crcs;
+  std::vector<std::uint32_t> crcs;        // per record (a shard without fields)
+  std::vector<sluice::io::shard_schema_field> schema;  // a shard with fields: its schema
+  std::vector<std::uint32_t> field_crcs;  // ... and per record, per field, the input bytes' CRC
   std::vector<std::int64_t> labels;
   std::vector<std::string> class_names;
   std::vector<std::pair<std::string, std::string>> skipped;  // path, reason
@@ -453,6 +550,15 @@ void add(sluice::io::shard_writer& w, packed& p, std::span<const std::byte> rec,
   p.crcs.push_back(sluice::io::crc32c(rec));
   p.labels.push_back(label);
   p.bytes += rec.size();
+  if (p.labels.size() == 1) phase("write");
+}
+void add_fields(sluice::io::shard_writer& w, packed& p, std::span<const std::span<const std::byte>> fields, std::int64_t label) {
+  w.add_fields(fields, label);
+  for (const auto& f : fields) {
+    p.field_crcs.push_back(sluice::io::crc32c(f));
+    p.bytes += f.size();
+  }
+  p.labels.push_back(label);
   if (p.labels.size() == 1) phase("write");
 }
 
@@ -543,15 +649,249 @@ void pack_readers(const options& o, sluice::io::shard_writer& w, packed& p, Make
     }
 }
 
+// ---- shards with fields -------------------------------------------------------------------------
+// A WebDataset tar whose samples' members named in --fields become the fields of each record (the
+// member's bytes as they are; a dtype other than u8 takes them as that type's raw elements). A
+// sample missing a field, holding one twice or holding bytes that are not whole elements is a
+// format_error naming the file, the sample (record number, key) and the field.
+class wds_fields_source {
+ public:
+  wds_fields_source(const std::string& path, const options& o) : file_(path) {
+    const auto& fields = o.fields;
+    const std::string label = o.label;
+    std::string key;
+    std::vector<std::span<const std::byte>> cur(fields.size());
+    std::vector<bool> have(fields.size());
+    std::int64_t cur_label = -1;
+    bool have_label = false, open = false;
+    std::uint64_t first = 0;
+    auto fail = [&](std::uint64_t at, const std::string& why) {
+      throw sluice::format_error(path, {.record = labels_.size(), .offset = at}, "sample '" + key + "': " + why);
+    };
+    auto finish = [&] {
+      if (!open) return;
+      for (std::size_t k = 0; k < fields.size(); ++k)
+        if (!have[k]) fail(first, "field '" + fields[k].name + "': missing (no '" + key + "." + fields[k].name + "' member)");
+      if (!label.empty() && !have_label) fail(first, "has no '" + label + "' label member");
+      views_.insert(views_.end(), cur.begin(), cur.end());
+      labels_.push_back(cur_label);
+      open = false;
+    };
+    sluice::io::detail::walk_tar(file_.bytes(), path, o.ignore_zeros, [&](const sluice::io::detail::tar_member_view& m) {
+      std::string_view k, ext;
+      if (!sluice::io::detail::split_key(m.name, k, ext)) return true;
+      if (!open || k != key) {
+        finish();
+        key.assign(k);
+        std::fill(have.begin(), have.end(), false);
+        std::fill(cur.begin(), cur.end(), std::span<const std::byte>{});
+        cur_label = -1;
+        have_label = false;
+        first = m.header;
+        open = true;
+      }
+      for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (ext != fields[f].name) continue;
+        if (have[f]) fail(m.header, "field '" + fields[f].name + "': two members");
+        const std::size_t esz = sluice::dtype_size(fields[f].type);
+        if (m.size % esz != 0)
+          fail(m.data, "field '" + fields[f].name + "': " + std::to_string(m.size) + " bytes, not a whole number of " +
+                           sluice::dtype_name(fields[f].type) + " elements");
+        cur[f] = m.body;
+        have[f] = true;
+      }
+      if (!label.empty() && ext == label) {
+        if (have_label) fail(m.header, "two '" + label + "' label members");
+        cur_label = sluice::io::detail::parse_label(m.body, path, key, m.data);
+        have_label = true;
+      }
+      return true;
+    });
+    finish();
+    n_ = fields.size();
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return labels_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return file_.path(); }
+  // Record i's fields (views into the mapping) and label.
+  std::int64_t get(std::size_t i, std::vector<std::span<const std::byte>>& out) const {
+    out.assign(views_.begin() + static_cast<std::ptrdiff_t>(i * n_), views_.begin() + static_cast<std::ptrdiff_t>((i + 1) * n_));
+    return labels_[i];
+  }
+
+ private:
+  sluice::io::mapped_file file_;
+  std::size_t n_ = 0;
+  std::vector<std::span<const std::byte>> views_;  // n_ a record
+  std::vector<std::int64_t> labels_;
+};
+
+// A feature of a tf.train.Example decoded into a field of type T (the tf_example_reader rules:
+// bytes_list or int64_list for 1-byte types, int64_list range-checked for other integers and bool,
+// float_list for f32 and f64).
+template <class T>
+void decode_feature(std::span<const std::byte> value, const sluice::io::detail::pb::where& w, std::vector<std::byte>& out) {
+  namespace pb = sluice::io::detail::pb;
+  using sluice::io::tf_list;
+  constexpr bool ints = pb::int_like<T>;
+  const auto f = pb::parse_feature(value, ints ? pb::range_of<T>() : pb::int_range{}, w);
+  bool ok = false;
+  if constexpr (pb::byte_like<T>) ok = f.kind == tf_list::bytes || f.kind == tf_list::int64s;
+  else if constexpr (ints) ok = f.kind == tf_list::int64s;
+  else ok = f.kind == tf_list::floats;
+  if (!ok)
+    w.fail(value.data(), "is a " + std::string(sluice::io::tf_list_name(f.kind)) + ", but its field is " +
+                             sluice::dtype_name(sluice::dtype_of<T>) + " (bytes and 1-byte types take bytes_list or "
+                             "int64_list, other integers and bool int64_list, f32 and f64 float_list)");
+  sluice::io::tf_example_sample<sluice::schema<sluice::field<"v", T, sluice::variable>>> smp;
+  smp.features[0] = f;
+  out.resize(smp.template size_of<"v">());
+  smp.template write<"v">(out, sluice::sample_context{});
+}
+using decode_fn = void (*)(std::span<const std::byte>, const sluice::io::detail::pb::where&, std::vector<std::byte>&);
+decode_fn decoder_for(sluice::dtype t) {
+  using sluice::dtype;
+  switch (t) {
+    case dtype::u8: return &decode_feature<std::uint8_t>;
+    case dtype::i8: return &decode_feature<std::int8_t>;
+    case dtype::u16: return &decode_feature<std::uint16_t>;
+    case dtype::i16: return &decode_feature<std::int16_t>;
+    case dtype::i32: return &decode_feature<std::int32_t>;
+    case dtype::u32: return &decode_feature<std::uint32_t>;
+    case dtype::i64: return &decode_feature<std::int64_t>;
+    case dtype::u64: return &decode_feature<std::uint64_t>;
+    case dtype::boolean: return &decode_feature<bool>;
+    case dtype::f32: return &decode_feature<float>;
+    case dtype::f64: return &decode_feature<double>;
+    default: return nullptr;  // f16, bf16: refused by the option parser
+  }
+}
+
+// A TFRecord file of tf.train.Example records; the features named in --features become the
+// fields of each record, --label names an int64 feature holding the record's one label.
+class tf_fields_source {
+ public:
+  tf_fields_source(const std::string& path, const options& o)
+      : r_(path, {.index = sluice::io::saved_index::ignore}), fields_(o.fields), label_(o.label_given ? o.label : "") {
+    for (const auto& f : fields_) decode_.push_back(decoder_for(f.type));
+    bufs_.resize(fields_.size());
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return r_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return r_.path(); }
+  std::int64_t get(std::size_t i, std::vector<std::span<const std::byte>>& out) {
+    namespace pb = sluice::io::detail::pb;
+    const auto rec = r_.record(i);
+    pb::where w{.file = r_.path(), .record = i, .base = r_.offset(i), .start = rec.data()};
+    std::vector<std::span<const std::byte>> value(fields_.size());
+    std::vector<const std::byte*> at(fields_.size(), nullptr);
+    std::span<const std::byte> label_value;
+    const std::byte* label_at = nullptr;
+    sluice::io::for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> v, const std::byte* e) {
+      for (std::size_t k = 0; k < fields_.size(); ++k)
+        if (key == fields_[k].name) {
+          value[k] = v;  // the last one wins
+          at[k] = e;
+        }
+      if (!label_.empty() && key == label_) {
+        label_value = v;
+        label_at = e;
+      }
+    });
+    out.resize(fields_.size());
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      pb::where wf = w;
+      wf.feature = fields_[k].name;
+      if (at[k] == nullptr) wf.fail(rec.data(), "missing from the record (--features names it)");
+      decode_[k](value[k], wf, bufs_[k]);
+      const std::size_t n = bufs_[k].size() / sluice::dtype_size(fields_[k].type);
+      if (fields_[k].kind == sluice::extent::fixed && n != static_cast<std::size_t>(fields_[k].shape[0]))
+        wf.fail(at[k], "holds " + std::to_string(n) + " values, but --features fixes it at " + std::to_string(fields_[k].shape[0]));
+      out[k] = bufs_[k];
+    }
+    if (label_.empty()) return -1;
+    pb::where wl = w;
+    wl.feature = label_;
+    if (label_at == nullptr) wl.fail(rec.data(), "missing from the record (--label names it)");
+    std::vector<std::byte> one;
+    decode_feature<std::int64_t>(label_value, wl, one);
+    if (one.size() != 8) wl.fail(label_at, "holds " + std::to_string(one.size() / 8) + " values; a label needs exactly one");
+    std::int64_t y;
+    std::memcpy(&y, one.data(), 8);
+    return y;
+  }
+
+ private:
+  sluice::io::tfrecord_reader r_;
+  std::vector<sluice::io::shard_schema_field> fields_;
+  std::string label_;
+  std::vector<decode_fn> decode_;
+  std::vector<std::vector<std::byte>> bufs_;  // this record's decoded fields
+};
+
+template <class Source>
+void pack_field_sources(const options& o, sluice::io::shard_writer& w, packed& p) {
+  w.set_schema(o.fields);
+  p.schema = w.schema();
+  std::vector<Source> sources;
+  std::uint64_t total = 0;
+  for (const auto& in : o.inputs) {
+    try {
+      require_regular_file(in);
+      try {
+        sources.emplace_back(in, o);
+      } catch (const sluice::error& e) {
+        throw input_error(in, e.what());
+      }
+      total += sources.back().size();
+    } catch (const input_error& e) {
+      if (!o.skip_bad) throw;
+      p.skipped.emplace_back(e.file, e.reason);
+    }
+  }
+  phase("read");
+  progress bar(total, o.quiet);
+  std::vector<std::span<const std::byte>> views;
+  for (auto& r : sources)
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      std::int64_t label = -1;
+      try {
+        label = r.get(i, views);
+      } catch (const sluice::error& e) {
+        input_error err(std::string(r.path()) + " record " + std::to_string(i), e.what());
+        if (!o.skip_bad) throw err;
+        p.skipped.emplace_back(err.file, err.reason);
+        continue;
+      }
+      add_fields(w, p, views, label);
+      bar.update(p.labels.size(), p.bytes);
+    }
+}
+
 // Re-opens the sealed partial file and checks it against what was packed.
 void verify(const options& o, const std::string& file, const packed& p) {
   auto fail = [&](std::string why) { throw verify_error("sluice-pack: verification of '" + file + "' failed: " + why); };
   try {
     sluice::io::shard_reader r(file, {.verify = false});
-    if (r.size() != p.crcs.size())
-      fail(std::to_string(r.size()) + " records, expected " + std::to_string(p.crcs.size()));
+    if (r.size() != p.labels.size())
+      fail(std::to_string(r.size()) + " records, expected " + std::to_string(p.labels.size()));
     if (r.class_names() != p.class_names) fail("the class names differ from the input's");
-    for (std::size_t i = 0; i < r.size(); ++i) {
+    if (r.schema() != p.schema) fail("the schema differs from the one packed");
+    for (std::size_t i = 0; i < r.size() && !p.schema.empty(); ++i) {
+      // Every record's field table is checked by for_each_field; each field against the input.
+      r.for_each_field(i, [&](std::size_t k, std::span<const std::byte> v) {
+        const std::string where = "record " + std::to_string(i) + ", field '" + p.schema[k].name + "': ";
+        if (sluice::io::crc32c(v) != p.field_crcs[i * p.schema.size() + k]) fail(where + "bytes differ from the input");
+        if (o.verify == verify_mode::full && looks_like_jpeg(v)) {
+          try {
+            decode_fully(v);
+          } catch (const sluice::format_error& e) {
+            fail(where + e.cause());
+          }
+        }
+      });
+      if (r.label(i) != p.labels[i]) fail("record " + std::to_string(i) + ": label differs");
+      if (i == 0) phase("verify");
+    }
+    for (std::size_t i = 0; i < r.size() && p.schema.empty(); ++i) {
       const auto rec = r.record(i);
       if (sluice::io::crc32c(rec) != p.crcs[i]) fail("record " + std::to_string(i) + ": bytes differ from the input");
       if (r.label(i) != p.labels[i]) fail("record " + std::to_string(i) + ": label differs");
@@ -579,6 +919,10 @@ int run(const options& o) {
   sluice::io::shard_writer w(o.out, {.checksums = o.checksums});
   if (o.kind == "imagefolder") {
     pack_imagefolder(o, w, p);
+  } else if (o.kind == "wds" && !o.fields.empty()) {
+    pack_field_sources<wds_fields_source>(o, w, p);
+  } else if (o.kind == "tfrecord" && !o.fields.empty()) {
+    pack_field_sources<tf_fields_source>(o, w, p);
   } else if (o.kind == "wds") {
     pack_readers<sluice::io::wds_tar_reader>(o, w, p, [&](const std::string& in) {
       return sluice::io::wds_tar_reader(in, {.record_field = o.field, .label_field = o.label,
@@ -613,7 +957,7 @@ int run(const options& o) {
   }
 
   // An empty shard is always a mistake upstream (a wrong directory, every input bad): refuse it.
-  if (p.crcs.empty()) {
+  if (p.labels.empty()) {
     for (const auto& [path, why] : p.skipped) std::fprintf(stderr, "sluice-pack: skipped '%s': %s\n", path.c_str(), why.c_str());
     throw input_error(o.inputs[0], p.skipped.empty() ? "no records to pack"
                                                      : "no records to pack (all " + std::to_string(p.skipped.size()) +
@@ -662,7 +1006,7 @@ int run(const options& o) {
                  p.skipped.size() == 1 ? "" : "s", report_path.c_str());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.quiet)
-    std::fprintf(stderr, "sluice-pack: wrote %s: %zu records, %.1f MB in %.2f s%s\n", o.out.c_str(), p.crcs.size(),
+    std::fprintf(stderr, "sluice-pack: wrote %s: %zu records, %.1f MB in %.2f s%s\n", o.out.c_str(), p.labels.size(),
                  p.bytes / 1e6, s,
                  o.verify == verify_mode::full ? ", verified (CRCs and full JPEG decode)"
                  : o.verify == verify_mode::crc ? ", verified" : ", not verified (--verify none)");

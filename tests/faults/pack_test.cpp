@@ -20,6 +20,9 @@
 
 #include "sluice/io/npy.hpp"
 #include "sluice/io/shard.hpp"
+#include "sluice/io/shard_fields.hpp"
+#include "sluice/io/tf_example.hpp"
+#include "sluice/io/tfrecord.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "test_util.hpp"
 #if SLUICE_WITH_TURBOJPEG
@@ -466,5 +469,262 @@ TEST_CASE("pack: an input truncated while the tool has it mapped fails the pack,
   CHECK(r.code == 1);
   CHECK(r.err.find(x) != std::string::npos);
   CHECK(r.err.find("changed while in use") != std::string::npos);
+  check_nothing_left(out);
+}
+
+// ---- shards with fields (--fields for WebDataset, --features for tf.train.Example) ----------------
+
+namespace {
+std::vector<std::byte> bytes_of_text(const std::string& s) {
+  const auto b = sluice_test::as_bytes(s);
+  return {b.begin(), b.end()};
+}
+// A WebDataset tar of `n` samples: jpg (a JPEG where TurboJPEG is built, else random bytes), json,
+// boxes.bin (rows of 4 floats, sample i has i % 3 rows: some empty) and cls.
+std::string write_fields_tar(const temp_dir& d, const std::string& name, int n, int skip_json_at = -1) {
+  std::vector<std::byte> t;
+  for (int i = 0; i < n; ++i) {
+    const std::string k = "s/" + std::to_string(1000 + i);
+#if SLUICE_WITH_TURBOJPEG
+    sluice::io::append_tar_member(t, k + ".jpg", tiny_jpeg(i));
+#else
+    sluice::io::append_tar_member(t, k + ".jpg", sluice_test::random_bytes(50 + static_cast<std::size_t>(i), static_cast<std::uint64_t>(i)));
+#endif
+    if (i != skip_json_at) sluice::io::append_tar_member(t, k + ".json", bytes_of_text("{\"i\": " + std::to_string(i) + "}"));
+    std::vector<float> boxes;
+    for (int r = 0; r < (i % 3) * 4; ++r) boxes.push_back(static_cast<float>(i * 10 + r));
+    sluice::io::append_tar_member(t, k + ".boxes.bin", std::as_bytes(std::span(boxes)));
+    sluice::io::append_tar_member(t, k + ".cls", bytes_of_text(std::to_string(i % 4)));
+  }
+  t.resize(t.size() + 1024);  // the end-of-archive marker
+  sluice_test::write_file(d.file(name), t);
+  return d.file(name);
+}
+std::string text_of(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+}  // namespace
+
+TEST_CASE("pack: wds --fields packs several members per sample into a shard with fields, verified, read back") {
+  temp_dir d;
+  const auto a = write_fields_tar(d, "a.tar", 5), b = write_fields_tar(d, "b.tar", 3);
+  const auto out = d.file("f.sluice");
+  const auto r = run_pack({"wds", a, b, "-o", out, "--fields", "jpg,json,boxes.bin:f32", "-q"
+#if SLUICE_WITH_TURBOJPEG
+                           , "--verify", "full"
+#endif
+  });
+  INFO(r.err);
+  REQUIRE(r.exited);
+  REQUIRE(r.code == 0);
+  sluice::io::shard_reader raw(out);
+  CHECK(raw.version() == 3);
+  REQUIRE(raw.schema().size() == 3);
+  CHECK(raw.schema()[2] == sluice::io::shard_schema_field{"boxes.bin", sluice::dtype::f32, sluice::extent::variable, {-1}});
+  using s = sluice::schema<sluice::field<"jpg", std::uint8_t, sluice::variable>, sluice::field<"json", std::uint8_t, sluice::variable>,
+                           sluice::field<"boxes.bin", float, sluice::variable>>;
+  sluice::io::shard_fields<s> f(out);
+  REQUIRE(f.size() == 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    const int k = static_cast<int>(i < 5 ? i : i - 5);
+    const auto smp = f.fields(i);
+    CHECK(text_of(smp.bytes_of<"json">()) == "{\"i\": " + std::to_string(k) + "}");
+    CHECK(smp.size_of<"boxes.bin">() == static_cast<std::size_t>((k % 3) * 4 * 4));
+    if (k % 3 != 0) {
+      float first = 0;
+      std::memcpy(&first, smp.bytes_of<"boxes.bin">().data(), 4);
+      CHECK(first == static_cast<float>(k * 10));
+    }
+    CHECK(f.label(i) == k % 4);
+#if SLUICE_WITH_TURBOJPEG
+    CHECK(text_of(smp.bytes_of<"jpg">()) == text_of(tiny_jpeg(k)));
+#endif
+  }
+}
+
+TEST_CASE("pack: wds --fields with a sample missing a field or a field of partial elements is bad input naming it") {
+  temp_dir d;
+  const auto out = d.file("f.sluice");
+  const auto a = write_fields_tar(d, "a.tar", 4, 2);
+  auto r = run_pack({"wds", a, "-o", out, "--fields", "jpg,json", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("a.tar") != std::string::npos);
+  CHECK(r.err.find("record 2") != std::string::npos);
+  CHECK(r.err.find("field 'json': missing") != std::string::npos);
+  check_nothing_left(out);
+  // A member that is not whole elements of its field's type.
+  std::vector<std::byte> t;
+  sluice::io::append_tar_member(t, "x.jpg", bytes_of_text("abc"));
+  sluice::io::append_tar_member(t, "x.cls", bytes_of_text("1"));
+  t.resize(t.size() + 1024);  // the end-of-archive marker
+  sluice_test::write_file(d.file("odd.tar"), t);
+  r = run_pack({"wds", d.file("odd.tar"), "-o", out, "--fields", "jpg:i16", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("odd.tar") != std::string::npos);
+  CHECK(r.err.find("sample 'x': field 'jpg': 3 bytes, not a whole number of i16 elements") != std::string::npos);
+  check_nothing_left(out);
+  // With --skip-bad the bad file is listed and the good one packed.
+  std::vector<std::byte> g;
+  sluice::io::append_tar_member(g, "y.jpg", bytes_of_text("abcd"));
+  sluice::io::append_tar_member(g, "y.cls", bytes_of_text("2"));
+  g.resize(g.size() + 1024);
+  sluice_test::write_file(d.file("even.tar"), g);
+  r = run_pack({"wds", d.file("odd.tar"), d.file("even.tar"), "-o", out, "--fields", "jpg:i16", "--skip-bad", "-q"});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  sluice::io::shard_reader back(out);
+  CHECK(back.size() == 1);
+  CHECK(back.label(0) == 2);
+  CHECK(text_of(sluice_test::read_file(out + ".skipped.tsv")).find("odd.tar") != std::string::npos);
+}
+
+TEST_CASE("pack: --fields and --features are usage errors where they do not belong or are malformed") {
+  temp_dir d;
+  const auto a = write_fields_tar(d, "a.tar", 1);
+  const auto out = d.file("f.sluice");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"tfrecord", a, "-o", out, "--fields", "jpg"},
+           {"wds", a, "-o", out, "--features", "jpg"},
+           {"wds", a, "-o", out, "--fields", "jpg:float16"},
+           {"wds", a, "-o", out, "--fields", "jpg,,json"},
+           {"wds", a, "-o", out, "--fields", "jpg,jpg"},
+           {"wds", a, "-o", out, "--fields", "jpg:u8:x"},
+           {"wds", a, "-o", out, "--fields", "jpg", "--field", "json"},
+           {"tfrecord", a, "-o", out, "--features", "x:f16"},
+           {"tfrecord", a, "-o", out, "--features", "x:i64:-1"}}) {
+    const auto r = run_pack(args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    check_nothing_left(out);
+  }
+}
+
+namespace {
+// A TFRecord of `n` Examples: "img" bytes, "label" one int64, "xs" i floats, "pair" two int64s.
+std::string write_examples(const temp_dir& d, const std::string& name, int n, int bad_pair_at = -1) {
+  std::vector<std::byte> file;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> xs;
+    for (int k = 0; k < i; ++k) xs.push_back(0.5f * static_cast<float>(k + i));
+    const std::int64_t label[] = {i % 3};
+    std::vector<std::int64_t> pair{i, -i};
+    if (i == bad_pair_at) pair.push_back(7);
+    const auto img = sluice_test::random_bytes(static_cast<std::size_t>(10 + i), static_cast<std::uint64_t>(i));
+    const auto ex = sluice::io::tf_example_builder({.packed = i % 2 == 0})
+                        .bytes("img", img).int64s("label", label).floats("xs", xs).int64s("pair", pair)
+                        .bytes("ignored", sluice_test::as_bytes("zzz")).build();
+    sluice::io::append_tfrecord(file, ex);
+  }
+  sluice_test::write_file(d.file(name), file);
+  return d.file(name);
+}
+}  // namespace
+
+TEST_CASE("pack: tfrecord --features packs tf.train.Example features into typed fields, verified, read back") {
+  temp_dir d;
+  const auto in = write_examples(d, "e.tfrecord", 6);
+  const auto out = d.file("e.sluice");
+  const auto r = run_pack({"tfrecord", in, "-o", out, "--features", "img:bytes,xs:float,pair:i32:2,label:u8:1", "--label", "label", "-q"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  using s = sluice::schema<sluice::field<"img", std::uint8_t, sluice::variable>, sluice::field<"xs", float, sluice::variable>,
+                           sluice::field<"pair", std::int32_t>, sluice::field<"label", std::uint8_t>>;
+  sluice::io::shard_fields<s> f(out);
+  CHECK(f.shape_of<"pair">() == std::vector<std::int64_t>{2});
+  REQUIRE(f.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) {
+    const auto smp = f.fields(i);
+    const auto img = sluice_test::random_bytes(10 + i, i);
+    CHECK(text_of(smp.bytes_of<"img">()) == text_of(img));
+    REQUIRE(smp.size_of<"xs">() == i * 4);
+    for (std::size_t k = 0; k < i; ++k) {
+      float x = 0;
+      std::memcpy(&x, smp.bytes_of<"xs">().data() + 4 * k, 4);
+      CHECK(x == 0.5f * static_cast<float>(k + i));
+    }
+    std::int32_t pair[2];
+    std::memcpy(pair, smp.bytes_of<"pair">().data(), 8);
+    CHECK(pair[0] == static_cast<std::int32_t>(i));
+    CHECK(pair[1] == -static_cast<std::int32_t>(i));
+    CHECK(std::to_integer<int>(smp.bytes_of<"label">()[0]) == static_cast<int>(i % 3));
+    CHECK(f.label(i) == static_cast<std::int64_t>(i % 3));
+  }
+}
+
+TEST_CASE("pack: tfrecord --features with a missing feature, a wrong count or a wrong list type is bad input naming it") {
+  temp_dir d;
+  const auto out = d.file("e.sluice");
+  const auto in = write_examples(d, "e.tfrecord", 4, 2);
+  auto r = run_pack({"tfrecord", in, "-o", out, "--features", "pair:i64:2", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("e.tfrecord") != std::string::npos);
+  CHECK(r.err.find("record 2") != std::string::npos);
+  CHECK(r.err.find("feature 'pair': holds 3 values, but --features fixes it at 2") != std::string::npos);
+  check_nothing_left(out);
+  r = run_pack({"tfrecord", in, "-o", out, "--features", "nope", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("feature 'nope': missing from the record") != std::string::npos);
+  r = run_pack({"tfrecord", in, "-o", out, "--features", "xs:i64", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("feature 'xs': is a float_list, but its field is i64") != std::string::npos);
+  r = run_pack({"tfrecord", in, "-o", out, "--features", "pair:u8", "-q"});  // -1 does not fit u8
+  CHECK(r.code == 1);
+  CHECK(r.err.find("does not fit the field's type u8") != std::string::npos);
+  r = run_pack({"tfrecord", in, "-o", out, "--features", "img", "--label", "pair", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("a label needs exactly one") != std::string::npos);
+  check_nothing_left(out);
+  // --skip-bad drops the one bad record and lists it.
+  r = run_pack({"tfrecord", in, "-o", out, "--features", "pair:i64:2", "--skip-bad", "-q"});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(sluice::io::shard_reader(out).size() == 3);
+  CHECK(fs::exists(out + ".skipped.tsv"));
+}
+
+TEST_CASE("pack: SIGTERM while packing fields removes the partial file and exits 143") {
+  temp_dir d;
+  const auto a = write_fields_tar(d, "a.tar", 3);
+  const auto out = d.file("f.sluice");
+  for (const char* phase : {"write", "verify"}) {
+    child c({"wds", a, "-o", out, "--fields", "jpg,json", "-q"}, phase);
+    REQUIRE(c.wait_for("paused at"));
+    c.send(SIGTERM);
+    const auto r = c.finish(30);
+    CHECK(r.exited);
+    CHECK(r.code == 143);
+    check_nothing_left(out);
+  }
+}
+
+TEST_CASE("pack: a field changed in the sealed shard fails verification, naming the record and the field") {
+  temp_dir d;
+  const auto a = write_fields_tar(d, "a.tar", 3);
+  const auto out = d.file("f.sluice");
+  child c({"wds", a, "-o", out, "--fields", "jpg,json"}, "sealed");
+  REQUIRE(c.wait_for("paused at sealed"));
+  {
+    // Flip one byte of record 1's json field in the sealed partial file, in place.
+    std::size_t at = 0;
+    {
+      sluice::io::shard_reader r(out + ".partial");
+      std::array<std::span<const std::byte>, 2> v;
+      r.field_views(1, v);
+      REQUIRE(v[1].size() > 2);
+      at = static_cast<std::size_t>(v[1].data() - r.file().bytes().data()) + 2;
+    }
+    const int fd = ::open((out + ".partial").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    char ch = 0;
+    REQUIRE(::pread(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+    ch = static_cast<char>(ch ^ 0x20);
+    REQUIRE(::pwrite(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+    ::close(fd);
+  }
+  c.send(SIGUSR1);
+  const auto r = c.finish(30);
+  INFO(r.err);
+  CHECK(r.exited);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("verification of") != std::string::npos);
+  CHECK(r.err.find("record 1, field 'json': bytes differ from the input") != std::string::npos);
   check_nothing_left(out);
 }

@@ -8,6 +8,7 @@
 #include "../codec/png_writer.hpp"
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/io/npy.hpp"
+#include "sluice/io/shard.hpp"
 #include "sluice/io/tf_example.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/wds_tar.hpp"
@@ -44,6 +45,24 @@ int main(int argc, char** argv) {
       put(dir / "tf_example" / (packed ? "packed.pb" : "unpacked.pb"), ex);
     }
     put(dir / "tf_example" / "empty.pb", {});
+  }
+  {  // shard: one with fields (the fuzz target's schema a, f, i plus an extra field), one plain
+    std::filesystem::create_directories(dir / "shard");
+    {
+      io::shard_writer w((dir / "shard" / "fields.sluice").string());
+      w.set_schema({{"a", dtype::u8, extent::variable}, {"f", dtype::f32, extent::variable, {-1, 2}},
+                    {"i", dtype::i64, extent::fixed, {2}}, {"x", dtype::u16, extent::fixed, {}}});
+      w.set_class_names({"zero", "one"});
+      const float f[] = {0.5f, -1.f, 2.f, 3.f};
+      const std::int64_t i[] = {7, -8};
+      const std::uint16_t x = 9;
+      w.add_fields({text("abc"), std::as_bytes(std::span(f)), std::as_bytes(std::span(i)), std::as_bytes(std::span(&x, 1))}, 1);
+      w.add_fields({text(""), std::as_bytes(std::span(f).first(2)), std::as_bytes(std::span(i)), std::as_bytes(std::span(&x, 1))}, 0);
+      w.finish();
+    }
+    io::shard_writer w((dir / "shard" / "plain.sluice").string());
+    w.add(text("record"), 3);
+    w.finish();
   }
   {  // tar: two samples with jpg + cls, one long name
     std::vector<std::byte> t;

@@ -1,31 +1,51 @@
 // sluice/io/shard.hpp — sluice's own indexed record file: a writer and a zero-copy reader.
 //
 // Layout (all integers little-endian):
-//   header, 64 bytes:  magic "SLUICESH" | u32 version (1 or 2) | u32 flags (bit 0: per-record CRC-32C)
+//   header, 64 bytes:  magic "SLUICESH" | u32 version (1, 2 or 3) | u32 flags (bit 0: per-record CRC-32C)
 //                      | u64 record_count | u64 index_offset | u64 data_offset (64)
 //                      | u32 CRC-32C of the 40 bytes before it
-//                      | version 2: u32 meta_bytes | u64 meta_offset | u32 CRC-32C of the 56 bytes
+//                      | versions 2, 3: u32 meta_bytes | u64 meta_offset | u32 CRC-32C of the 56 bytes
 //                        before it (version 1: zero)
 //                      | zero padding
 //   records:           each starts on a 64-byte boundary (so collate's memcpy runs aligned)
-//   metadata:          version 2 only, when meta_bytes > 0: meta_bytes bytes at meta_offset, after
+//   metadata:          versions 2 and 3, when meta_bytes > 0: meta_bytes bytes at meta_offset, after
 //                      the last record and before the index, then u32 CRC-32C of those bytes. The
-//                      bytes are sections, each u32 tag | u32 length | length bytes; tag 1 holds
+//                      bytes are sections, each u32 tag | u32 length | length bytes. Tag 1 holds
 //                      the class names: u32 count, then count × (u32 length | UTF-8 bytes), the
-//                      name of class i i-th. Sections with other tags are skipped (room to grow).
+//                      name of class i i-th. Tag 2 holds the schema of a multi-field shard
+//                      (version 3 only): u32 field count (1..1024), then per field
+//                        u32 name length | UTF-8 name (not empty, unique)
+//                        | u8 dtype (sluice::dtype's value, core/dtype.hpp) | u8 extent (0 fixed,
+//                          1 variable) | u8 ndim (0..6) | u8 zero
+//                        | ndim × i64 per-sample shape: a fixed field's dimensions are all >= 0
+//                          (ndim 0: one element); a variable field has ndim >= 1, its leading
+//                          dimension is -1 (any number of rows) and the others are >= 1.
+//                      Sections with other tags are skipped (room to grow).
 //   index:             record_count entries of 24 bytes: u64 offset | u32 length | u32 crc | i64 label
 //                      then u32 CRC-32C of the whole index
-// The writer emits version 1 when a shard has no metadata (so older readers still open it) and
-// version 2 when it has; this reader opens both.
+//   a version-3 record (one with fields): a table of u32 byte lengths, one per schema field, then
+//                      the fields in schema order, each starting at a multiple of 8 bytes from the
+//                      record's start (zero padding between; records start 64-aligned, so a view
+//                      of any dtype is aligned), the last ending at the record's end. A fixed field
+//                      has exactly its shape's bytes; a variable one a whole number of rows (dtype
+//                      size × the dimensions after the first); an empty variable field is 0 bytes.
+// The writer emits version 1 when a shard has no metadata (so older readers still open it),
+// version 2 when it has class names, and version 3 only when it has a schema (so a reader that
+// predates fields refuses it rather than handing out a field table as a record); this reader
+// opens all three.
 // The reader checks everything against the file size before trusting it: the header's CRC, that
 // the index fits in the file (count is bounded by the file size before anything is allocated),
-// the index's CRC, and that every record lies between the header and the metadata (or index).
+// the index's CRC, that every record lies between the header and the metadata (or index), and
+// the schema (dtype codes, extents, shapes, names) at open. A record's field table is checked at
+// each access (for_each_field, field_views, io/shard_fields.hpp): lengths inside the record,
+// fixed fields of exactly their size, variable ones whole rows; a format_error names the file,
+// the record, the byte offset and the field.
 // The header, metadata and index are copied out of the mapping before they are checked, and
 // record(i) uses only those checked copies: a shard overwritten in place while mapped can give
 // wrong record bytes (caught by `verify`), never a read outside the mapping. With `verify` the
 // reader also checks record i's CRC on each access (CRC-32C runs at ~20 GB/s with SSE4.2, far
 // above what a trainer consumes). Records themselves are not copied: record(i) points into the
-// mapping.
+// mapping. On a version-3 shard record(i) is the whole record (field table and fields).
 //
 // Writing is two steps, so a tool can check the file before it takes the final name: seal()
 // writes the index and header to "<path>.partial" and fsyncs it; commit() renames it to <path>
@@ -39,6 +59,15 @@
 //   sluice::io::shard_reader r{"train.sluice"};
 //   std::span<const std::byte> rec = r.record(7);  std::int64_t y = r.label(7);
 //   r.class_names();                         // {"cat", "dog"}; empty when the shard has none
+//
+// A shard of records with fields (version 3; read with io/shard_fields.hpp):
+//   { sluice::io::shard_writer w{"det.sluice"};
+//     w.set_schema({{"jpg", sluice::dtype::u8, sluice::variable},
+//                   {"boxes", sluice::dtype::f32, sluice::variable, {-1, 4}},
+//                   {"size", sluice::dtype::i32, sluice::extent::fixed, {2}}});
+//     // or w.set_schema<det_schema>({{"size", {2}}}): fixed shapes not given are record 0's count
+//     w.add_fields({jpg, std::as_bytes(std::span(boxes)), std::as_bytes(std::span(size))}, label);
+//     w.finish(); }
 #pragma once
 
 #include <fcntl.h>
@@ -49,6 +78,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,7 +86,9 @@
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/mapped_file.hpp"
 
@@ -64,13 +96,27 @@ namespace sluice::io {
 
 namespace shard_format {
 inline constexpr char magic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'S', 'H'};
-inline constexpr std::uint32_t version = 2;         // the newest version this build reads and writes
+inline constexpr std::uint32_t version = 3;         // the newest version this build reads and writes
+inline constexpr std::uint32_t version_fields = 3;  // written when a shard has a schema (records with fields)
+inline constexpr std::uint32_t version_meta = 2;    // written when a shard has metadata but no schema
 inline constexpr std::uint32_t version_plain = 1;   // written when a shard has no metadata
 inline constexpr std::size_t header_bytes = 64;
 inline constexpr std::size_t entry_bytes = 24;
 inline constexpr std::size_t record_alignment = 64;
 inline constexpr std::uint32_t flag_checksums = 1u;
 inline constexpr std::uint32_t meta_tag_class_names = 1u;
+inline constexpr std::uint32_t meta_tag_schema = 2u;
+inline constexpr std::size_t field_alignment = 8;      // each field of a record starts at a multiple of this
+inline constexpr std::int64_t any_rows = -1;           // a variable field's leading dimension
+inline constexpr std::uint32_t max_fields = 1024;
+inline constexpr std::size_t max_field_dims = max_dims;  // 6
+// Bytes of a record's field table (one u32 a field), padded to field_alignment.
+constexpr std::size_t table_bytes(std::size_t fields) noexcept {
+  return (fields * 4 + field_alignment - 1) / field_alignment * field_alignment;
+}
+constexpr std::uint64_t align_field(std::uint64_t at) noexcept {
+  return (at + field_alignment - 1) / field_alignment * field_alignment;
+}
 }  // namespace shard_format
 
 namespace detail {
@@ -90,6 +136,69 @@ inline void append_le(std::vector<std::byte>& out, T v) {
   store_le(b, v);
   out.insert(out.end(), b, b + sizeof v);
 }
+}  // namespace detail
+
+// One field of a shard's schema, in its run-time form (what the schema section stores).
+struct shard_schema_field {
+  std::string name;
+  dtype type = dtype::u8;
+  extent kind = extent::variable;
+  // The per-sample shape. A variable field's leading dimension is shard_format::any_rows (-1),
+  // the rest fixed (the writer takes an empty shape as {-1}: any number of elements); a fixed
+  // field's dimensions are all >= 0 (empty: one element).
+  std::vector<std::int64_t> shape{};
+  friend bool operator==(const shard_schema_field&, const shard_schema_field&) = default;
+};
+
+inline std::string schema_field_text(const shard_schema_field& f) {
+  std::string s = std::string(dtype_name(f.type)) + (f.kind == extent::variable ? " variable" : " fixed") + " [";
+  for (std::size_t d = 0; d < f.shape.size(); ++d) {
+    if (d) s += ", ";
+    s += f.shape[d] < 0 ? std::string("n") : std::to_string(f.shape[d]);
+  }
+  return s + "]";
+}
+
+namespace detail {
+// Why a schema field is invalid (empty: valid). `unit` gets the bytes a fixed field has, or the
+// bytes of one row of a variable field.
+inline std::string schema_field_problem(const shard_schema_field& f, std::uint64_t& unit) {
+  if (f.name.empty()) return "a field with an empty name";
+  if (static_cast<unsigned>(f.type) > static_cast<unsigned>(dtype::boolean))
+    return "dtype code " + std::to_string(static_cast<unsigned>(f.type)) + " is not a sluice dtype";
+  if (f.kind != extent::fixed && f.kind != extent::variable)
+    return "extent code " + std::to_string(static_cast<unsigned>(f.kind)) + " is neither fixed (0) nor variable (1)";
+  if (f.shape.size() > shard_format::max_field_dims)
+    return std::to_string(f.shape.size()) + " dimensions (at most " + std::to_string(shard_format::max_field_dims) + ")";
+  std::uint64_t n = dtype_size(f.type);
+  const std::size_t first = f.kind == extent::variable ? 1 : 0;
+  if (f.kind == extent::variable && (f.shape.empty() || f.shape[0] != shard_format::any_rows))
+    return "a variable field's shape must start with -1 (any number of rows)";
+  for (std::size_t d = first; d < f.shape.size(); ++d) {
+    const std::int64_t v = f.shape[d];
+    if (v < 0 || (f.kind == extent::variable && v == 0))
+      return "dimension " + std::to_string(d) + " is " + std::to_string(v) +
+             (f.kind == extent::variable ? " (after the first, a variable field's dimensions are >= 1)"
+                                         : " (a fixed field's dimensions are >= 0)");
+    if (v != 0 && n > 0xffffffffull / static_cast<std::uint64_t>(v)) return "shape of more than 4 GiB";
+    n *= static_cast<std::uint64_t>(v);
+  }
+  unit = n;
+  return {};
+}
+
+// The run-time fields of a compile-time sluice::schema<...> (shapes left to the caller).
+template <class Schema>
+struct schema_fields;
+template <class... F>
+struct schema_fields<schema<F...>> {
+  static void append(std::vector<shard_schema_field>& out) {
+    (out.push_back(shard_schema_field{std::string(F::name.view()), F::type, F::kind,
+                               F::kind == extent::variable ? std::vector<std::int64_t>{shard_format::any_rows}
+                                                           : std::vector<std::int64_t>{}}),
+     ...);
+  }
+};
 }  // namespace detail
 
 struct shard_options {
@@ -112,9 +221,9 @@ class shard_reader {
     std::memcpy(h, bytes.data(), header_bytes);
     if (std::memcmp(h, magic, 8) != 0) throw format_error(p, {.offset = 0}, "wrong magic: not a sluice shard");
     version_ = detail::load_le<std::uint32_t>(h + 8);
-    if (version_ != version_plain && version_ != shard_format::version)
+    if (version_ != version_plain && version_ != version_meta && version_ != version_fields)
       throw format_error(p, {.offset = 8}, "shard version " + std::to_string(version_) +
-                                               " is not supported (this build reads 1 and 2)");
+                                               " is not supported (this build reads 1, 2 and 3)");
     if (crc32c(std::span<const std::byte>(h, 40)) != detail::load_le<std::uint32_t>(h + 40))
       throw format_error(p, {.offset = 40}, "header checksum mismatch");
     flags_ = detail::load_le<std::uint32_t>(h + 12);
@@ -131,7 +240,7 @@ class shard_reader {
                                                 " records but the index would run past the end of the file "
                                                 "(truncated file?)");
     std::uint64_t data_end = index_offset;  // records lie in [64, data_end)
-    if (version_ == shard_format::version) {
+    if (version_ >= version_meta) {
       if (crc32c(std::span<const std::byte>(h, 56)) != detail::load_le<std::uint32_t>(h + 56))
         throw format_error(p, {.offset = 56}, "header checksum mismatch (version-2 fields)");
       const auto meta_bytes = detail::load_le<std::uint32_t>(h + 44);
@@ -150,6 +259,8 @@ class shard_reader {
         data_end = meta_offset;
       }
     }
+    if (version_ == version_fields && schema_.empty())
+      throw format_error(p, {.offset = 8}, "a version-3 shard without a schema section (its records have fields)");
     // The index is copied, then checked: what record(i) trusts is what was checked.
     std::vector<std::byte> index(bytes.begin() + static_cast<std::ptrdiff_t>(index_offset),
                                  bytes.begin() + static_cast<std::ptrdiff_t>(index_offset + count_ * entry_bytes + 4));
@@ -177,6 +288,63 @@ class shard_reader {
   [[nodiscard]] const mapped_file& file() const noexcept { return file_; }
   // The class names stored in the shard (name of class i at [i]); empty when it has none.
   [[nodiscard]] const std::vector<std::string>& class_names() const noexcept { return class_names_; }
+  // The fields of each record (version 3); empty for a single-field shard (versions 1 and 2).
+  [[nodiscard]] const std::vector<shard_schema_field>& schema() const noexcept { return schema_; }
+  [[nodiscard]] bool has_fields() const noexcept { return !schema_.empty(); }
+  // The schema index of the field named `name`, or npos.
+  [[nodiscard]] std::size_t field_index(std::string_view name) const noexcept {
+    for (std::size_t k = 0; k < schema_.size(); ++k)
+      if (schema_[k].name == name) return k;
+    return npos;
+  }
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  // Checks record i's field table (and its CRC when verifying) and calls f(k, bytes) for each
+  // field k in schema order; `bytes` points into the mapping. A format_error names the file, the
+  // record, the byte offset and the field when the table does not fit the record or the schema.
+  // No allocation. Only for shards with fields (a usage_error otherwise).
+  template <class F>
+  void for_each_field(std::size_t i, F&& f) const {
+    if (schema_.empty())
+      throw usage_error("sluice: shard '" + file_.path() + "' has no fields (a single-field shard: use record(i))");
+    const entry& e = at(i);
+    const auto r = checked_record(i, verify_);
+    const std::size_t n = schema_.size();
+    const std::uint64_t size = r.size();
+    const std::uint64_t table = shard_format::table_bytes(n);
+    if (size < table)
+      field_fail(i, e.offset, schema_[0].name, "the record is " + std::to_string(size) + " bytes, shorter than its field table (" +
+                                                    std::to_string(table) + " bytes for " + std::to_string(n) + " fields)");
+    std::uint64_t pos = table;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint64_t len = detail::load_le<std::uint32_t>(r.data() + 4 * k);
+      pos = shard_format::align_field(pos);
+      const shard_schema_field& fd = schema_[k];
+      if (pos > size || len > size - pos)
+        field_fail(i, e.offset + 4 * k, fd.name, "its table entry says " + std::to_string(len) + " bytes at record offset " +
+                                                     std::to_string(pos) + ", past the end of the record (" +
+                                                     std::to_string(size) + " bytes)");
+      if (fd.kind == extent::fixed && len != units_[k])
+        field_fail(i, e.offset + pos, fd.name, std::to_string(len) + " bytes, but the field is " + schema_field_text(fd) +
+                                                   ", which is " + std::to_string(units_[k]) + " bytes");
+      if (fd.kind == extent::variable && len % units_[k] != 0)
+        field_fail(i, e.offset + pos, fd.name, std::to_string(len) + " bytes, not a whole number of rows of " +
+                                                   std::to_string(units_[k]) + " bytes (the field is " + schema_field_text(fd) + ")");
+      f(k, r.subspan(static_cast<std::size_t>(pos), static_cast<std::size_t>(len)));
+      pos += len;
+    }
+    if (pos != size)
+      field_fail(i, e.offset + pos, schema_[n - 1].name, "the fields end at record offset " + std::to_string(pos) +
+                                                             " but the record has " + std::to_string(size) +
+                                                             " bytes (bytes after the last field)");
+  }
+  // Record i's fields as views, in schema order (out.size() must be schema().size()).
+  void field_views(std::size_t i, std::span<std::span<const std::byte>> out) const {
+    if (out.size() != schema_.size())
+      throw usage_error("sluice: shard_reader::field_views needs one view per schema field (" +
+                        std::to_string(schema_.size()) + "), got " + std::to_string(out.size()));
+    for_each_field(i, [&](std::size_t k, std::span<const std::byte> b) { out[k] = b; });
+  }
 
   [[nodiscard]] std::span<const std::byte> record(std::size_t i) const { return checked_record(i, verify_); }
   [[nodiscard]] std::int64_t label(std::size_t i) const { return at(i).label; }
@@ -214,7 +382,12 @@ class shard_reader {
       const auto len = detail::load_le<std::uint32_t>(m.data() + at + 4);
       at += 8;
       if (len > m.size() - at) fail(at, "section of " + std::to_string(len) + " bytes runs past the block");
-      if (tag == shard_format::meta_tag_class_names) {
+      if (tag == shard_format::meta_tag_schema) {
+        if (version_ != shard_format::version_fields)
+          fail(at, "a schema section in a version-" + std::to_string(version_) + " shard (only version 3 has fields)");
+        if (!schema_.empty()) fail(at, "a second schema section");
+        parse_schema(m.subspan(at, len), base + at);
+      } else if (tag == shard_format::meta_tag_class_names) {
         const auto sec = m.subspan(at, len);
         if (sec.size() < 4) fail(at, "class-name section shorter than its count");
         const auto n = detail::load_le<std::uint32_t>(sec.data());
@@ -234,6 +407,55 @@ class shard_reader {
       }
       at += len;
     }
+  }
+  // The schema section (tag 2): checked in full before any of it is kept.
+  void parse_schema(std::span<const std::byte> sec, std::uint64_t base) {
+    const std::string& p = file_.path();
+    std::size_t q = 0;
+    auto fail = [&](const std::string& field, const std::string& why) {
+      throw format_error(p, {.offset = base + q},
+                         field.empty() ? "schema: " + why : "schema: field '" + field + "': " + why);
+    };
+    if (sec.size() < 4) fail("", "section shorter than its field count");
+    const auto n = detail::load_le<std::uint32_t>(sec.data());
+    q = 4;
+    if (n == 0 || n > shard_format::max_fields)
+      fail("", "field count " + std::to_string(n) + " (1 to " + std::to_string(shard_format::max_fields) + ")");
+    if (n > (sec.size() - 4) / 8) fail("", "field count " + std::to_string(n) + " exceeds the section");
+    std::vector<shard_schema_field> fields;
+    std::vector<std::uint64_t> units;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      if (sec.size() - q < 4) fail("", "field " + std::to_string(k) + " runs past the section");
+      const auto l = detail::load_le<std::uint32_t>(sec.data() + q);
+      q += 4;
+      if (l > sec.size() - q || sec.size() - q - l < 4) fail("", "field " + std::to_string(k) + " runs past the section");
+      shard_schema_field f;
+      f.name.assign(reinterpret_cast<const char*>(sec.data() + q), l);
+      q += l;
+      const auto code = static_cast<std::uint8_t>(sec[q]);
+      const auto ext = static_cast<std::uint8_t>(sec[q + 1]);
+      const auto ndim = static_cast<std::uint8_t>(sec[q + 2]);
+      if (sec[q + 3] != std::byte{0}) fail(f.name, "reserved byte is not zero");
+      f.type = static_cast<dtype>(code);
+      f.kind = static_cast<extent>(ext);
+      if (ndim > shard_format::max_field_dims)
+        fail(f.name, std::to_string(ndim) + " dimensions (at most " + std::to_string(shard_format::max_field_dims) + ")");
+      q += 4;
+      if ((sec.size() - q) / 8 < ndim) fail(f.name, "shape runs past the section");
+      for (std::uint8_t d = 0; d < ndim; ++d, q += 8) f.shape.push_back(detail::load_le<std::int64_t>(sec.data() + q));
+      std::uint64_t unit = 0;
+      if (auto why = detail::schema_field_problem(f, unit); !why.empty()) fail(f.name, why);
+      for (const auto& g : fields)
+        if (g.name == f.name) fail(f.name, "named twice");
+      fields.push_back(std::move(f));
+      units.push_back(unit);
+    }
+    if (q != sec.size()) fail("", std::to_string(sec.size() - q) + " bytes after the last field");
+    schema_ = std::move(fields);
+    units_ = std::move(units);
+  }
+  [[noreturn]] void field_fail(std::size_t i, std::uint64_t offset, const std::string& field, const std::string& why) const {
+    throw format_error(file_.path(), {.record = i, .offset = offset}, "field '" + field + "': " + why);
   }
   std::span<const std::byte> checked_record(std::size_t i, bool verify) const {
     const entry& e = at(i);
@@ -256,6 +478,8 @@ class shard_reader {
   std::uint64_t count_ = 0;
   std::vector<entry> entries_;
   std::vector<std::string> class_names_;
+  std::vector<shard_schema_field> schema_;
+  std::vector<std::uint64_t> units_;  // per field: a fixed field's bytes, a variable field's bytes per row
 };
 
 struct shard_writer_options {
@@ -296,7 +520,115 @@ class shard_writer {
     class_names_ = std::move(names);
   }
 
+  // The fields of every record; makes it a version-3 shard, written with add_fields. Call before
+  // the first record. Each field's shape follows shard_schema_field's rules (a usage_error names the
+  // field otherwise); a variable field's empty shape is taken as {-1}.
+  void set_schema(std::vector<shard_schema_field> fields) {
+    if (count_ != 0) throw usage_error("sluice: shard_writer::set_schema after the first record");
+    if (fields.empty() || fields.size() > shard_format::max_fields)
+      throw usage_error("sluice: a shard schema has 1 to " + std::to_string(shard_format::max_fields) + " fields");
+    units_.clear();
+    for (std::size_t k = 0; k < fields.size(); ++k) {
+      auto& f = fields[k];
+      if (f.kind == extent::variable && f.shape.empty()) f.shape = {shard_format::any_rows};
+      if (f.name.size() > 0xffffu) throw usage_error("sluice: shard field name over 64 KiB");
+      std::uint64_t unit = 0;
+      if (auto why = detail::schema_field_problem(f, unit); !why.empty())
+        throw usage_error("sluice: shard schema: field '" + f.name + "': " + why);
+      for (std::size_t j = 0; j < k; ++j)
+        if (fields[j].name == f.name) throw usage_error("sluice: shard schema: field '" + f.name + "' named twice");
+      units_.push_back(unit);
+    }
+    schema_ = std::move(fields);
+    learn_.assign(schema_.size(), false);
+  }
+  // The schema of a compile-time sluice::schema<...>, in its order. Shapes are run-time: give a
+  // fixed field's shape in `shapes` ({"size", {2}}), else it is learnt from the first record
+  // ({bytes / dtype size}); a variable field's shape defaults to {-1} (give {-1, 4} for rows of 4).
+  template <class Schema>
+  void set_schema(std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes = {}) {
+    std::vector<shard_schema_field> fields;
+    std::vector<bool> learn;
+    detail::schema_fields<Schema>::append(fields);
+    for (auto& f : fields) learn.push_back(f.kind == extent::fixed);
+    for (auto& [name, shape] : shapes) {
+      std::size_t k = 0;
+      while (k < fields.size() && fields[k].name != name) ++k;
+      if (k == fields.size()) throw usage_error("sluice: shard_writer::set_schema: shapes names '" + name + "', not a field of the schema");
+      fields[k].shape = shape;
+      learn[k] = false;
+    }
+    set_schema(std::move(fields));
+    learn_ = std::move(learn);
+  }
+  [[nodiscard]] const std::vector<shard_schema_field>& schema() const noexcept { return schema_; }
+
+  // One record of a shard with a schema: one byte span per field, in schema order. A fixed field
+  // must have exactly its shape's bytes, a variable one whole rows: a format_error naming the
+  // record and the field otherwise.
+  void add_fields(std::span<const std::span<const std::byte>> fields, std::int64_t label = -1) {
+    if (schema_.empty()) throw usage_error("sluice: shard_writer::add_fields needs set_schema() first");
+    if (fields.size() != schema_.size())
+      throw usage_error("sluice: shard_writer::add_fields: " + std::to_string(fields.size()) + " fields given, the schema has " +
+                        std::to_string(schema_.size()));
+    auto fail = [&](std::size_t k, const std::string& why) {
+      throw format_error(path_, {.record = count_}, "field '" + schema_[k].name + "': " + why);
+    };
+    std::uint64_t total = shard_format::table_bytes(fields.size());
+    for (std::size_t k = 0; k < fields.size(); ++k) {
+      const auto& fd = schema_[k];
+      const std::uint64_t len = fields[k].size();
+      const std::uint64_t esz = dtype_size(fd.type);
+      if (learn_[k]) {
+        if (len % esz != 0) fail(k, std::to_string(len) + " bytes, not a whole number of " + dtype_name(fd.type) + " elements");
+        schema_[k].shape = {static_cast<std::int64_t>(len / esz)};
+        units_[k] = len;
+        learn_[k] = false;
+      }
+      if (fd.kind == extent::fixed && len != units_[k])
+        fail(k, std::to_string(len) + " bytes, but the field is " + schema_field_text(fd) + ", which is " +
+                    std::to_string(units_[k]) + " bytes");
+      if (fd.kind == extent::variable && len % units_[k] != 0)
+        fail(k, std::to_string(len) + " bytes, not a whole number of rows of " + std::to_string(units_[k]) +
+                    " bytes (the field is " + schema_field_text(fd) + ")");
+      total = shard_format::align_field(total) + len;
+      if (len > 0xffffffffu || total > 0xffffffffu)
+        throw format_error(path_, {.record = count_}, "record of " + std::to_string(total) +
+                                                          "+ bytes is over the shard format's limit of 4 GiB - 1 per record");
+    }
+    scratch_.assign(static_cast<std::size_t>(total), std::byte{0});
+    std::uint64_t pos = shard_format::table_bytes(fields.size());
+    for (std::size_t k = 0; k < fields.size(); ++k) {
+      detail::store_le<std::uint32_t>(scratch_.data() + 4 * k, static_cast<std::uint32_t>(fields[k].size()));
+      pos = shard_format::align_field(pos);
+      if (!fields[k].empty()) std::memcpy(scratch_.data() + pos, fields[k].data(), fields[k].size());
+      pos += fields[k].size();
+    }
+    put_record(scratch_, label);
+  }
+  void add_fields(std::initializer_list<std::span<const std::byte>> fields, std::int64_t label = -1) {
+    add_fields(std::span<const std::span<const std::byte>>(fields.begin(), fields.size()), label);
+  }
+  // A fields_sample (core/schema.hpp) of the schema set with set_schema<Schema>.
+  template <class Schema>
+  void add_fields(const fields_sample<Schema>& s, std::int64_t label = -1) {
+    if (schema_.size() != Schema::size)
+      throw usage_error("sluice: shard_writer::add_fields: the sample's schema is not the shard's");
+    for (std::size_t k = 0; k < Schema::size; ++k)
+      if (schema_[k].name != Schema::names[k])
+        throw usage_error("sluice: shard_writer::add_fields: the sample's field " + std::to_string(k) + " is '" +
+                          std::string(Schema::names[k]) + "', the shard's is '" + schema_[k].name + "'");
+    add_fields(std::span<const std::span<const std::byte>>(s.values), label);
+  }
+
+  // One record of a shard without a schema.
   void add(std::span<const std::byte> record, std::int64_t label = -1) {
+    if (!schema_.empty()) throw usage_error("sluice: shard_writer::add on a shard with a schema (use add_fields)");
+    put_record(record, label);
+  }
+
+ private:
+  void put_record(std::span<const std::byte> record, std::int64_t label) {
     if (f_ == nullptr) throw usage_error("sluice: shard_writer::add after seal()");
     if (record.size() > 0xffffffffu)
       throw format_error(path_, {.record = count_}, "record of " + std::to_string(record.size()) +
@@ -316,6 +648,8 @@ class shard_writer {
     offset_ += record.size();
     ++count_;
   }
+
+ public:
   [[nodiscard]] std::uint64_t count() const noexcept { return count_; }
 
   // Writes the metadata, index and header to the partial file, flushes, fsyncs and closes it.
@@ -336,6 +670,26 @@ class shard_writer {
       detail::append_le<std::uint32_t>(meta, static_cast<std::uint32_t>(sec.size()));
       meta.insert(meta.end(), sec.begin(), sec.end());
     }
+    if (!schema_.empty()) {
+      for (std::size_t k = 0; k < schema_.size(); ++k)
+        if (learn_[k])  // no record gave it a size: a zero-length fixed field
+          schema_[k].shape = {0};
+      std::vector<std::byte> sec;
+      detail::append_le<std::uint32_t>(sec, static_cast<std::uint32_t>(schema_.size()));
+      for (const auto& f : schema_) {
+        detail::append_le<std::uint32_t>(sec, static_cast<std::uint32_t>(f.name.size()));
+        const auto* b = reinterpret_cast<const std::byte*>(f.name.data());
+        sec.insert(sec.end(), b, b + f.name.size());
+        sec.push_back(static_cast<std::byte>(f.type));
+        sec.push_back(static_cast<std::byte>(f.kind));
+        sec.push_back(static_cast<std::byte>(f.shape.size()));
+        sec.push_back(std::byte{0});
+        for (auto d : f.shape) detail::append_le<std::int64_t>(sec, d);
+      }
+      detail::append_le<std::uint32_t>(meta, shard_format::meta_tag_schema);
+      detail::append_le<std::uint32_t>(meta, static_cast<std::uint32_t>(sec.size()));
+      meta.insert(meta.end(), sec.begin(), sec.end());
+    }
     const std::uint64_t meta_offset = meta.empty() ? 0 : offset_;
     if (!meta.empty()) {
       std::byte mcrc[4];
@@ -351,7 +705,9 @@ class shard_writer {
     put(icrc, 4);
     std::byte h[shard_format::header_bytes]{};
     std::memcpy(h, shard_format::magic, 8);
-    detail::store_le<std::uint32_t>(h + 8, meta.empty() ? shard_format::version_plain : shard_format::version);
+    detail::store_le<std::uint32_t>(h + 8, !schema_.empty() ? shard_format::version_fields
+                                           : meta.empty()   ? shard_format::version_plain
+                                                            : shard_format::version_meta);
     detail::store_le<std::uint32_t>(h + 12, opt_.checksums ? shard_format::flag_checksums : 0u);
     detail::store_le<std::uint64_t>(h + 16, count_);
     detail::store_le<std::uint64_t>(h + 24, index_offset);
@@ -410,6 +766,10 @@ class shard_writer {
   std::uint64_t offset_ = 0, count_ = 0;
   std::vector<std::byte> index_;
   std::vector<std::string> class_names_;
+  std::vector<shard_schema_field> schema_;
+  std::vector<std::uint64_t> units_;  // per field: a fixed field's bytes, a variable field's bytes per row
+  std::vector<bool> learn_;           // per field: a fixed shape still to learn from the first record
+  std::vector<std::byte> scratch_;    // one record with fields, assembled
 };
 
 }  // namespace sluice::io

@@ -509,6 +509,66 @@ struct tf_example_sample {
   }
 };
 
+// Walks one serialised tf.train.Example with the structure checks of tf_example_reader::parse
+// (a format_error through `w` on malformed bytes) and calls on_feature(name, value, entry_at) for
+// each feature map entry in order: `value` is its Feature message (parse it with
+// detail::pb::parse_feature), `entry_at` where the entry starts. For tools that name features at
+// run time (sluice-pack --features); a name given twice is seen twice (the last one wins).
+template <class OnFeature>
+void for_each_tf_feature(std::span<const std::byte> rec, const detail::pb::where& w, OnFeature&& on_feature) {
+  namespace pb = detail::pb;
+  const std::byte* p = rec.data();
+  const std::byte* end = p + rec.size();
+  while (p < end) {  // Example
+    const pb::tag t = pb::get_tag(p, end, w);
+    if (t.field != 1) {
+      pb::skip(t, p, end, w);
+      continue;
+    }
+    if (t.wire != pb::wt_len) w.fail(t.at, "Example.features with wire type " + std::to_string(t.wire) + " (must be 2)");
+    const auto feats = pb::get_len(p, end, w);
+    const std::byte* q = feats.data();
+    const std::byte* qe = q + feats.size();
+    while (q < qe) {  // Features
+      const pb::tag ft = pb::get_tag(q, qe, w);
+      if (ft.field != 1) {
+        pb::skip(ft, q, qe, w);
+        continue;
+      }
+      if (ft.wire != pb::wt_len) w.fail(ft.at, "Features.feature entry with wire type " + std::to_string(ft.wire) + " (must be 2)");
+      const auto entry = pb::get_len(q, qe, w);
+      const std::byte* e = entry.data();
+      const std::byte* ee = e + entry.size();
+      std::string_view key{};
+      std::span<const std::byte> value{};
+      bool has_value = false;
+      while (e < ee) {  // map entry
+        const pb::tag et = pb::get_tag(e, ee, w);
+        if (et.field == 1 || et.field == 2) {
+          if (et.wire != pb::wt_len)
+            w.fail(et.at, std::string(et.field == 1 ? "feature name" : "feature value") + " with wire type " +
+                              std::to_string(et.wire) + " (must be 2)");
+          const auto b = pb::get_len(e, ee, w);
+          if (et.field == 1) {
+            key = {reinterpret_cast<const char*>(b.data()), b.size()};
+          } else {
+            if (has_value) {
+              pb::where wk = w;
+              wk.feature = key;
+              wk.fail(et.at, "map entry holds its value twice");
+            }
+            value = b;
+            has_value = true;
+          }
+        } else {
+          pb::skip(et, e, ee, w);
+        }
+      }
+      on_feature(key, value, ft.at);
+    }
+  }
+}
+
 // tf.train.Example records of a TFRecord file as samples with the fields of Schema.
 template <class Schema>
 class tf_example_reader {
@@ -681,62 +741,15 @@ class tf_example_reader {
     pb::where w{.file = file, .record = index, .base = base, .start = rec.data()};
     sample_type s{.id = index, .origin = file};
     std::array<const std::byte*, Schema::size> at{};  // where each field's winning entry starts
-    const std::byte* p = rec.data();
-    const std::byte* end = p + rec.size();
-    while (p < end) {  // Example
-      const pb::tag t = pb::get_tag(p, end, w);
-      if (t.field != 1) {
-        pb::skip(t, p, end, w);
-        continue;
-      }
-      if (t.wire != pb::wt_len) w.fail(t.at, "Example.features with wire type " + std::to_string(t.wire) + " (must be 2)");
-      const auto feats = pb::get_len(p, end, w);
-      const std::byte* q = feats.data();
-      const std::byte* qe = q + feats.size();
-      while (q < qe) {  // Features
-        const pb::tag ft = pb::get_tag(q, qe, w);
-        if (ft.field != 1) {
-          pb::skip(ft, q, qe, w);
-          continue;
-        }
-        if (ft.wire != pb::wt_len) w.fail(ft.at, "Features.feature entry with wire type " + std::to_string(ft.wire) + " (must be 2)");
-        const auto entry = pb::get_len(q, qe, w);
-        const std::byte* e = entry.data();
-        const std::byte* ee = e + entry.size();
-        std::string_view key{};
-        std::span<const std::byte> value{};
-        bool has_value = false;
-        while (e < ee) {  // map entry
-          const pb::tag et = pb::get_tag(e, ee, w);
-          if (et.field == 1 || et.field == 2) {
-            if (et.wire != pb::wt_len)
-              w.fail(et.at, std::string(et.field == 1 ? "feature name" : "feature value") + " with wire type " +
-                                std::to_string(et.wire) + " (must be 2)");
-            const auto b = pb::get_len(e, ee, w);
-            if (et.field == 1) {
-              key = {reinterpret_cast<const char*>(b.data()), b.size()};
-            } else {
-              if (has_value) {
-                pb::where wk = w;
-                wk.feature = key;
-                wk.fail(et.at, "map entry holds its value twice");
-              }
-              value = b;
-              has_value = true;
-            }
-          } else {
-            pb::skip(et, e, ee, w);
-          }
-        }
-        std::size_t k = 0;
-        while (k < Schema::size && Schema::names[k] != key) ++k;
-        if (k == Schema::size) continue;  // a feature the schema does not name
-        pb::where wf = w;
-        wf.feature = Schema::names[k];
-        s.features[k] = parse_slot(k, value, wf, std::make_index_sequence<Schema::size>{});
-        at[k] = ft.at;  // last one wins
-      }
-    }
+    for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> value, const std::byte* entry_at) {
+      std::size_t k = 0;
+      while (k < Schema::size && Schema::names[k] != key) ++k;
+      if (k == Schema::size) return;  // a feature the schema does not name
+      pb::where wf = w;
+      wf.feature = Schema::names[k];
+      s.features[k] = parse_slot(k, value, wf, std::make_index_sequence<Schema::size>{});
+      at[k] = entry_at;  // last one wins
+    });
     check_fields(s, w, at, expected, std::make_index_sequence<Schema::size>{});
     return s;
   }

@@ -1,0 +1,105 @@
+// sluice/io/shard_fields.hpp — a sluice shard with fields (version 3) as a fields_reader.
+//
+// A shard written with a schema (shard_writer::set_schema, sluice-pack's --fields / --features)
+// stores several fields per record; io/shard.hpp describes the layout. This reader names the
+// fields it wants with a compile-time schema and hands out fields_samples whose views point into
+// the mapping (zero copy):
+//
+//   using det = sluice::schema<sluice::field<"jpg", std::uint8_t, sluice::variable>,
+//                              sluice::field<"boxes", float, sluice::variable>>;
+//   sluice::io::shard_fields<det> shard{"det.sluice"};
+//   auto loader = sluice::from(sluice::sample::shuffle(shard.size(), {.seed = 1})) | sluice::read(shard)
+//               | sluice::collate({.batch = 64}, sluice::ragged<"jpg">{}, sluice::ragged<"boxes">{})
+//               | sluice::prefetch(2);
+//
+// At open, every field the compile-time schema names must be in the shard's schema with the same
+// dtype and extent (the shard may hold more fields; they are skipped): a format_error naming the
+// file and the field otherwise, as for a shard without fields (versions 1 and 2: read those with
+// shard_reader). fields(i) checks record i's field table (and its CRC unless .verify = false),
+// a format_error naming the file, the record, the byte offset and the field when it does not fit
+// (so under on_error::skip the loader drops that sample). Labels and class names are the shard's.
+//
+// Thread-safety: after construction every member is const and safe to call concurrently.
+// fields(i) allocates nothing.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/io/shard.hpp"
+
+namespace sluice::io {
+
+template <class Schema>
+class shard_fields {
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = fields_sample<Schema>;
+
+  explicit shard_fields(std::string path, shard_options opt = {}) : shard_fields(shard_reader(std::move(path), opt)) {}
+  explicit shard_fields(shard_reader r) : r_(std::move(r)) {
+    const std::string p(r_.path());
+    if (!r_.has_fields())
+      throw format_error(p, {}, "a version-" + std::to_string(r_.version()) +
+                                    " shard of single records, without fields (read it with shard_reader)");
+    slot_.assign(r_.schema().size(), none);
+    std::vector<shard_schema_field> want;
+    detail::schema_fields<Schema>::append(want);
+    for (std::size_t s = 0; s < want.size(); ++s) {
+      const std::size_t k = r_.field_index(want[s].name);
+      if (k == shard_reader::npos) {
+        std::string have;
+        for (const auto& f : r_.schema()) have += (have.empty() ? "" : ", ") + f.name;
+        throw format_error(p, {}, "field '" + want[s].name + "': not in the shard (its fields: " + have + ")");
+      }
+      const shard_schema_field& f = r_.schema()[k];
+      if (f.type != want[s].type || f.kind != want[s].kind)
+        throw format_error(p, {}, "field '" + want[s].name + "': the shard stores it as " + schema_field_text(f) +
+                                      ", the schema asks for " + dtype_name(want[s].type) +
+                                      (want[s].kind == extent::variable ? " variable" : " fixed"));
+      slot_[k] = s;
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return r_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return r_.path(); }
+  [[nodiscard]] const mapped_file& file() const noexcept { return r_.file(); }
+  [[nodiscard]] const shard_reader& reader() const noexcept { return r_; }
+  // The shard's own description of the fields (all of them, with their shapes).
+  [[nodiscard]] const std::vector<shard_schema_field>& shard_schema() const noexcept { return r_.schema(); }
+  // The per-sample shape of field Name as stored in the shard (-1 leading: variable).
+  template <fixed_string Name>
+  [[nodiscard]] const std::vector<std::int64_t>& shape_of() const {
+    static_assert(Schema::template index_of<Name> < Schema::size);  // a name outside Schema fails here, named
+    return r_.schema()[r_.field_index(Name.view())].shape;
+  }
+  [[nodiscard]] std::int64_t label(std::size_t i) const { return r_.label(i); }
+  [[nodiscard]] std::vector<std::int64_t> labels() const { return r_.labels(); }
+  [[nodiscard]] const std::vector<std::string>& class_names() const noexcept { return r_.class_names(); }
+
+  // Record i's fields as views into the mapping.
+  [[nodiscard]] sample_type fields(std::size_t i) const {
+    sample_type s{.id = i, .origin = r_.path()};
+    r_.for_each_field(i, [&](std::size_t k, std::span<const std::byte> b) {
+      if (slot_[k] != none) s.values[slot_[k]] = b;
+    });
+    return s;
+  }
+
+ private:
+  static constexpr std::size_t none = ~std::size_t{0};
+  shard_reader r_;
+  std::vector<std::size_t> slot_;  // per shard field: its place in Schema, or none
+};
+
+}  // namespace sluice::io
