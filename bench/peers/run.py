@@ -177,6 +177,33 @@ def time_loader(make_loader, seconds):
     return rate
 
 
+def module_loop_rate(ld, key, seconds):
+    """Samples/s of a sluice module loader in steady state (3 warm-up batches excluded), epochs
+    restarted as needed, each batch turned into torch tensors as a trainer would."""
+    import torch
+    state = {"epoch": 0, "it": iter(ld)}
+
+    def batch():
+        while True:
+            try:
+                return next(state["it"])
+            except StopIteration:  # a small workload: a few batches an epoch
+                state["epoch"] += 1
+                ld.set_epoch(state["epoch"])
+                state["it"] = iter(ld)
+
+    for _ in range(3):
+        batch()
+    samples = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        b = batch()
+        x, y = torch.from_dlpack(b[key]), torch.from_dlpack(b["label"])
+        samples += x.shape[0]
+        del x, y, b
+    return samples / (time.perf_counter() - t0)
+
+
 def sluice_module_rate(module_dir, data, workers, seconds):
     """The raw workload through the Python module (python/): the same pipeline as sluice_peers raw
     (shuffle, fixed records, collate 256, drop_last, depth 2), each batch turned into torch tensors
@@ -188,28 +215,7 @@ def sluice_module_rate(module_dir, data, workers, seconds):
     ld = sluice.loader("records", path=os.path.join(data, "records.u8"), labels=os.path.join(data, "labels.i64"),
                        record_bytes=RECORD_BYTES, batch_size=BATCH, sampler="shuffle", seed=7, drop_last=True,
                        workers=workers, prefetch=2, shape=list(RECORD_SHAPE))
-    epoch = 0
-    it = iter(ld)
-    for _ in range(3):
-        next(it)
-    samples = 0
-    t0 = time.perf_counter()
-    while True:
-        try:
-            b = next(it)
-        except StopIteration:
-            epoch += 1
-            ld.set_epoch(epoch)
-            it = iter(ld)
-            continue
-        x, y = torch.from_dlpack(b["data"]), torch.from_dlpack(b["label"])
-        samples += x.shape[0]
-        del x, y, b
-        if time.perf_counter() - t0 >= seconds:
-            break
-    rate = samples / (time.perf_counter() - t0)
-    del it, ld
-    return rate
+    return module_loop_rate(ld, "data", seconds)
 
 
 def wds_from_pack(data):
@@ -244,25 +250,7 @@ def sluice_module_jpeg_rate(module_dir, tar, workers, seconds):
     import sluice
     ld = sluice.loader("wds", path=tar, batch_size=BATCH, size=[64, 64], layout="hwc", output="uint8",
                        sampler="shuffle", seed=7, drop_last=True, workers=workers, prefetch=2)
-    epoch, samples = 0, 0
-    it = iter(ld)
-    for _ in range(3):
-        next(it)
-    t0 = time.perf_counter()
-    while True:
-        try:
-            b = next(it)
-        except StopIteration:
-            epoch += 1
-            ld.set_epoch(epoch)
-            it = iter(ld)
-            continue
-        x, y = torch.from_dlpack(b["image"]), torch.from_dlpack(b["label"])
-        samples += x.shape[0]
-        del x, y, b
-        if time.perf_counter() - t0 >= seconds:
-            break
-    return samples / (time.perf_counter() - t0)
+    return module_loop_rate(ld, "image", seconds)
 
 
 FIRST_BATCH = {
