@@ -97,6 +97,8 @@ struct loader_options {
   std::size_t max_workers = 0;   // threads spawned (0: = workers); set_workers() moves within it
   std::uint64_t seed = 0;        // for augmentation: sample_context.seed
   on_error errors = on_error::raise;
+  bool stage_timing = true;      // sampled per-stage busy time (core/stats.hpp); off only to
+                                 // measure what it costs
 };
 
 // loader_state (where an interrupted epoch stands, and a fingerprint of the pipeline it stands
@@ -217,6 +219,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         --live_;
       }
     }
+    close_epoch_record_locked();  // the workers are idle: the last run's counters are final
     if constexpr (preparing_sampler<typename SampleChain::sampler_type>) chain_.chain.sampler_.prepare(epoch);
     const std::uint64_t n = chain_.chain.sampler_.size(epoch);
     if (start > n) throw usage_error("sluice: resume position " + std::to_string(start) +
@@ -232,6 +235,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     delivered_ = 0;
     clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
     ++epochs_;
+    current_begin_ = snapshot_locked();
+    current_begin_.epoch = epoch;
+    have_current_ = true;
+    epoch_end_ns_ = 0;
     active_ = true;
     if (threads_.empty()) {
       threads_.reserve(opt_.max_workers);
@@ -244,6 +251,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   void end_epoch() {
     std::lock_guard lk(m_);
     if (!active_) return;
+    epoch_end_ns_ = now_ns();
     generation_.fetch_add(1, std::memory_order_relaxed);
     active_ = false;
     for (std::size_t i = 0; i < capacity_; ++i) {
@@ -272,6 +280,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::uint64_t k = 0;
     for (;;) {
       if (!active_ || delivered_ >= num_batches_) {
+        if (active_ || epoch_end_ns_ == 0) epoch_end_ns_ = now_ns();
         active_ = false;
         return {};
       }
@@ -480,10 +489,75 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     return s;
   }
 
+  // The most recent run of epoch `e` among the last epoch_stats_kept runs (the running one
+  // included, with its figures so far), or nothing if it is not among them.
+  [[nodiscard]] std::optional<epoch_stats> stats_of_epoch(std::uint64_t e) const {
+    std::lock_guard lk(m_);
+    if (have_current_ && current_begin_.epoch == e) return current_epoch_locked();
+    for (std::size_t i = 0; i < history_count_; ++i) {
+      const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
+      if (r.begin.epoch == e) return epoch_difference(r.begin, r.end, r.complete, SampleChain::stage_names);
+    }
+    return std::nullopt;
+  }
+  // The last epoch_stats_kept runs, oldest first, the running (or last) one at the end.
+  [[nodiscard]] std::vector<epoch_stats> recent_epochs() const {
+    std::vector<epoch_stats> out;
+    std::lock_guard lk(m_);
+    for (std::size_t i = history_count_; i-- > 0;) {
+      const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
+      out.push_back(epoch_difference(r.begin, r.end, r.complete, SampleChain::stage_names));
+    }
+    if (have_current_) out.push_back(current_epoch_locked());
+    return out;
+  }
+
   [[nodiscard]] batch_chain<SampleChain, Collate, BatchStages...>& chain() noexcept { return chain_; }
   [[nodiscard]] Depth& depth_policy() noexcept { return depth_policy_; }
 
  private:
+  // The cumulative counters now (under m_). Worker counters are final when no worker fills.
+  counter_snapshot<n_stages> snapshot_locked() const noexcept {
+    counter_snapshot<n_stages> c;
+    c.epoch = epoch_;
+    c.t_ns = now_ns();
+    c.batches = delivered_total_;
+    c.samples = samples_total_;
+    c.skipped = skipped_total_;
+    c.consumer_wait_ns = clock_.wait_ns();
+    c.consumer_busy_ns = clock_.busy_ns();
+    c.warmup_wait_ns = clock_.warmup_wait_ns();
+    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+      const auto& k = counters_[w];
+      c.worker_busy_ns += k.busy_ns.get();
+      c.worker_wait_ns += k.wait_ns.get();
+      for (std::size_t i = 0; i <= n_stages; ++i) {
+        c.stage_ns[i] += k.stage_ns[i].get();
+        c.stage_calls[i] += k.stage_calls[i].get();
+      }
+    }
+    return c;
+  }
+  // The running (or last, not yet closed) epoch: from its start to now, or to its end.
+  epoch_stats current_epoch_locked() const {
+    auto now = snapshot_locked();
+    if (epoch_end_ns_ != 0) now.t_ns = epoch_end_ns_;
+    const bool complete = !active_ && delivered_ >= num_batches_ && epoch_end_ns_ != 0;
+    return epoch_difference(current_begin_, now, complete, SampleChain::stage_names);
+  }
+  // Files the last run into the history ring (called when the next run starts, workers idle).
+  void close_epoch_record_locked() noexcept {
+    if (!have_current_) return;
+    auto& r = history_[history_next_];
+    r.begin = current_begin_;
+    r.end = snapshot_locked();
+    if (epoch_end_ns_ != 0) r.end.t_ns = epoch_end_ns_;
+    r.complete = delivered_ >= num_batches_;
+    history_next_ = (history_next_ + 1) % closed_kept;
+    history_count_ = std::min(history_count_ + 1, closed_kept);
+    have_current_ = false;
+  }
+
   template <class F>
   void for_each_stage(F&& f, slot_type& s) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -673,7 +747,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
         id = sampler.at(epoch, pos);
         sample_context ctx{opt_.seed, epoch, id, pos};
-        if ((sample_counter++ % stage_timing_stride) == 0) {
+        if (opt_.stage_timing && (sample_counter++ % stage_timing_stride) == 0) {
           ws.samples.push_back(chain_.chain.template apply<true>(id, ctx, local_stage_ns));
         } else {
           ws.samples.push_back(chain_.chain.apply(id, ctx));
@@ -722,7 +796,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     // 3. Plan the batch's tensors, grow the storage if needed, write every sample once. A sample
     // that fails to write (a decoder) is dropped under on_error::skip and the batch re-planned.
-    const std::uint64_t t_collate = now_ns();
+    const bool timed = opt_.stage_timing;
+    const std::uint64_t t_collate = timed ? now_ns() : 0;
     detail::t_deferred_time = {};
     bool recheck = false;
     if (ws.samples.empty()) s.layout.clear();  // every sample skipped: nothing to plan or write
@@ -773,8 +848,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         record_error(s, failing, id);
       }
     }
-    std::uint64_t collate_ns = now_ns() - t_collate;  // the whole batch, not sampled
-    if (const auto deferred = std::exchange(detail::t_deferred_time, {}); deferred.ns != 0) {
+    std::uint64_t collate_ns = timed ? now_ns() - t_collate : 0;  // the whole batch, not sampled
+    if (const auto deferred = std::exchange(detail::t_deferred_time, {}); timed && deferred.ns != 0) {
       // A deferred stage's work (decode writing itself into the batch) is that stage's time.
       for (std::size_t i = 0; i < n_stages; ++i) {
         if (SampleChain::stage_names[i] != deferred.stage) continue;
@@ -874,6 +949,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
+  // Per-epoch figures (epoch_stats): the running run's start, the closed runs in a fixed ring.
+  counter_snapshot<n_stages> current_begin_{};
+  bool have_current_ = false;
+  std::uint64_t epoch_end_ns_ = 0;  // when the running run ended (0: not yet)
+  static constexpr std::size_t closed_kept = epoch_stats_kept - 1;  // + the running run
+  epoch_record<n_stages> history_[closed_kept]{};
+  std::size_t history_next_ = 0, history_count_ = 0;
   std::exception_ptr release_error_;  // from an on_release hook, rethrown by the next next()
   static constexpr std::size_t max_skip_causes = 16;
   mutable std::mutex skip_m_;  // only on the skip path
@@ -922,6 +1004,15 @@ class loader {
     return ring_->state(epoch, position);
   }
   [[nodiscard]] pipeline_stats stats() const { return ring_->stats(); }
+  // One epoch's figures: per-stage busy time, consumer wait and stall fraction, worker busy and
+  // wait, samples, batches (core/stats.hpp). The most recent run of epoch `e` among the last
+  // epoch_stats_kept (16) runs, the running one included (figures so far, complete == false);
+  // nothing for an epoch older than that. bottleneck(*loader.epoch_stats(e)) names its limit.
+  [[nodiscard]] std::optional<sluice::epoch_stats> epoch_stats(std::uint64_t e) const {
+    return ring_->stats_of_epoch(e);
+  }
+  // The last epoch_stats_kept runs, oldest first (for a report).
+  [[nodiscard]] std::vector<sluice::epoch_stats> recent_epochs() const { return ring_->recent_epochs(); }
   // The batches a whole epoch `e` yields (what len() of a Python loader says).
   [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const { return ring_->batches_for(e); }
   void set_workers(std::size_t n) { ring_->set_workers(n); }

@@ -6,7 +6,17 @@
 //
 // Per-stage busy time is sampled: every `stage_timing_stride`-th sample of a worker is timed stage
 // by stage and the result scaled by the stride, which keeps clock reads far below 1 % of the work
-// while the totals stay unbiased (the sampled samples are evenly spread).
+// while the totals stay unbiased (the sampled samples are evenly spread). The sampled timing can
+// be switched off (loader_options::stage_timing = false; bench/core/bench_attribution.cpp measures
+// what it costs): every per-stage busy time then stays 0 and bottleneck() names nothing. On, the
+// cost is two clock reads per stage for one sample in 16, two per batch for collate, and two per
+// sample inside a deferred decode (core/stats.hpp's deferred_scope; a JPEG decode takes far longer).
+//
+// Per epoch: at each epoch's start (the workers idle) the loader snapshots its cumulative
+// counters; `loader.epoch_stats(e)` is the difference between two snapshots (or between the
+// start and now, for the epoch that runs), kept for the last `epoch_stats_kept` epoch runs in a
+// fixed ring inside the loader (no allocation). `bottleneck(stats)` names the stage with the
+// largest share of worker busy time.
 //
 // Vocabulary (every time is in nanoseconds, names carry their unit):
 //   consumer_wait_ns    time the trainer spent inside next() waiting for a batch
@@ -36,6 +46,7 @@
 namespace sluice {
 
 inline constexpr std::size_t stage_timing_stride = 16;
+inline constexpr std::size_t epoch_stats_kept = 16;  // epoch runs loader.epoch_stats() remembers
 
 struct stage_stats {
   std::string_view name;
@@ -85,6 +96,56 @@ struct pipeline_stats {
     return t > 0 ? static_cast<double>(samples) * 1e9 / t : 0.0;
   }
 };
+
+// One epoch run's share of the counters above (loader.epoch_stats(e)). Times in ns; a run that
+// was resumed or cut short counts what it did. `complete` is false while the epoch still runs
+// (the figures are those so far) and for a run the trainer left early.
+struct epoch_stats {
+  std::uint64_t epoch = 0;
+  bool complete = false;
+  std::uint64_t wall_ns = 0;             // from the epoch's start to its end (or now)
+  std::uint64_t batches = 0;             // delivered to the consumer
+  std::uint64_t samples = 0;
+  std::uint64_t skipped = 0;
+  std::uint64_t consumer_wait_ns = 0;    // after the first batch
+  std::uint64_t consumer_busy_ns = 0;
+  std::uint64_t warmup_wait_ns = 0;      // wait for the first batch
+  double stall_fraction = 0.0;           // wait / (wait + busy), warm-up apart
+  std::uint64_t worker_busy_ns = 0;
+  std::uint64_t worker_wait_ns = 0;
+  std::vector<stage_stats> stages;       // per-sample stages in order, then "collate"
+};
+
+// The stage that limits the workers: the largest share of worker busy time. Two stages may share
+// a name (two maps): `index` is its place in `stages`. `share` is busy_ns over the larger of the
+// stages' sum and the workers' busy time (so it never exceeds 1 although stage times are sampled
+// estimates). An empty `stage` means nothing was measured.
+struct bottleneck_stage {
+  std::string_view stage;
+  std::size_t index = 0;
+  double share = 0.0;
+  std::uint64_t busy_ns = 0;
+};
+
+[[nodiscard]] inline bottleneck_stage bottleneck(const std::vector<stage_stats>& stages,
+                                                 std::uint64_t worker_busy_ns) noexcept {
+  bottleneck_stage b;
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    sum += stages[i].busy_ns;
+    if (stages[i].busy_ns > b.busy_ns) b = {stages[i].name, i, 0.0, stages[i].busy_ns};
+  }
+  const std::uint64_t den = std::max(sum, worker_busy_ns);
+  if (b.busy_ns == 0 || den == 0) return {};
+  b.share = static_cast<double>(b.busy_ns) / static_cast<double>(den);
+  return b;
+}
+[[nodiscard]] inline bottleneck_stage bottleneck(const epoch_stats& e) noexcept {
+  return bottleneck(e.stages, e.worker_busy_ns);
+}
+[[nodiscard]] inline bottleneck_stage bottleneck(const pipeline_stats& s) noexcept {
+  return bottleneck(s.stages, s.worker_busy_ns);
+}
 
 namespace detail {
 
@@ -191,6 +252,7 @@ class consumer_clock {
   }
   [[nodiscard]] std::uint64_t wait_ns() const noexcept { return wait_ns_; }
   [[nodiscard]] std::uint64_t busy_ns() const noexcept { return busy_ns_; }
+  [[nodiscard]] std::uint64_t warmup_wait_ns() const noexcept { return warmup_wait_ns_; }
 
  private:
   std::vector<std::uint64_t> waits_;  // this epoch's per-batch waits
@@ -200,6 +262,49 @@ class consumer_clock {
   std::uint64_t steps_ = 0;
   double mean_ = 0, m2_ = 0;
 };
+
+// The loader's cumulative counters at one moment: an epoch's figures are the difference of two.
+template <std::size_t Stages>
+struct counter_snapshot {
+  std::uint64_t epoch = 0, t_ns = 0;
+  std::uint64_t batches = 0, samples = 0, skipped = 0;
+  std::uint64_t consumer_wait_ns = 0, consumer_busy_ns = 0, warmup_wait_ns = 0;
+  std::uint64_t worker_busy_ns = 0, worker_wait_ns = 0;
+  std::uint64_t stage_ns[Stages + 1] = {}, stage_calls[Stages + 1] = {};
+};
+
+// One closed epoch run: where it started and where it ended.
+template <std::size_t Stages>
+struct epoch_record {
+  counter_snapshot<Stages> begin, end;
+  bool complete = false;
+};
+
+template <std::size_t Stages, class Names>
+epoch_stats epoch_difference(const counter_snapshot<Stages>& a, const counter_snapshot<Stages>& b,
+                             bool complete, const Names& names) {
+  epoch_stats e;
+  e.epoch = a.epoch;
+  e.complete = complete;
+  e.wall_ns = b.t_ns - a.t_ns;
+  e.batches = b.batches - a.batches;
+  e.samples = b.samples - a.samples;
+  e.skipped = b.skipped - a.skipped;
+  e.consumer_wait_ns = b.consumer_wait_ns - a.consumer_wait_ns;
+  e.consumer_busy_ns = b.consumer_busy_ns - a.consumer_busy_ns;
+  e.warmup_wait_ns = b.warmup_wait_ns - a.warmup_wait_ns;
+  const double total = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns);
+  e.stall_fraction = total > 0 ? static_cast<double>(e.consumer_wait_ns) / total : 0.0;
+  e.worker_busy_ns = b.worker_busy_ns - a.worker_busy_ns;
+  e.worker_wait_ns = b.worker_wait_ns - a.worker_wait_ns;
+  e.stages.resize(Stages + 1);
+  for (std::size_t i = 0; i <= Stages; ++i) {
+    e.stages[i].name = i < Stages ? names[i] : std::string_view("collate");
+    e.stages[i].busy_ns = b.stage_ns[i] - a.stage_ns[i];
+    e.stages[i].calls = b.stage_calls[i] - a.stage_calls[i];
+  }
+  return e;
+}
 
 }  // namespace detail
 }  // namespace sluice
