@@ -5,8 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <thread>
 
+#include "sluice/diag/report.hpp"
 #include "sluice/sluice.hpp"
 #include "test_util.hpp"
 
@@ -45,6 +48,33 @@ TEST_CASE("an injected slow stage is named the bottleneck of (nearly) every epoc
   CHECK(whole.index == 1);
   CHECK(whole.share > 0.5);
   CHECK(whole.share <= 1.0);
+
+  // The JSON report carries each epoch's figures and bottleneck; the trace its shares.
+  const auto recent = loader.recent_epochs();
+  REQUIRE(recent.size() == epoch_stats_kept);
+  diag::json_writer w;
+  diag::to_json(w, std::span<const epoch_stats>(recent));
+  CHECK(w.complete());
+  CHECK(w.str().find("\"bottleneck\":{\"stage\":\"map\",\"index\":1,\"share\":") != std::string::npos);
+  CHECK(w.str().find("\"epoch\":19,\"complete\":true") != std::string::npos);
+  diag::json_writer all;
+  diag::to_json(all, loader.stats());
+  CHECK(all.str().find("\"bottleneck\":{\"stage\":\"map\",\"index\":1,") != std::string::npos);
+  diag::trace_recorder t;
+  diag::record_epoch_counters(t, recent.back());
+  const auto ev = t.events();
+  REQUIRE(ev.size() == 5);  // four stages and the stall fraction
+  CHECK(ev[0].name == "worker share: read");
+  CHECK(ev[1].name == "worker share: map #1");
+  CHECK(ev[2].name == "worker share: map #2");
+  CHECK(ev[3].name == "worker share: collate");
+  CHECK(ev[4].name == "epoch stall_fraction");
+  CHECK(ev[1].value > 0.5);
+  CHECK(ev[1].value > ev[2].value);
+  // The advisor's observation of that epoch names the map stage.
+  const auto o = diag::observe(recent.back(), 2);
+  CHECK(o.bottleneck_stage == "map");
+  CHECK(o.bottleneck_share > 0.5);
 }
 
 TEST_CASE("per-epoch figures add up to the cumulative ones; the ring keeps the last runs") {
