@@ -42,6 +42,10 @@
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
 //
+// Measurements (core/stats.hpp): stats() is cumulative; epoch_stats(e) is one epoch run's share
+// (a snapshot of the counters at each epoch's start, the last epoch_stats_kept = 16 runs kept in
+// a fixed ring, the running one included), and bottleneck() names an epoch's limiting stage.
+//
 // Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
 // time (a stage defines only what it needs):
 //   using slot_state = T;                       per-slot state, default-constructed with the ring
