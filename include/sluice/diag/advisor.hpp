@@ -318,11 +318,11 @@ inline epoch_observation observe(const epoch_stats& e, std::size_t workers) {
   epoch_observation o;
   o.epoch = e.epoch;
   const std::uint64_t steps = e.batches > 1 ? e.batches - 1 : 0;  // the first batch is warm-up
-  if (steps > 0) o.step_time_s = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns) / steps / 1e9;
+  if (steps > 0) o.step_time_s = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns) / static_cast<double>(steps) / 1e9;
   if (e.consumer_wait_ns + e.consumer_busy_ns > 0) o.wait_fraction = e.stall_fraction;
   o.workers = static_cast<double>(workers);
   if (workers > 0 && e.wall_ns > 0)
-    o.worker_busy_fraction = static_cast<double>(e.worker_busy_ns) / (static_cast<double>(workers) * e.wall_ns);
+    o.worker_busy_fraction = static_cast<double>(e.worker_busy_ns) / (static_cast<double>(workers) * static_cast<double>(e.wall_ns));
   if (const auto b = bottleneck(e); !b.stage.empty()) {
     o.bottleneck_stage = std::string(b.stage);
     o.bottleneck_share = b.share;
