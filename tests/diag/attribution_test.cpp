@@ -152,3 +152,29 @@ TEST_CASE("stage timing off: no stage is timed and no bottleneck is named") {
   CHECK(bottleneck(*st).stage.empty());
   CHECK(st->worker_busy_ns > 0);
 }
+
+TEST_CASE("batch stages are attributed too: pin and the copy of to_device (host backend), per batch") {
+  sluice_test::mem_reader r(512, 4096);
+  auto loader = from(sample::sequential(512)) | read(r) | collate({.batch = 64}) | pin() | to_device() |
+                prefetch(2, {.workers = 1});
+  for (std::uint64_t e = 0; e < 2; ++e)
+    for (auto& b : loader.epoch(e)) (void)b;
+  const auto st = loader.epoch_stats(1);
+  REQUIRE(st);
+  REQUIRE(st->stages.size() == 4);
+  CHECK(st->stages[0].name == "read");
+  CHECK(st->stages[1].name == "collate");
+  CHECK(st->stages[2].name == "pin");
+  CHECK(st->stages[3].name == "to_device");
+  CHECK(st->stages[1].calls == 512);  // samples
+  CHECK(st->stages[2].calls == 8);    // batches
+  CHECK(st->stages[3].calls == 8);
+  CHECK(st->stages[3].busy_ns > 0);   // the host backend copies 8 x 256 KiB
+  std::uint64_t sum = 0;
+  for (const auto& s : st->stages) sum += s.busy_ns;
+  CHECK(sum <= st->worker_busy_ns + st->worker_busy_ns / 4);  // the hooks run inside worker busy time
+  const auto all = loader.stats();
+  REQUIRE(all.stages.size() == 4);
+  CHECK(all.stages[3].name == "to_device");
+  CHECK(all.stages[3].calls == 16);
+}

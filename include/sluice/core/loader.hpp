@@ -67,6 +67,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -157,6 +158,18 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   using sample_type = typename SampleChain::output_type;
   using scratch_type = worker_scratch<sample_type, Collate>;
   static constexpr std::size_t n_stages = SampleChain::stage_count;
+  // Timed stages: the per-sample stages, collate, then the batch stages (their worker-side hooks,
+  // before_fill and on_filled, timed per batch). n_last indexes the last one.
+  static constexpr std::size_t n_batch = sizeof...(BatchStages);
+  static constexpr std::size_t n_last = n_stages + n_batch;
+  static constexpr std::array<std::string_view, n_last + 1> all_stage_names = [] {
+    std::array<std::string_view, n_last + 1> a{};
+    for (std::size_t i = 0; i < n_stages; ++i) a[i] = SampleChain::stage_names[i];
+    a[n_stages] = "collate";
+    std::size_t j = n_stages + 1;
+    ((a[j++] = BatchStages::name), ...);
+    return a;
+  }();
 
  public:
   using batch_type = typename Collate::template batch_type<sample_type>;
@@ -171,7 +184,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     capacity_ = max_depth_ + opt_.max_workers;
     slots_ = std::make_unique<slot_type[]>(capacity_);
     for (std::size_t i = 0; i < capacity_; ++i) slots_[i].stage_state = &slots_[i].states;
-    counters_ = std::make_unique<worker_counters<n_stages>[]>(opt_.max_workers);
+    counters_ = std::make_unique<worker_counters<n_last>[]>(opt_.max_workers);
     // Each worker's sample lists, reserved here so no allocation waits for a thread to start.
     scratch_ = std::make_unique<scratch_type[]>(opt_.max_workers);
     for (std::size_t w = 0; w < opt_.max_workers; ++w) {
@@ -449,14 +462,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       std::lock_guard sk(skip_m_);
       s.skip_causes = skip_causes_;
     }
-    s.stages.resize(n_stages + 1);
-    for (std::size_t i = 0; i < n_stages; ++i) s.stages[i].name = SampleChain::stage_names[i];
-    s.stages[n_stages].name = "collate";
+    s.stages.resize(n_last + 1);
+    for (std::size_t i = 0; i <= n_last; ++i) s.stages[i].name = all_stage_names[i];
     for (std::size_t w = 0; w < opt_.max_workers; ++w) {
       const auto& c = counters_[w];
       s.worker_busy_ns += c.busy_ns.get();
       s.worker_wait_ns += c.wait_ns.get();
-      for (std::size_t i = 0; i <= n_stages; ++i) {
+      for (std::size_t i = 0; i <= n_last; ++i) {
         s.stages[i].busy_ns += c.stage_ns[i].get();
         s.stages[i].calls += c.stage_calls[i].get();
       }
@@ -500,7 +512,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     if (have_current_ && current_begin_.epoch == e) return current_epoch_locked();
     for (std::size_t i = 0; i < history_count_; ++i) {
       const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
-      if (r.begin.epoch == e) return epoch_difference(r.begin, r.end, r.complete, SampleChain::stage_names);
+      if (r.begin.epoch == e) return epoch_difference(r.begin, r.end, r.complete, all_stage_names);
     }
     return std::nullopt;
   }
@@ -510,7 +522,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::lock_guard lk(m_);
     for (std::size_t i = history_count_; i-- > 0;) {
       const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
-      out.push_back(epoch_difference(r.begin, r.end, r.complete, SampleChain::stage_names));
+      out.push_back(epoch_difference(r.begin, r.end, r.complete, all_stage_names));
     }
     if (have_current_) out.push_back(current_epoch_locked());
     return out;
@@ -521,8 +533,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
  private:
   // The cumulative counters now (under m_). Worker counters are final when no worker fills.
-  counter_snapshot<n_stages> snapshot_locked() const noexcept {
-    counter_snapshot<n_stages> c;
+  counter_snapshot<n_last> snapshot_locked() const noexcept {
+    counter_snapshot<n_last> c;
     c.epoch = epoch_;
     c.t_ns = now_ns();
     c.batches = delivered_total_;
@@ -535,7 +547,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       const auto& k = counters_[w];
       c.worker_busy_ns += k.busy_ns.get();
       c.worker_wait_ns += k.wait_ns.get();
-      for (std::size_t i = 0; i <= n_stages; ++i) {
+      for (std::size_t i = 0; i <= n_last; ++i) {
         c.stage_ns[i] += k.stage_ns[i].get();
         c.stage_calls[i] += k.stage_calls[i].get();
       }
@@ -547,7 +559,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     auto now = snapshot_locked();
     if (epoch_end_ns_ != 0) now.t_ns = epoch_end_ns_;
     const bool complete = !active_ && delivered_ >= num_batches_ && epoch_end_ns_ != 0;
-    return epoch_difference(current_begin_, now, complete, SampleChain::stage_names);
+    return epoch_difference(current_begin_, now, complete, all_stage_names);
   }
   // Files the last run into the history ring (called when the next run starts, workers idle).
   void close_epoch_record_locked() noexcept {
@@ -568,6 +580,28 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states)), ...);
     }(std::index_sequence_for<BatchStages...>{});
   }
+  // The same, with each batch stage's index (a std::integral_constant) as a third argument.
+  template <class F>
+  void for_each_stage_indexed(F&& f, slot_type& s) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states), std::integral_constant<std::size_t, I>{}), ...);
+    }(std::index_sequence_for<BatchStages...>{});
+  }
+  // Adds a batch-stage hook's time to its counter when stage timing is on (two clock reads a
+  // batch), on every way out of the hook.
+  class stage_clock {
+   public:
+    stage_clock(bool on, owned_counter& c) noexcept : c_(on ? &c : nullptr), t0_(on ? now_ns() : 0) {}
+    stage_clock(const stage_clock&) = delete;
+    stage_clock& operator=(const stage_clock&) = delete;
+    ~stage_clock() {
+      if (c_ != nullptr) c_->add(now_ns() - t0_);
+    }
+
+   private:
+    owned_counter* c_;
+    std::uint64_t t0_;
+  };
 
   std::uint64_t clock_pending_busy(std::uint64_t t_request) const noexcept {
     return last_receive_ns_ != 0 && t_request > last_receive_ns_ ? t_request - last_receive_ns_ : 0;
@@ -633,10 +667,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
       const std::uint64_t t0 = now_ns();
       bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
-      counters_[w].busy_ns.add(now_ns() - t0);
       if (ok && !s.error && s.count != 0) {
-        for_each_stage([&](auto& st, auto& state) {
+        for_each_stage_indexed([&](auto& st, auto& state, auto index) {
+          counters_[w].stage_calls[n_stages + 1 + index].add(1);
           if constexpr (requires { st.on_filled(s, state); }) {
+            const stage_clock timed(opt_.stage_timing, counters_[w].stage_ns[n_stages + 1 + index]);
             try {
               st.on_filled(s, state);
             } catch (...) {
@@ -649,6 +684,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           }
         }, s);
       }
+      counters_[w].busy_ns.add(now_ns() - t0);
 
       lk.lock();
       --filling_;
@@ -788,9 +824,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::string_view failing = Collate::name;
     if (!s.error) {
       try {
-        for_each_stage([&](auto& st, auto& state) {
+        for_each_stage_indexed([&](auto& st, auto& state, auto index) {
           if constexpr (requires { st.before_fill(s, state); }) {
             failing = std::decay_t<decltype(st)>::name;
+            const stage_clock timed(opt_.stage_timing, ctr.stage_ns[n_stages + 1 + index]);
             st.before_fill(s, state);
           }
         }, s);
@@ -938,7 +975,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   loader_options opt_;
   std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
   std::unique_ptr<slot_type[]> slots_;
-  std::unique_ptr<worker_counters<n_stages>[]> counters_;
+  std::unique_ptr<worker_counters<n_last>[]> counters_;
   std::unique_ptr<scratch_type[]> scratch_;  // one per worker thread, touched only by it
   std::vector<std::thread> threads_;
 
@@ -954,11 +991,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
   // Per-epoch figures (epoch_stats): the running run's start, the closed runs in a fixed ring.
-  counter_snapshot<n_stages> current_begin_{};
+  counter_snapshot<n_last> current_begin_{};
   bool have_current_ = false;
   std::uint64_t epoch_end_ns_ = 0;  // when the running run ended (0: not yet)
   static constexpr std::size_t closed_kept = epoch_stats_kept - 1;  // + the running run
-  epoch_record<n_stages> history_[closed_kept]{};
+  epoch_record<n_last> history_[closed_kept]{};
   std::size_t history_next_ = 0, history_count_ = 0;
   std::exception_ptr release_error_;  // from an on_release hook, rethrown by the next next()
   static constexpr std::size_t max_skip_causes = 16;

@@ -6,7 +6,10 @@
 //
 // Per-stage busy time is sampled: every `stage_timing_stride`-th sample of a worker is timed stage
 // by stage and the result scaled by the stride, which keeps clock reads far below 1 % of the work
-// while the totals stay unbiased (the sampled samples are evenly spread). The sampled timing can
+// while the totals stay unbiased (the sampled samples are evenly spread). Collate is timed per
+// batch; a batch stage (pin, to_device) per batch, for the work its hooks do on the worker
+// (before_fill, on_filled: the host copy of to_device's host backend, the issue of an async copy
+// with CUDA, not the copy itself). The sampled timing can
 // be switched off (loader_options::stage_timing = false; bench/core/bench_attribution.cpp measures
 // what it costs): every per-stage busy time then stays 0 and bottleneck() names nothing. On, the
 // cost is two clock reads per stage for one sample in 16, two per batch for collate, and two per
@@ -32,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -51,7 +55,7 @@ inline constexpr std::size_t epoch_stats_kept = 16;  // epoch runs loader.epoch_
 struct stage_stats {
   std::string_view name;
   std::uint64_t busy_ns = 0;  // estimated from sampled timings
-  std::uint64_t calls = 0;    // exact
+  std::uint64_t calls = 0;    // exact: samples (per-sample stages, collate), batches (batch stages)
 };
 
 // A cache stage's counters as the pipeline reports them (stage/cache.hpp fills them from its tier).
@@ -81,7 +85,8 @@ struct pipeline_stats {
   std::uint64_t wait_max_ns = 0;
   std::uint64_t worker_busy_ns = 0;
   std::uint64_t worker_wait_ns = 0;
-  std::vector<stage_stats> stages;      // per-sample stages in order, then "collate"
+  std::vector<stage_stats> stages;      // per-sample stages in order, then "collate", then the batch
+                                        // stages (pin, to_device): their worker-side hooks per batch
   std::vector<cache_stage_stats> caches;  // one per cache stage, in pipeline order
   std::size_t depth = 0;                // current prefetch depth
   std::size_t workers = 0;              // active workers
@@ -113,7 +118,7 @@ struct epoch_stats {
   double stall_fraction = 0.0;           // wait / (wait + busy), warm-up apart
   std::uint64_t worker_busy_ns = 0;
   std::uint64_t worker_wait_ns = 0;
-  std::vector<stage_stats> stages;       // per-sample stages in order, then "collate"
+  std::vector<stage_stats> stages;       // as pipeline_stats::stages
 };
 
 // The stage that limits the workers: the largest share of worker busy time. Two stages may share
@@ -193,7 +198,7 @@ class owned_counter {
 template <std::size_t Stages>
 struct alignas(cache_line) worker_counters {
   owned_counter busy_ns, wait_ns, samples, skipped;
-  owned_counter stage_ns[Stages + 1];     // + collate
+  owned_counter stage_ns[Stages + 1];     // indices 0..Stages: see the loader's all_stage_names
   owned_counter stage_calls[Stages + 1];
 };
 
@@ -280,9 +285,9 @@ struct epoch_record {
   bool complete = false;
 };
 
-template <std::size_t Stages, class Names>
+template <std::size_t Stages>
 epoch_stats epoch_difference(const counter_snapshot<Stages>& a, const counter_snapshot<Stages>& b,
-                             bool complete, const Names& names) {
+                             bool complete, const std::array<std::string_view, Stages + 1>& names) {
   epoch_stats e;
   e.epoch = a.epoch;
   e.complete = complete;
@@ -299,7 +304,7 @@ epoch_stats epoch_difference(const counter_snapshot<Stages>& a, const counter_sn
   e.worker_wait_ns = b.worker_wait_ns - a.worker_wait_ns;
   e.stages.resize(Stages + 1);
   for (std::size_t i = 0; i <= Stages; ++i) {
-    e.stages[i].name = i < Stages ? names[i] : std::string_view("collate");
+    e.stages[i].name = names[i];
     e.stages[i].busy_ns = b.stage_ns[i] - a.stage_ns[i];
     e.stages[i].calls = b.stage_calls[i] - a.stage_calls[i];
   }
