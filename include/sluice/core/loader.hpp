@@ -42,7 +42,9 @@
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
 //
-// Measurements (core/stats.hpp): stats() is cumulative; epoch_stats(e) is one epoch run's share
+// Measurements (core/stats.hpp): per-stage busy time for the per-sample stages (sampled), collate
+// and the batch stages' worker-side hooks (per batch), where each runs, on the worker threads.
+// stats() is cumulative; epoch_stats(e) is one epoch run's share
 // (a snapshot of the counters at each epoch's start, the last epoch_stats_kept = 16 runs kept in
 // a fixed ring, the running one included), and bottleneck() names an epoch's limiting stage.
 //
