@@ -396,6 +396,15 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     ob.minor_faults = static_cast<double>(rec.memory.minor_faults_in_epoch);
     ob.major_faults = static_cast<double>(rec.memory.major_faults_in_epoch);
     ob.drift_shift_sigma = rec.drift_sigma;
+    // The epoch's limiting stage, from the loader's per-epoch attribution (advisor rule R5), also
+    // on the trace as per-stage shares of worker time.
+    if (const auto es = loader.epoch_stats(e)) {
+      if (const auto b = sluice::bottleneck(*es); !b.stage.empty()) {
+        ob.bottleneck_stage = std::string(b.stage);
+        ob.bottleneck_share = b.share;
+      }
+      diag::record_epoch_counters(trace, *es);
+    }
     history.push_back(ob);
     rec.advice = diag::advise(history);
 

@@ -4,12 +4,22 @@
 #include <sluice/diag/advisor.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 using namespace sluice::diag;
+
+namespace {
+const recommendation* find_rule_in(const std::vector<recommendation>& rs, std::string_view prefix) {
+  for (const auto& r : rs)
+    if (r.rule.rfind(prefix, 0) == 0) return &r;
+  return nullptr;
+}
+}  // namespace
 
 TEST_CASE("advisor R1 and R2 at their thresholds") {
   epoch_observation o;
@@ -95,7 +105,142 @@ TEST_CASE("epoch CSV round trip") {
   o.wait_fraction = 0.25;
   o.class_std = 3.5;
   auto row = to_csv_row(o);
-  CHECK(row == "4,,0.25,,,3.5,,,,,,,");
+  CHECK(row == "4,,0.25,,,3.5,,,,,,,,,");
+  o.bottleneck_stage = "decode";
+  o.bottleneck_share = 0.83;
+  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83");
+}
+
+TEST_CASE("epoch CSV: rows with and without the bottleneck columns are read back") {
+  const std::string path = "advisor_csv_roundtrip.csv";
+  {
+    std::ofstream f(path);
+    epoch_observation a;
+    a.epoch = 0;
+    a.wait_fraction = 0.4;
+    a.bottleneck_stage = "decode";
+    a.bottleneck_share = 0.83;
+    f << epoch_csv_header << "\n" << to_csv_row(a) << "\n"
+      << "1,,0.1,,,,,,,,,,\n";  // 13 fields: recorded before the bottleneck columns existed
+  }
+  const auto h = read_epoch_csv(path);
+  std::remove(path.c_str());
+  REQUIRE(h.size() == 2);
+  CHECK(h[0].bottleneck_stage == "decode");
+  CHECK(h[0].bottleneck_share == doctest::Approx(0.83));
+  CHECK(h[1].bottleneck_stage.empty());
+  CHECK(std::isnan(h[1].bottleneck_share));
+  CHECK(h[1].wait_fraction == doctest::Approx(0.1));
+}
+
+TEST_CASE("advisor R3 needs the three epochs it documents: two flat epochs are not a trend") {
+  std::vector<epoch_observation> h(3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    h[i].epoch = i;
+    h[i].validation_loss = 0.5;  // perfectly flat
+    h[i].class_std = 7.9;
+  }
+  CHECK(!rule_balance_or_workers(std::span<const epoch_observation>(h.data(), 2)));
+  CHECK(!rule_balance_or_workers(std::span<const epoch_observation>(h.data(), 1)));
+  auto r = rule_balance_or_workers(h);
+  REQUIRE(r);
+  CHECK(r->message.find("class-balanced") != std::string::npos);
+  // A missing validation loss in the window leaves two points: still not enough.
+  h[1].validation_loss = unmeasured;
+  CHECK(!rule_balance_or_workers(h));
+}
+
+TEST_CASE("advisor R3 says which weights: 1/log(1+n) by the seed's rule, with the alternatives") {
+  std::vector<epoch_observation> h(3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    h[i].epoch = i;
+    h[i].validation_loss = 0.5;
+    h[i].class_std = 7.9;
+  }
+  auto r = rule_balance_or_workers(h);
+  REQUIRE(r);
+  for (const char* s : {"1/log(1+n)", "inverse_log", "inverse_frequency 1/n", "effective_number", "power"})
+    CHECK_MESSAGE(r->message.find(s) != std::string::npos, s);
+}
+
+TEST_CASE("the advisor never recommends a setting below 1") {
+  // One worker with headroom: "fewer than 1 workers" must not be said.
+  epoch_observation one;
+  one.epoch = 0;
+  one.utilisation = 0.99;
+  one.workers = 1;
+  CHECK(!rule_balance_or_workers(std::span<const epoch_observation>(&one, 1)));
+  one.worker_busy_fraction = 0.05;
+  CHECK(!rule_balance_or_workers(std::span<const epoch_observation>(&one, 1)));
+  // A sweep: every recommended depth or worker count is at least 1, and no message says
+  // "fewer than 1" or "0 workers".
+  for (double workers : {1.0, 2.0, 3.0, 8.0})
+    for (double u : {0.0, 0.01, 0.3, 0.6, 0.85, 0.9, 0.93, 0.999, 1.0})
+      for (double busy : {unmeasured, 0.0, 0.01, 0.5, 1.0}) {
+        epoch_observation o;
+        o.epoch = 0;
+        o.utilisation = u;
+        o.wait_fraction = 1 - u;
+        o.workers = workers;
+        o.worker_busy_fraction = busy;
+        o.prefetch_depth = 2;
+        for (const auto& rec : advise(std::span<const epoch_observation>(&o, 1))) {
+          if (rec.rule.rfind("R2", 0) == 0) CHECK(rec.value >= 1);  // a depth (NaN fails too)
+          // R3 sets a worker count, or none (NaN) when it only says there is headroom.
+          if (rec.rule.rfind("R3", 0) == 0 && !std::isnan(rec.value)) CHECK(rec.value >= 1);
+          CHECK(rec.message.find("fewer than 1 ") == std::string::npos);
+          CHECK(rec.message.find(" 0 workers") == std::string::npos);
+        }
+      }
+}
+
+TEST_CASE("advisor R5 names the limiting stage when the loader stalls the trainer") {
+  epoch_observation o;
+  o.wait_fraction = 0.4;
+  o.bottleneck_stage = "decode";
+  o.bottleneck_share = 0.83;
+  auto r = rule_limiting_stage(o);
+  REQUIRE(r);
+  CHECK(r->level == severity::warning);
+  CHECK(r->value == doctest::Approx(0.83));
+  CHECK(r->message.find("decode is 83.0 % of worker time") != std::string::npos);
+  CHECK(r->message.find("add workers, lower the decode size, or move decode to the GPU") != std::string::npos);
+  CHECK(find_rule_in(advise(std::span<const epoch_observation>(&o, 1)), "R5"));
+  o.bottleneck_stage = "decode<\"jpg\">";
+  CHECK(rule_limiting_stage(o)->message.find("move decode to the GPU") != std::string::npos);
+  o.bottleneck_stage = "read";
+  CHECK(rule_limiting_stage(o)->message.find("cache tier") != std::string::npos);
+  o.bottleneck_stage = "collate";
+  CHECK(rule_limiting_stage(o)->message.find("memory bandwidth") != std::string::npos);
+  o.bottleneck_stage = "map";
+  CHECK(rule_limiting_stage(o)->message.find("make map cheaper") != std::string::npos);
+  o.wait_fraction = 0.1;  // the loader keeps up: nothing to say about its stages
+  CHECK(!rule_limiting_stage(o));
+  o.wait_fraction = 0.4;
+  o.bottleneck_stage.clear();  // not measured
+  CHECK(!rule_limiting_stage(o));
+}
+
+TEST_CASE("observe(): an observation from one epoch's stats, bottleneck included") {
+  sluice::epoch_stats e;
+  e.epoch = 3;
+  e.batches = 11;
+  e.consumer_wait_ns = 400;
+  e.consumer_busy_ns = 600;
+  e.stall_fraction = 0.4;
+  e.wall_ns = 2000;
+  e.worker_busy_ns = 3000;
+  e.stages = {{"read", 100, 10}, {"decode", 2490, 10}, {"collate", 410, 10}};
+  const auto o = observe(e, 2);
+  CHECK(o.epoch == 3);
+  CHECK(o.wait_fraction == doctest::Approx(0.4));
+  CHECK(o.step_time_s == doctest::Approx(100e-9));
+  CHECK(o.worker_busy_fraction == doctest::Approx(0.75));
+  CHECK(o.bottleneck_stage == "decode");
+  CHECK(o.bottleneck_share == doctest::Approx(0.83));
+  auto r = rule_limiting_stage(o);
+  REQUIRE(r);
+  CHECK(r->message.rfind("decode is 83.0 % of worker time", 0) == 0);
 }
 
 // ---- Replays of traces recorded from sluice-demo runs (tests/data/diag/README.md). ----------

@@ -42,6 +42,12 @@
 //    workers check between samples, so the destructor returns within about one sample's work.
 //    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
 //
+// Measurements (core/stats.hpp): per-stage busy time for the per-sample stages (sampled), collate
+// and the batch stages' worker-side hooks (per batch), where each runs, on the worker threads.
+// stats() is cumulative; epoch_stats(e) is one epoch run's share
+// (a snapshot of the counters at each epoch's start, the last epoch_stats_kept = 16 runs kept in
+// a fixed ring, the running one included), and bottleneck() names an epoch's limiting stage.
+//
 // Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
 // time (a stage defines only what it needs):
 //   using slot_state = T;                       per-slot state, default-constructed with the ring
@@ -63,6 +69,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -97,6 +104,8 @@ struct loader_options {
   std::size_t max_workers = 0;   // threads spawned (0: = workers); set_workers() moves within it
   std::uint64_t seed = 0;        // for augmentation: sample_context.seed
   on_error errors = on_error::raise;
+  bool stage_timing = true;      // sampled per-stage busy time (core/stats.hpp); off only to
+                                 // measure what it costs
 };
 
 // loader_state (where an interrupted epoch stands, and a fingerprint of the pipeline it stands
@@ -151,6 +160,18 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   using sample_type = typename SampleChain::output_type;
   using scratch_type = worker_scratch<sample_type, Collate>;
   static constexpr std::size_t n_stages = SampleChain::stage_count;
+  // Timed stages: the per-sample stages, collate, then the batch stages (their worker-side hooks,
+  // before_fill and on_filled, timed per batch). n_last indexes the last one.
+  static constexpr std::size_t n_batch = sizeof...(BatchStages);
+  static constexpr std::size_t n_last = n_stages + n_batch;
+  static constexpr std::array<std::string_view, n_last + 1> all_stage_names = [] {
+    std::array<std::string_view, n_last + 1> a{};
+    for (std::size_t i = 0; i < n_stages; ++i) a[i] = SampleChain::stage_names[i];
+    a[n_stages] = "collate";
+    std::size_t j = n_stages + 1;
+    ((a[j++] = BatchStages::name), ...);
+    return a;
+  }();
 
  public:
   using batch_type = typename Collate::template batch_type<sample_type>;
@@ -165,7 +186,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     capacity_ = max_depth_ + opt_.max_workers;
     slots_ = std::make_unique<slot_type[]>(capacity_);
     for (std::size_t i = 0; i < capacity_; ++i) slots_[i].stage_state = &slots_[i].states;
-    counters_ = std::make_unique<worker_counters<n_stages>[]>(opt_.max_workers);
+    counters_ = std::make_unique<worker_counters<n_last>[]>(opt_.max_workers);
     // Each worker's sample lists, reserved here so no allocation waits for a thread to start.
     scratch_ = std::make_unique<scratch_type[]>(opt_.max_workers);
     for (std::size_t w = 0; w < opt_.max_workers; ++w) {
@@ -217,6 +238,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         --live_;
       }
     }
+    close_epoch_record_locked();  // the workers are idle: the last run's counters are final
     if constexpr (preparing_sampler<typename SampleChain::sampler_type>) chain_.chain.sampler_.prepare(epoch);
     const std::uint64_t n = chain_.chain.sampler_.size(epoch);
     if (start > n) throw usage_error("sluice: resume position " + std::to_string(start) +
@@ -232,6 +254,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     delivered_ = 0;
     clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
     ++epochs_;
+    current_begin_ = snapshot_locked();
+    current_begin_.epoch = epoch;
+    have_current_ = true;
+    epoch_end_ns_ = 0;
     active_ = true;
     if (threads_.empty()) {
       threads_.reserve(opt_.max_workers);
@@ -244,6 +270,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   void end_epoch() {
     std::lock_guard lk(m_);
     if (!active_) return;
+    epoch_end_ns_ = now_ns();
     generation_.fetch_add(1, std::memory_order_relaxed);
     active_ = false;
     for (std::size_t i = 0; i < capacity_; ++i) {
@@ -272,6 +299,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::uint64_t k = 0;
     for (;;) {
       if (!active_ || delivered_ >= num_batches_) {
+        if (active_ || epoch_end_ns_ == 0) epoch_end_ns_ = now_ns();
         active_ = false;
         return {};
       }
@@ -436,14 +464,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       std::lock_guard sk(skip_m_);
       s.skip_causes = skip_causes_;
     }
-    s.stages.resize(n_stages + 1);
-    for (std::size_t i = 0; i < n_stages; ++i) s.stages[i].name = SampleChain::stage_names[i];
-    s.stages[n_stages].name = "collate";
+    s.stages.resize(n_last + 1);
+    for (std::size_t i = 0; i <= n_last; ++i) s.stages[i].name = all_stage_names[i];
     for (std::size_t w = 0; w < opt_.max_workers; ++w) {
       const auto& c = counters_[w];
       s.worker_busy_ns += c.busy_ns.get();
       s.worker_wait_ns += c.wait_ns.get();
-      for (std::size_t i = 0; i <= n_stages; ++i) {
+      for (std::size_t i = 0; i <= n_last; ++i) {
         s.stages[i].busy_ns += c.stage_ns[i].get();
         s.stages[i].calls += c.stage_calls[i].get();
       }
@@ -480,16 +507,103 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     return s;
   }
 
+  // The most recent run of epoch `e` among the last epoch_stats_kept runs (the running one
+  // included, with its figures so far), or nothing if it is not among them.
+  [[nodiscard]] std::optional<epoch_stats> stats_of_epoch(std::uint64_t e) const {
+    std::lock_guard lk(m_);
+    if (have_current_ && current_begin_.epoch == e) return current_epoch_locked();
+    for (std::size_t i = 0; i < history_count_; ++i) {
+      const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
+      if (r.begin.epoch == e) return epoch_difference(r.begin, r.end, r.complete, all_stage_names);
+    }
+    return std::nullopt;
+  }
+  // The last epoch_stats_kept runs, oldest first, the running (or last) one at the end.
+  [[nodiscard]] std::vector<epoch_stats> recent_epochs() const {
+    std::vector<epoch_stats> out;
+    std::lock_guard lk(m_);
+    for (std::size_t i = history_count_; i-- > 0;) {
+      const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
+      out.push_back(epoch_difference(r.begin, r.end, r.complete, all_stage_names));
+    }
+    if (have_current_) out.push_back(current_epoch_locked());
+    return out;
+  }
+
   [[nodiscard]] batch_chain<SampleChain, Collate, BatchStages...>& chain() noexcept { return chain_; }
   [[nodiscard]] Depth& depth_policy() noexcept { return depth_policy_; }
 
  private:
+  // The cumulative counters now (under m_). Worker counters are final when no worker fills.
+  counter_snapshot<n_last> snapshot_locked() const noexcept {
+    counter_snapshot<n_last> c;
+    c.epoch = epoch_;
+    c.t_ns = now_ns();
+    c.batches = delivered_total_;
+    c.samples = samples_total_;
+    c.skipped = skipped_total_;
+    c.consumer_wait_ns = clock_.wait_ns();
+    c.consumer_busy_ns = clock_.busy_ns();
+    c.warmup_wait_ns = clock_.warmup_wait_ns();
+    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+      const auto& k = counters_[w];
+      c.worker_busy_ns += k.busy_ns.get();
+      c.worker_wait_ns += k.wait_ns.get();
+      for (std::size_t i = 0; i <= n_last; ++i) {
+        c.stage_ns[i] += k.stage_ns[i].get();
+        c.stage_calls[i] += k.stage_calls[i].get();
+      }
+    }
+    return c;
+  }
+  // The running (or last, not yet closed) epoch: from its start to now, or to its end.
+  epoch_stats current_epoch_locked() const {
+    auto now = snapshot_locked();
+    if (epoch_end_ns_ != 0) now.t_ns = epoch_end_ns_;
+    const bool complete = !active_ && delivered_ >= num_batches_ && epoch_end_ns_ != 0;
+    return epoch_difference(current_begin_, now, complete, all_stage_names);
+  }
+  // Files the last run into the history ring (called when the next run starts, workers idle).
+  void close_epoch_record_locked() noexcept {
+    if (!have_current_) return;
+    auto& r = history_[history_next_];
+    r.begin = current_begin_;
+    r.end = snapshot_locked();
+    if (epoch_end_ns_ != 0) r.end.t_ns = epoch_end_ns_;
+    r.complete = delivered_ >= num_batches_;
+    history_next_ = (history_next_ + 1) % closed_kept;
+    history_count_ = std::min(history_count_ + 1, closed_kept);
+    have_current_ = false;
+  }
+
   template <class F>
   void for_each_stage(F&& f, slot_type& s) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states)), ...);
     }(std::index_sequence_for<BatchStages...>{});
   }
+  // The same, with each batch stage's index (a std::integral_constant) as a third argument.
+  template <class F>
+  void for_each_stage_indexed(F&& f, slot_type& s) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states), std::integral_constant<std::size_t, I>{}), ...);
+    }(std::index_sequence_for<BatchStages...>{});
+  }
+  // Adds a batch-stage hook's time to its counter when stage timing is on (two clock reads a
+  // batch), on every way out of the hook.
+  class stage_clock {
+   public:
+    stage_clock(bool on, owned_counter& c) noexcept : c_(on ? &c : nullptr), t0_(on ? now_ns() : 0) {}
+    stage_clock(const stage_clock&) = delete;
+    stage_clock& operator=(const stage_clock&) = delete;
+    ~stage_clock() {
+      if (c_ != nullptr) c_->add(now_ns() - t0_);
+    }
+
+   private:
+    owned_counter* c_;
+    std::uint64_t t0_;
+  };
 
   std::uint64_t clock_pending_busy(std::uint64_t t_request) const noexcept {
     return last_receive_ns_ != 0 && t_request > last_receive_ns_ ? t_request - last_receive_ns_ : 0;
@@ -555,10 +669,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
       const std::uint64_t t0 = now_ns();
       bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
-      counters_[w].busy_ns.add(now_ns() - t0);
       if (ok && !s.error && s.count != 0) {
-        for_each_stage([&](auto& st, auto& state) {
+        for_each_stage_indexed([&](auto& st, auto& state, auto index) {
+          counters_[w].stage_calls[n_stages + 1 + index].add(1);
           if constexpr (requires { st.on_filled(s, state); }) {
+            const stage_clock timed(opt_.stage_timing, counters_[w].stage_ns[n_stages + 1 + index]);
             try {
               st.on_filled(s, state);
             } catch (...) {
@@ -571,6 +686,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           }
         }, s);
       }
+      counters_[w].busy_ns.add(now_ns() - t0);
 
       lk.lock();
       --filling_;
@@ -673,7 +789,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
         id = sampler.at(epoch, pos);
         sample_context ctx{opt_.seed, epoch, id, pos};
-        if ((sample_counter++ % stage_timing_stride) == 0) {
+        if (opt_.stage_timing && (sample_counter++ % stage_timing_stride) == 0) {
           ws.samples.push_back(chain_.chain.template apply<true>(id, ctx, local_stage_ns));
         } else {
           ws.samples.push_back(chain_.chain.apply(id, ctx));
@@ -710,9 +826,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::string_view failing = Collate::name;
     if (!s.error) {
       try {
-        for_each_stage([&](auto& st, auto& state) {
+        for_each_stage_indexed([&](auto& st, auto& state, auto index) {
           if constexpr (requires { st.before_fill(s, state); }) {
             failing = std::decay_t<decltype(st)>::name;
+            const stage_clock timed(opt_.stage_timing, ctr.stage_ns[n_stages + 1 + index]);
             st.before_fill(s, state);
           }
         }, s);
@@ -722,7 +839,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     // 3. Plan the batch's tensors, grow the storage if needed, write every sample once. A sample
     // that fails to write (a decoder) is dropped under on_error::skip and the batch re-planned.
-    const std::uint64_t t_collate = now_ns();
+    const bool timed = opt_.stage_timing;
+    const std::uint64_t t_collate = timed ? now_ns() : 0;
     detail::t_deferred_time = {};
     bool recheck = false;
     if (ws.samples.empty()) s.layout.clear();  // every sample skipped: nothing to plan or write
@@ -773,8 +891,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         record_error(s, failing, id);
       }
     }
-    std::uint64_t collate_ns = now_ns() - t_collate;  // the whole batch, not sampled
-    if (const auto deferred = std::exchange(detail::t_deferred_time, {}); deferred.ns != 0) {
+    std::uint64_t collate_ns = timed ? now_ns() - t_collate : 0;  // the whole batch, not sampled
+    if (const auto deferred = std::exchange(detail::t_deferred_time, {}); timed && deferred.ns != 0) {
       // A deferred stage's work (decode writing itself into the batch) is that stage's time.
       for (std::size_t i = 0; i < n_stages; ++i) {
         if (SampleChain::stage_names[i] != deferred.stage) continue;
@@ -859,7 +977,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   loader_options opt_;
   std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
   std::unique_ptr<slot_type[]> slots_;
-  std::unique_ptr<worker_counters<n_stages>[]> counters_;
+  std::unique_ptr<worker_counters<n_last>[]> counters_;
   std::unique_ptr<scratch_type[]> scratch_;  // one per worker thread, touched only by it
   std::vector<std::thread> threads_;
 
@@ -874,6 +992,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
+  // Per-epoch figures (epoch_stats): the running run's start, the closed runs in a fixed ring.
+  counter_snapshot<n_last> current_begin_{};
+  bool have_current_ = false;
+  std::uint64_t epoch_end_ns_ = 0;  // when the running run ended (0: not yet)
+  static constexpr std::size_t closed_kept = epoch_stats_kept - 1;  // + the running run
+  epoch_record<n_last> history_[closed_kept]{};
+  std::size_t history_next_ = 0, history_count_ = 0;
   std::exception_ptr release_error_;  // from an on_release hook, rethrown by the next next()
   static constexpr std::size_t max_skip_causes = 16;
   mutable std::mutex skip_m_;  // only on the skip path
@@ -922,6 +1047,15 @@ class loader {
     return ring_->state(epoch, position);
   }
   [[nodiscard]] pipeline_stats stats() const { return ring_->stats(); }
+  // One epoch's figures: per-stage busy time, consumer wait and stall fraction, worker busy and
+  // wait, samples, batches (core/stats.hpp). The most recent run of epoch `e` among the last
+  // epoch_stats_kept (16) runs, the running one included (figures so far, complete == false);
+  // nothing for an epoch older than that. bottleneck(*loader.epoch_stats(e)) names its limit.
+  [[nodiscard]] std::optional<sluice::epoch_stats> epoch_stats(std::uint64_t e) const {
+    return ring_->stats_of_epoch(e);
+  }
+  // The last epoch_stats_kept runs, oldest first (for a report).
+  [[nodiscard]] std::vector<sluice::epoch_stats> recent_epochs() const { return ring_->recent_epochs(); }
   // The batches a whole epoch `e` yields (what len() of a Python loader says).
   [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const { return ring_->batches_for(e); }
   void set_workers(std::size_t n) { ring_->set_workers(n); }

@@ -6,7 +6,20 @@
 //
 // Per-stage busy time is sampled: every `stage_timing_stride`-th sample of a worker is timed stage
 // by stage and the result scaled by the stride, which keeps clock reads far below 1 % of the work
-// while the totals stay unbiased (the sampled samples are evenly spread).
+// while the totals stay unbiased (the sampled samples are evenly spread). Collate is timed per
+// batch; a batch stage (pin, to_device) per batch, for the work its hooks do on the worker
+// (before_fill, on_filled: the host copy of to_device's host backend, the issue of an async copy
+// with CUDA, not the copy itself). The sampled timing can
+// be switched off (loader_options::stage_timing = false; bench/core/bench_attribution.cpp measures
+// what it costs): every per-stage busy time then stays 0 and bottleneck() names nothing. On, the
+// cost is two clock reads per stage for one sample in 16, two per batch for collate, and two per
+// sample inside a deferred decode (core/stats.hpp's deferred_scope; a JPEG decode takes far longer).
+//
+// Per epoch: at each epoch's start (the workers idle) the loader snapshots its cumulative
+// counters; `loader.epoch_stats(e)` is the difference between two snapshots (or between the
+// start and now, for the epoch that runs), kept for the last `epoch_stats_kept` epoch runs in a
+// fixed ring inside the loader (no allocation). `bottleneck(stats)` names the stage with the
+// largest share of worker busy time.
 //
 // Vocabulary (every time is in nanoseconds, names carry their unit):
 //   consumer_wait_ns    time the trainer spent inside next() waiting for a batch
@@ -22,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -36,11 +50,12 @@
 namespace sluice {
 
 inline constexpr std::size_t stage_timing_stride = 16;
+inline constexpr std::size_t epoch_stats_kept = 16;  // epoch runs loader.epoch_stats() remembers
 
 struct stage_stats {
   std::string_view name;
   std::uint64_t busy_ns = 0;  // estimated from sampled timings
-  std::uint64_t calls = 0;    // exact
+  std::uint64_t calls = 0;    // exact: samples (per-sample stages, collate), batches (batch stages)
 };
 
 // A cache stage's counters as the pipeline reports them (stage/cache.hpp fills them from its tier).
@@ -70,7 +85,8 @@ struct pipeline_stats {
   std::uint64_t wait_max_ns = 0;
   std::uint64_t worker_busy_ns = 0;
   std::uint64_t worker_wait_ns = 0;
-  std::vector<stage_stats> stages;      // per-sample stages in order, then "collate"
+  std::vector<stage_stats> stages;      // per-sample stages in order, then "collate", then the batch
+                                        // stages (pin, to_device): their worker-side hooks per batch
   std::vector<cache_stage_stats> caches;  // one per cache stage, in pipeline order
   std::size_t depth = 0;                // current prefetch depth
   std::size_t workers = 0;              // active workers
@@ -85,6 +101,56 @@ struct pipeline_stats {
     return t > 0 ? static_cast<double>(samples) * 1e9 / t : 0.0;
   }
 };
+
+// One epoch run's share of the counters above (loader.epoch_stats(e)). Times in ns; a run that
+// was resumed or cut short counts what it did. `complete` is false while the epoch still runs
+// (the figures are those so far) and for a run the trainer left early.
+struct epoch_stats {
+  std::uint64_t epoch = 0;
+  bool complete = false;
+  std::uint64_t wall_ns = 0;             // from the epoch's start to its end (or now)
+  std::uint64_t batches = 0;             // delivered to the consumer
+  std::uint64_t samples = 0;
+  std::uint64_t skipped = 0;
+  std::uint64_t consumer_wait_ns = 0;    // after the first batch
+  std::uint64_t consumer_busy_ns = 0;
+  std::uint64_t warmup_wait_ns = 0;      // wait for the first batch
+  double stall_fraction = 0.0;           // wait / (wait + busy), warm-up apart
+  std::uint64_t worker_busy_ns = 0;
+  std::uint64_t worker_wait_ns = 0;
+  std::vector<stage_stats> stages;       // as pipeline_stats::stages
+};
+
+// The stage that limits the workers: the largest share of worker busy time. Two stages may share
+// a name (two maps): `index` is its place in `stages`. `share` is busy_ns over the larger of the
+// stages' sum and the workers' busy time (so it never exceeds 1 although stage times are sampled
+// estimates). An empty `stage` means nothing was measured.
+struct bottleneck_stage {
+  std::string_view stage;
+  std::size_t index = 0;
+  double share = 0.0;
+  std::uint64_t busy_ns = 0;
+};
+
+[[nodiscard]] inline bottleneck_stage bottleneck(const std::vector<stage_stats>& stages,
+                                                 std::uint64_t worker_busy_ns) noexcept {
+  bottleneck_stage b;
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    sum += stages[i].busy_ns;
+    if (stages[i].busy_ns > b.busy_ns) b = {stages[i].name, i, 0.0, stages[i].busy_ns};
+  }
+  const std::uint64_t den = std::max(sum, worker_busy_ns);
+  if (b.busy_ns == 0 || den == 0) return {};
+  b.share = static_cast<double>(b.busy_ns) / static_cast<double>(den);
+  return b;
+}
+[[nodiscard]] inline bottleneck_stage bottleneck(const epoch_stats& e) noexcept {
+  return bottleneck(e.stages, e.worker_busy_ns);
+}
+[[nodiscard]] inline bottleneck_stage bottleneck(const pipeline_stats& s) noexcept {
+  return bottleneck(s.stages, s.worker_busy_ns);
+}
 
 namespace detail {
 
@@ -132,7 +198,7 @@ class owned_counter {
 template <std::size_t Stages>
 struct alignas(cache_line) worker_counters {
   owned_counter busy_ns, wait_ns, samples, skipped;
-  owned_counter stage_ns[Stages + 1];     // + collate
+  owned_counter stage_ns[Stages + 1];     // indices 0..Stages: see the loader's all_stage_names
   owned_counter stage_calls[Stages + 1];
 };
 
@@ -191,6 +257,7 @@ class consumer_clock {
   }
   [[nodiscard]] std::uint64_t wait_ns() const noexcept { return wait_ns_; }
   [[nodiscard]] std::uint64_t busy_ns() const noexcept { return busy_ns_; }
+  [[nodiscard]] std::uint64_t warmup_wait_ns() const noexcept { return warmup_wait_ns_; }
 
  private:
   std::vector<std::uint64_t> waits_;  // this epoch's per-batch waits
@@ -200,6 +267,49 @@ class consumer_clock {
   std::uint64_t steps_ = 0;
   double mean_ = 0, m2_ = 0;
 };
+
+// The loader's cumulative counters at one moment: an epoch's figures are the difference of two.
+template <std::size_t Stages>
+struct counter_snapshot {
+  std::uint64_t epoch = 0, t_ns = 0;
+  std::uint64_t batches = 0, samples = 0, skipped = 0;
+  std::uint64_t consumer_wait_ns = 0, consumer_busy_ns = 0, warmup_wait_ns = 0;
+  std::uint64_t worker_busy_ns = 0, worker_wait_ns = 0;
+  std::uint64_t stage_ns[Stages + 1] = {}, stage_calls[Stages + 1] = {};
+};
+
+// One closed epoch run: where it started and where it ended.
+template <std::size_t Stages>
+struct epoch_record {
+  counter_snapshot<Stages> begin, end;
+  bool complete = false;
+};
+
+template <std::size_t Stages>
+epoch_stats epoch_difference(const counter_snapshot<Stages>& a, const counter_snapshot<Stages>& b,
+                             bool complete, const std::array<std::string_view, Stages + 1>& names) {
+  epoch_stats e;
+  e.epoch = a.epoch;
+  e.complete = complete;
+  e.wall_ns = b.t_ns - a.t_ns;
+  e.batches = b.batches - a.batches;
+  e.samples = b.samples - a.samples;
+  e.skipped = b.skipped - a.skipped;
+  e.consumer_wait_ns = b.consumer_wait_ns - a.consumer_wait_ns;
+  e.consumer_busy_ns = b.consumer_busy_ns - a.consumer_busy_ns;
+  e.warmup_wait_ns = b.warmup_wait_ns - a.warmup_wait_ns;
+  const double total = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns);
+  e.stall_fraction = total > 0 ? static_cast<double>(e.consumer_wait_ns) / total : 0.0;
+  e.worker_busy_ns = b.worker_busy_ns - a.worker_busy_ns;
+  e.worker_wait_ns = b.worker_wait_ns - a.worker_wait_ns;
+  e.stages.resize(Stages + 1);
+  for (std::size_t i = 0; i <= Stages; ++i) {
+    e.stages[i].name = names[i];
+    e.stages[i].busy_ns = b.stage_ns[i] - a.stage_ns[i];
+    e.stages[i].calls = b.stage_calls[i] - a.stage_calls[i];
+  }
+  return e;
+}
 
 }  // namespace detail
 }  // namespace sluice

@@ -13,14 +13,20 @@
 //                   u < 60 % -> depth 3 (absorb the loader's jitter), otherwise depth 2.
 // R3 balance-or-workers
 //                   If the validation loss has flattened (|d loss / d epoch| < 0.001, least-squares
-//                   slope over the last three epochs) and the class distribution across batches is
-//                   skewed (class_std > 1.5 samples per batch, see class_balance.hpp), recommend
-//                   class-balanced sampling: more epochs of the same feed will not move the tail.
+//                   slope over the last three epochs: it needs three epochs with a validation loss,
+//                   two are not a trend) and the class distribution across batches is skewed
+//                   (class_std > 1.5 samples per batch, see class_balance.hpp), recommend
+//                   class-balanced sampling with per-sample weights 1/log(1+n) for a class of n
+//                   samples (sample::inverse_log, the seed's rule for a long tail: rare classes up,
+//                   softly), naming the alternatives sample/class_weights.hpp knows
+//                   (inverse_frequency 1/n, effective_number (1-b^n)/(1-b), power n^(q-1) and its
+//                   schedule): more epochs of the same feed will not move the tail.
 //                   Otherwise, if u is outside 85-92 %, recommend the worker count that brings it in:
 //                   starved (u < 85 %): the loader delivers one batch per step time T with w workers,
 //                   so w' = ceil(w * u_target / u) with u_target = 88.5 %; over-fed (u > 92 %) and
 //                   the workers' busy fraction b known: w' = max(1, ceil(w * b / 0.885)) still keeps
-//                   up, the rest are spare cores.
+//                   up, the rest are spare cores. Never a setting below 1: with one worker there is
+//                   nothing fewer to suggest, and the rule says nothing.
 // R4a memory-growth RSS grows across epochs (least-squares slope > 2 % of the first epoch's RSS per
 //                   epoch over >= 3 epochs, and more than 8 MiB in total): a leak or an unbounded
 //                   cache.
@@ -30,6 +36,13 @@
 // R4c drift         The data-side mean of a channel moved more than 0.1 standard deviations between
 //                   windows (epochs): BatchNorm running statistics learnt before the shift are stale —
 //                   recompute them or keep the sampler fixed.
+// R5 limiting-stage When the loader stalls the trainer (w >= 15 %, as R1) and the epoch's per-stage
+//                   attribution is known (loader.epoch_stats(e), bottleneck() in core/stats.hpp):
+//                   name the stage with the largest share of worker busy time and what lowers it,
+//                   e.g. "decode is 83 % of worker time: add workers, lower the decode size, or move
+//                   decode to the GPU". Value: the share (0..1).
+//
+// `observe(epoch_stats, workers)` fills an observation's loader fields from one epoch's stats.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +59,7 @@
 #include <vector>
 
 #include "sluice/core/error.hpp"
+#include "sluice/core/stats.hpp"
 #include "sluice/io/regular_file.hpp"
 
 namespace sluice::diag {
@@ -66,6 +80,8 @@ struct epoch_observation {
   double minor_faults = unmeasured;            // during this epoch
   double major_faults = unmeasured;            // during this epoch
   double drift_shift_sigma = unmeasured;       // drift_window::max_shift_vs_previous_sigma
+  std::string bottleneck_stage;                // bottleneck(epoch_stats).stage; empty: unmeasured
+  double bottleneck_share = unmeasured;        // its share of worker busy time, 0..1
 
   [[nodiscard]] double consumer_utilisation() const noexcept {
     if (!std::isnan(utilisation)) return utilisation;
@@ -100,13 +116,14 @@ inline std::string num(double x, const char* f = "%.3g") {
 inline std::string pct(double x) { return num(100 * x, "%.1f") + " %"; }
 
 // Least-squares slope of y over x (epochs), last `k` points with a value.
+// Fewer than `min_points` such points: unmeasured.
 inline double slope_last(std::span<const epoch_observation> h, double epoch_observation::*field,
-                         std::size_t k) {
+                         std::size_t k, std::size_t min_points = 2) {
   std::vector<std::pair<double, double>> pts;
   for (auto it = h.rbegin(); it != h.rend() && pts.size() < k; ++it) {
     if (!std::isnan((*it).*field)) pts.emplace_back(static_cast<double>(it->epoch), (*it).*field);
   }
-  if (pts.size() < 2) return unmeasured;
+  if (pts.size() < std::max<std::size_t>(min_points, 2)) return unmeasured;
   double sx = 0, sy = 0, sxx = 0, sxy = 0, n = static_cast<double>(pts.size());
   for (auto [x, y] : pts) { sx += x; sy += y; sxx += x * x; sxy += x * y; }
   const double den = n * sxx - sx * sx;
@@ -168,7 +185,7 @@ inline std::optional<recommendation> rule_balance_or_workers(std::span<const epo
                                                              const advisor_thresholds& t = {}) {
   if (h.empty()) return std::nullopt;
   const auto& o = h.back();
-  const double slope = detail::slope_last(h, &epoch_observation::validation_loss, 3);
+  const double slope = detail::slope_last(h, &epoch_observation::validation_loss, 3, 3);
   if (!std::isnan(slope) && std::abs(slope) < t.flat_loss_slope && !std::isnan(o.class_std) &&
       o.class_std > t.class_std_skewed) {
     return recommendation{"R3 balance-or-workers", severity::suggestion,
@@ -176,7 +193,11 @@ inline std::optional<recommendation> rule_balance_or_workers(std::span<const epo
                               " per epoch, |.| < " + detail::num(t.flat_loss_slope) +
                               ") while batches are skewed (class std " + detail::num(o.class_std) +
                               " samples per batch > " + detail::num(t.class_std_skewed) +
-                              "): use class-balanced sampling; more epochs of this feed will not lift the rare classes",
+                              "): use class-balanced sampling, weighting each sample of a class of n by "
+                              "1/log(1+n) (sample::inverse_log, the rule for a long tail: rare classes up, softly); "
+                              "the alternatives are inverse_frequency 1/n (every class equal), "
+                              "effective_number (1-b^n)/(1-b) (between the two) and power n^(q-1) or its "
+                              "schedule (instance- to class-balanced); more epochs of this feed will not lift the rare classes",
                           unmeasured};
   }
   const double u = o.consumer_utilisation();
@@ -191,6 +212,7 @@ inline std::optional<recommendation> rule_balance_or_workers(std::span<const epo
                           w};
   }
   if (u > t.util_high) {
+    if (o.workers < 2) return std::nullopt;  // one worker: nothing fewer to suggest
     if (std::isnan(o.worker_busy_fraction)) {
       return recommendation{"R3 balance-or-workers", severity::info,
                             "consumer utilisation " + detail::pct(u) + " is above " + detail::pct(t.util_high) +
@@ -265,6 +287,49 @@ inline std::optional<recommendation> rule_drift(const epoch_observation& o, cons
                         o.drift_shift_sigma};
 }
 
+// R5
+inline std::string limiting_stage_remedy(std::string_view stage) {
+  if (stage.rfind("decode", 0) == 0) return "add workers, lower the decode size, or move decode to the GPU";
+  if (stage == "read")
+    return "add workers (more reads in flight), put a cache tier in front of it, or move the data to faster storage";
+  if (stage == "cache") return "the cache itself is slow: check its hit rate and size, or take it out";
+  if (stage == "collate")
+    return "collate is the gather into the batch, bound by memory bandwidth: add workers, or collate a narrower "
+           "dtype (u8 instead of f32) and normalise on the GPU";
+  return "add workers, make " + std::string(stage) + " cheaper, or move it to the GPU";
+}
+
+inline std::optional<recommendation> rule_limiting_stage(const epoch_observation& o,
+                                                         const advisor_thresholds& t = {}) {
+  if (std::isnan(o.wait_fraction) || o.wait_fraction < t.stall_matters || o.bottleneck_stage.empty() ||
+      std::isnan(o.bottleneck_share)) {
+    return std::nullopt;
+  }
+  return recommendation{"R5 limiting-stage", severity::warning,
+                        o.bottleneck_stage + " is " + detail::pct(o.bottleneck_share) +
+                            " of worker time while the consumer waits " + detail::pct(o.wait_fraction) +
+                            " of its step: " + limiting_stage_remedy(o.bottleneck_stage),
+                        o.bottleneck_share};
+}
+
+// An observation's loader fields from one epoch's stats (loader.epoch_stats(e)): step time, wait
+// fraction, workers and their busy fraction, the bottleneck stage. `workers`: the active count.
+inline epoch_observation observe(const epoch_stats& e, std::size_t workers) {
+  epoch_observation o;
+  o.epoch = e.epoch;
+  const std::uint64_t steps = e.batches > 1 ? e.batches - 1 : 0;  // the first batch is warm-up
+  if (steps > 0) o.step_time_s = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns) / static_cast<double>(steps) / 1e9;
+  if (e.consumer_wait_ns + e.consumer_busy_ns > 0) o.wait_fraction = e.stall_fraction;
+  o.workers = static_cast<double>(workers);
+  if (workers > 0 && e.wall_ns > 0)
+    o.worker_busy_fraction = static_cast<double>(e.worker_busy_ns) / (static_cast<double>(workers) * static_cast<double>(e.wall_ns));
+  if (const auto b = bottleneck(e); !b.stage.empty()) {
+    o.bottleneck_stage = std::string(b.stage);
+    o.bottleneck_share = b.share;
+  }
+  return o;
+}
+
 // All rules on the latest epoch of `history`.
 inline std::vector<recommendation> advise(std::span<const epoch_observation> history,
                                           const advisor_thresholds& t = {}) {
@@ -277,6 +342,7 @@ inline std::vector<recommendation> advise(std::span<const epoch_observation> his
   add(rule_memory_growth(history, t));
   add(rule_page_faults(history, t));
   add(rule_drift(history.back(), t));
+  add(rule_limiting_stage(history.back(), t));
   return out;
 }
 
@@ -284,7 +350,8 @@ inline std::vector<recommendation> advise(std::span<const epoch_observation> his
 // this; the advisor's tests replay it.
 inline constexpr const char* epoch_csv_header =
     "epoch,step_time_s,wait_fraction,utilisation,validation_loss,class_std,workers,prefetch_depth,"
-    "worker_busy_fraction,rss_bytes,minor_faults,major_faults,drift_shift_sigma";
+    "worker_busy_fraction,rss_bytes,minor_faults,major_faults,drift_shift_sigma,bottleneck_stage,"
+    "bottleneck_share";
 
 inline std::string to_csv_row(const epoch_observation& o) {
   std::string s = std::to_string(o.epoch);
@@ -294,6 +361,10 @@ inline std::string to_csv_row(const epoch_observation& o) {
     s += ',';
     if (!std::isnan(v)) s += detail::num(v, "%.9g");
   }
+  s += ',';
+  for (char c : o.bottleneck_stage) s += c == ',' || c == '\n' ? '_' : c;  // a stage name has neither
+  s += ',';
+  if (!std::isnan(o.bottleneck_share)) s += detail::num(o.bottleneck_share, "%.9g");
   return s;
 }
 
@@ -311,8 +382,8 @@ inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
     std::string cell;
     while (std::getline(ss, cell, ',')) cells.push_back(cell);
     if (!line.empty() && line.back() == ',') cells.emplace_back();
-    if (cells.size() != 13) {
-      throw format_error(path, {.record = lineno}, "expected 13 comma-separated fields, found " +
+    if (cells.size() != 13 && cells.size() != 15) {  // 13: recorded before the bottleneck columns
+      throw format_error(path, {.record = lineno}, "expected 15 (or 13) comma-separated fields, found " +
                                                        std::to_string(cells.size()));
     }
     auto val = [&](std::size_t i) {
@@ -331,6 +402,10 @@ inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
         &epoch_observation::rss_bytes, &epoch_observation::minor_faults,
         &epoch_observation::major_faults, &epoch_observation::drift_shift_sigma};
     for (std::size_t i = 0; i < 12; ++i) o.*fields[i] = val(i + 1);
+    if (cells.size() == 15) {
+      o.bottleneck_stage = cells[13];
+      o.bottleneck_share = val(14);
+    }
     out.push_back(o);
   }
   return out;

@@ -11,12 +11,22 @@
 //   w.end_object();
 //   sluice::diag::write_text_file("report.json", w.str());
 //
+// Per epoch (loader.epoch_stats(e), loader.recent_epochs()): each epoch's stall fraction, worker
+// busy and wait, samples, batches, per-stage busy time with its share of worker time, and the
+// bottleneck stage (core/stats.hpp's bottleneck()); the cumulative stats carry their bottleneck too:
+//
+//   w.key("epochs"); sluice::diag::to_json(w, std::span(loader.recent_epochs()));
+//
 // Times are written in the units their names carry (…_ns); derived fractions are 0..1.
 // `record_pipeline_counters` puts the loader's live gauges (ready batches = queue depth, bytes in
-// flight, stall fraction so far) on a Chrome trace as "ph":"C" counters.
+// flight, stall fraction so far) on a Chrome trace as "ph":"C" counters; `record_epoch_counters`
+// puts an epoch's per-stage shares of worker time and its stall fraction there at the epoch's end.
 #pragma once
 
+#include <algorithm>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "sluice/core/stats.hpp"
 #include "sluice/diag/advisor.hpp"
@@ -28,6 +38,16 @@
 #include "sluice/diag/trace.hpp"
 
 namespace sluice::diag {
+
+// {"stage", "index", "share", "busy_ns"}, or null when nothing was timed.
+inline void to_json(json_writer& w, const bottleneck_stage& b) {
+  if (b.stage.empty()) {
+    w.null();
+    return;
+  }
+  w.begin_object().field("stage", b.stage).field("index", b.index).field("share", b.share)
+      .field("busy_ns", b.busy_ns).end_object();
+}
 
 inline void to_json(json_writer& w, const pipeline_stats& s) {
   w.begin_object()
@@ -44,6 +64,8 @@ inline void to_json(json_writer& w, const pipeline_stats& s) {
     w.begin_object().field("name", st.name).field("busy_ns", st.busy_ns).field("calls", st.calls).end_object();
   }
   w.end_array();
+  w.key("bottleneck");
+  to_json(w, bottleneck(s));
   w.key("caches").begin_array();
   for (const auto& c : s.caches) {
     w.begin_object().field("stage", c.stage).field("hits", c.hits).field("misses", c.misses)
@@ -57,6 +79,41 @@ inline void to_json(json_writer& w, const pipeline_stats& s) {
       .field("peak_bytes_in_flight", s.peak_bytes_in_flight)
       .field("peak_batches_in_flight", s.peak_batches_in_flight).field("ready_batches", s.ready_batches)
       .end_object();
+}
+
+namespace detail {
+// A stage's share of the worker time bottleneck() divides by.
+inline double stage_share(const std::vector<stage_stats>& stages, std::uint64_t worker_busy_ns, std::size_t i) {
+  std::uint64_t sum = 0;
+  for (const auto& st : stages) sum += st.busy_ns;
+  const std::uint64_t den = std::max(sum, worker_busy_ns);
+  return den == 0 ? 0.0 : static_cast<double>(stages[i].busy_ns) / static_cast<double>(den);
+}
+}  // namespace detail
+
+inline void to_json(json_writer& w, const epoch_stats& e) {
+  w.begin_object()
+      .field("epoch", e.epoch).field("complete", e.complete).field("wall_ns", e.wall_ns)
+      .field("batches", e.batches).field("samples", e.samples).field("skipped", e.skipped)
+      .field("consumer_wait_ns", e.consumer_wait_ns).field("consumer_busy_ns", e.consumer_busy_ns)
+      .field("warmup_wait_ns", e.warmup_wait_ns).field("stall_fraction", e.stall_fraction)
+      .field("worker_busy_ns", e.worker_busy_ns).field("worker_wait_ns", e.worker_wait_ns);
+  w.key("stages").begin_array();
+  for (std::size_t i = 0; i < e.stages.size(); ++i) {
+    const auto& st = e.stages[i];
+    w.begin_object().field("name", st.name).field("busy_ns", st.busy_ns).field("calls", st.calls)
+        .field("share", detail::stage_share(e.stages, e.worker_busy_ns, i)).end_object();
+  }
+  w.end_array();
+  w.key("bottleneck");
+  to_json(w, bottleneck(e));
+  w.end_object();
+}
+
+inline void to_json(json_writer& w, std::span<const epoch_stats> es) {
+  w.begin_array();
+  for (const auto& e : es) to_json(w, e);
+  w.end_array();
 }
 
 inline void to_json(json_writer& w, const class_balance_summary& s) {
@@ -129,8 +186,11 @@ inline void to_json(json_writer& w, const epoch_observation& o) {
       .field("class_std", o.class_std).field("workers", o.workers).field("prefetch_depth", o.prefetch_depth)
       .field("worker_busy_fraction", o.worker_busy_fraction).field("rss_bytes", o.rss_bytes)
       .field("minor_faults", o.minor_faults).field("major_faults", o.major_faults)
-      .field("drift_shift_sigma", o.drift_shift_sigma)
-      .end_object();
+      .field("drift_shift_sigma", o.drift_shift_sigma);
+  w.key("bottleneck_stage");
+  if (o.bottleneck_stage.empty()) w.null();
+  else w.value(o.bottleneck_stage);
+  w.field("bottleneck_share", o.bottleneck_share).end_object();
 }
 
 // Queue depth, bytes in flight and the stall fraction so far as trace counters, at time `at`.
@@ -139,6 +199,20 @@ inline void record_pipeline_counters(trace_recorder& t, const pipeline_stats& s,
   t.counter("ready_batches", static_cast<double>(s.ready_batches), at);
   t.counter("bytes_in_flight", static_cast<double>(s.bytes_in_flight), at);
   t.counter("stall_fraction", s.stall_fraction, at);
+}
+
+// One epoch's attribution as trace counters at `at` (its end, typically): "worker share: <stage>"
+// for each stage (a name two stages share gets " #<index>"), 0..1, and "epoch stall_fraction".
+inline void record_epoch_counters(trace_recorder& t, const epoch_stats& e,
+                                  trace_recorder::clock::time_point at = trace_recorder::clock::now()) {
+  for (std::size_t i = 0; i < e.stages.size(); ++i) {
+    std::string name = "worker share: " + std::string(e.stages[i].name);
+    std::size_t same = 0;
+    for (const auto& st : e.stages) same += st.name == e.stages[i].name;
+    if (same > 1) name += " #" + std::to_string(i);
+    t.counter(name, detail::stage_share(e.stages, e.worker_busy_ns, i), at);
+  }
+  t.counter("epoch stall_fraction", e.stall_fraction, at);
 }
 
 }  // namespace sluice::diag
