@@ -146,12 +146,23 @@ def test_errors_are_typed_and_carry_the_cxx_text(records, tmp_path):
         sluice.loader("records", path=str(tmp_path / "missing.bin"), record_bytes=RB)
 
 
-def test_stats_is_a_dict(records):
+def test_stats_epoch_stats_and_advice_are_dicts(records):
     ld = make(records)
-    for _ in ld:
-        pass
+    for e in range(3):
+        ld.set_epoch(e)
+        for _ in ld:
+            pass
     s = ld.stats()
-    assert s["samples"] == N and s["batches"] == len(ld)
+    assert s["samples"] == 3 * N and s["batches"] == 3 * len(ld)
+    e1 = ld.epoch_stats(1)
+    assert e1["epoch"] == 1 and e1["complete"] and e1["samples"] == N
+    assert {st["name"] for st in e1["stages"]} >= {"read", "collate"}
+    assert e1["bottleneck"]["stage"] in {st["name"] for st in e1["stages"]}
+    assert ld.epoch_stats(99) is None
+    recs = ld.advise(validation_loss={0: 1.0, 1: 0.9, 2: 0.95})
+    assert isinstance(recs, list)
+    for r in recs:
+        assert set(r) == {"rule", "severity", "message", "value"} and r["message"]
 
 
 CHILD = r"""

@@ -30,7 +30,10 @@
 //                         count as consumed), with the fingerprint resume checks (core/state.hpp);
 //                         load_state_dict(d) makes the next iteration resume from it (a state of
 //                         another pipeline is a sluice.UsageError naming each difference).
-//   stats()               the pipeline's counters as a dict (diag/report.hpp's JSON, parsed).
+//   stats()               the pipeline's counters as a dict (diag/report.hpp's JSON, parsed);
+//                         epoch_stats(e) one epoch's (per stage, stall, bottleneck), or None.
+//   advise(validation_loss={epoch: loss})  the advisor's recommendations on the kept epochs, as
+//                         dicts {rule, severity, message, value}.
 // A sluice.Tensor holds one DLPack export of a batch tensor, so the batch's slot stays out of the
 // ring while a Tensor (or any framework tensor made from it) lives: the slot returns when the last
 // of them dies. It implements __dlpack__ / __dlpack_device__ (torch.from_dlpack, numpy.from_dlpack,
@@ -47,6 +50,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,6 +60,7 @@
 #include "sluice/core/dlpack.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/state.hpp"
+#include "sluice/diag/advisor.hpp"
 #include "sluice/diag/json.hpp"
 #include "sluice/diag/report.hpp"
 
@@ -166,6 +171,7 @@ class loader_handle {
   [[nodiscard]] virtual loader_state state() const = 0;
   [[nodiscard]] virtual pipeline_stats stats() const = 0;
   [[nodiscard]] virtual std::uint64_t batches_for(std::uint64_t epoch) const = 0;
+  [[nodiscard]] virtual std::vector<epoch_stats> recent_epochs() const = 0;
 };
 
 template <class Loader>
@@ -206,6 +212,7 @@ class bound_loader final : public loader_handle {
   [[nodiscard]] loader_state state() const override { return loader_.state(); }
   [[nodiscard]] pipeline_stats stats() const override { return loader_.stats(); }
   [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const override { return loader_.batches_for(e); }
+  [[nodiscard]] std::vector<epoch_stats> recent_epochs() const override { return loader_.recent_epochs(); }
 
  private:
   using range_type = typename Loader::epoch_range;
@@ -267,10 +274,35 @@ inline py::object new_exception(py::module_& m, const char* name, py::tuple base
   return obj;
 }
 
-inline py::dict stats_dict(const pipeline_stats& s) {
+template <class T>
+py::object json_of(const T& s) {
   diag::json_writer w;
   diag::to_json(w, s);
   return py::module_::import("json").attr("loads")(std::move(w).str());
+}
+
+// The advisor on the loader's kept epochs (complete ones, oldest first), with the trainer's
+// validation losses by epoch where it gives them; recommendations as dicts.
+inline py::list advise(const loader_handle& h, const py::dict& validation_loss) {
+  const std::size_t workers = h.stats().workers;
+  std::vector<diag::epoch_observation> history;
+  for (const auto& e : h.recent_epochs()) {
+    if (!e.complete) continue;
+    auto o = diag::observe(e, workers);
+    const py::int_ key(e.epoch);
+    if (validation_loss.contains(key)) o.validation_loss = validation_loss[key].cast<double>();
+    history.push_back(std::move(o));
+  }
+  py::list out;
+  for (const auto& r : diag::advise(history)) {
+    py::dict d;
+    d["rule"] = r.rule;
+    d["severity"] = std::string(diag::to_string(r.level));
+    d["message"] = r.message;
+    d["value"] = std::isnan(r.value) ? py::object(py::none()) : py::object(py::float_(r.value));
+    out.append(std::move(d));
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -386,7 +418,19 @@ inline void register_types(py::module_& m) {
             self.running = false;
           },
           py::arg("state_dict"))
-      .def("stats", [](const py_loader& self) { return detail::stats_dict(self.handle->stats()); })
+      .def("stats", [](const py_loader& self) { return detail::json_of(self.handle->stats()); })
+      .def(
+          "epoch_stats",
+          [](const py_loader& self, std::uint64_t e) -> py::object {
+            for (const auto& s : self.handle->recent_epochs())
+              if (s.epoch == e) return detail::json_of(s);
+            return py::none();
+          },
+          py::arg("epoch"), "One epoch's figures (per stage, stall, bottleneck), or None when no longer kept.")
+      .def(
+          "advise", [](const py_loader& self, const py::dict& v) { return detail::advise(*self.handle, v); },
+          py::arg("validation_loss") = py::dict(),
+          "The advisor's recommendations on the kept epochs: a list of {rule, severity, message, value}.")
       .def("close", [](py_loader& self) {
         py::gil_scoped_release nogil;
         self.handle->end();
