@@ -406,7 +406,7 @@ BENCHMARK(jpeg_pipeline)->ArgNames({"workers"})->Arg(1)->Arg(2)->Arg(4)->Arg(8)-
 // resize of the same window (the same image_transform per image); it runs standalone, before the
 // pipeline, in the same process. The pipeline is the sluice decode stage with W workers; its
 // scaling efficiency is its rate / (W × the baseline's).
-constexpr int n_large = 192;
+constexpr int n_large = 512;  // 16 batches of 32 an epoch: the tail where one worker idles is 1 batch in 16
 const jpeg_set& large_jpegs() {
   static jpeg_set s = [] {
     jpeg_set j;
@@ -486,7 +486,7 @@ void jpeg_rrc_pipeline(benchmark::State& st) {
   const auto& j = large_jpegs();
   sluice::io::tfrecord_reader r(j.path, {.index = sluice::io::saved_index::ignore});
   auto loader = sluice::from(sluice::sample::sequential(r.size())) | sluice::read(r) | sluice::decode(codec_rrc) |
-                sluice::collate({.batch = 64}) | sluice::prefetch(2, {.workers = workers});
+                sluice::collate({.batch = 32}) | sluice::prefetch(2, {.workers = workers});
   double t = 0;
   std::uint64_t samples = 0, epoch = 0;
   for (auto _ : st) {
