@@ -1,0 +1,116 @@
+// The Python module's pipelines (see sluice_module.cpp): the options every source reads, the
+// sampler choice, and one factory per group of sources. The groups live in their own translation
+// units (source_*.cpp) so a build compiles them in parallel: each instantiates one concrete loader
+// type per sampler (and output) it accepts.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <sluice/sluice.hpp>
+
+#include "sluice/python/bind.hpp"
+#include "sluice/sample/alias.hpp"
+#include "sluice/sample/class_balanced.hpp"
+#include "sluice/sample/distributed.hpp"
+#include "sluice/sample/rank.hpp"
+
+namespace sluice_module {
+
+namespace py = pybind11;
+
+struct options {
+  std::string source;
+  std::string path, images, labels, decode;
+  std::size_t record_bytes = 0, header_bytes = 0;
+  std::size_t batch_size = 64;
+  std::string sampler = "shuffle", weights = "inverse_log";
+  std::uint64_t seed = 0;
+  bool distributed = false, drop_last = false;
+  std::size_t workers = 2, prefetch = 2;
+  std::string output = "uint8";
+  std::vector<std::int64_t> shape;
+  std::vector<float> mean, std;
+  std::vector<int> size;
+  bool random_resized_crop = false, flip = false;
+  std::string errors = "raise";
+  std::string layout = "chw";
+  std::string offsets, dtype = "uint16", collate = "pack";
+  std::size_t length = 1024, stride = 0;
+  std::uint64_t vocab = 0;
+  double pad_value = 0;
+  std::vector<double> sample_weights;
+};
+
+[[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
+  throw py::value_error("sluice.loader: " + arg + "=" + got + " is not accepted; use " + accepted);
+}
+
+inline sluice::collate_options collate_of(const options& o) {
+  sluice::collate_options c{.batch = o.batch_size, .drop_last = o.drop_last};
+  if (o.output == "float32") c.output = sluice::dtype::f32;
+  else if (o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  c.mean = o.mean;
+  c.std = o.std;
+  c.shape = o.shape;
+  if (!o.mean.empty()) c.channels = o.mean.size();
+  return c;
+}
+
+inline sluice::loader_options loader_opts(const options& o) {
+  sluice::loader_options l{.workers = o.workers, .seed = o.seed};
+  if (o.errors == "skip") l.errors = sluice::on_error::skip;
+  else if (o.errors != "raise") bad_value("errors", "'" + o.errors + "'", "'raise' or 'skip'");
+  return l;
+}
+
+inline sluice::sample::distributed_options rank_of(const options& o) {
+  if (!o.distributed) return {};
+  return sluice::sample::rank_from_environment().distributed({});
+}
+
+// Calls f(sampler) with the sampler the options name, for a dataset of n samples with `labels`.
+template <class F>
+auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_t>& labels, F&& f) {
+  using namespace sluice::sample;  // samplers and weighting rules
+  const auto r = rank_of(o);
+  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  if (o.sampler == "weighted") {
+    if (o.sample_weights.size() != n)
+      throw py::value_error("sluice.loader: sampler='weighted' needs sample_weights= with one weight per sample (" +
+                            std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
+    return f(distributed{weighted(o.sample_weights, {.seed = o.seed}), r});
+  }
+  if (o.sampler == "class_balanced") {
+    if (labels.empty()) throw py::value_error("sluice.loader: sampler='class_balanced' needs labels");
+    if (o.weights == "inverse_log")
+      return f(distributed{class_balanced<inverse_log>(labels, {}, {.seed = o.seed}), r});
+    if (o.weights == "inverse_frequency")
+      return f(distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = o.seed}), r});
+    bad_value("weights", "'" + o.weights + "'", "'inverse_log' (1/log(1+n)) or 'inverse_frequency' (1/n)");
+  }
+  bad_value("sampler", "'" + o.sampler + "'", "'sequential', 'shuffle', 'weighted' or 'class_balanced'");
+}
+
+// Token data: only order samplers (sequential, shuffle) apply; there are no labels.
+template <class F>
+auto with_order_sampler(const options& o, std::size_t n, F&& f) {
+  using namespace sluice::sample;
+  const auto r = rank_of(o);
+  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  bad_value("sampler", "'" + o.sampler + "'", "'sequential' or 'shuffle' for token data (it has no labels)");
+}
+
+using loader_ptr = std::shared_ptr<sluice::python::py_loader>;
+
+loader_ptr make_records_loader(const options& o);  // idx, records, npy, shard (as stored)
+loader_ptr make_image_loader(const options& o);    // shard + decode="jpeg", wds, tfrecord
+loader_ptr make_token_loader(const options& o);    // tokens, documents
+
+}  // namespace sluice_module
