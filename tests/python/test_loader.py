@@ -375,3 +375,75 @@ def test_weighted_sampler_follows_the_weights(records):
     assert 0.4 < np.mean(ids == 10) < 0.6
     with pytest.raises(ValueError, match="one weight per sample"):
         make(records, sampler="weighted", sample_weights=[1.0, 2.0])
+
+
+def test_npy_rows_and_labels(tmp_path):
+    x = np.arange(10 * 2 * 3, dtype=np.float32).reshape(10, 2, 3)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", np.arange(10, dtype=np.int64) % 3)
+    ld = sluice.loader("npy", path=str(tmp_path / "x.npy"), labels=str(tmp_path / "y.npy"), batch_size=4,
+                       sampler="sequential", workers=1)
+    rows = np.concatenate([np.from_dlpack(b["data"]).copy() for b in ld])
+    assert rows.tobytes() == x.tobytes()                     # each row's bytes, in order
+    labels = np.concatenate([np.from_dlpack(b["label"]).copy() for b in ld])
+    assert labels.tolist() == [i % 3 for i in range(10)]
+
+
+def _crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(data):
+    c = _crc32c(data)
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(num, payload):                                   # a length-delimited protobuf field
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _example(image, label):
+    feature_img = _field(1, _field(1, image))               # Feature.bytes_list{value}
+    feature_lbl = _field(3, _field(1, _varint(label)))      # Feature.int64_list{packed value}
+    entries = _field(1, _field(1, b"image/encoded") + _field(2, feature_img)) + \
+        _field(1, _field(1, b"image/class/label") + _field(2, feature_lbl))
+    return _field(1, entries)                               # Example.features
+
+
+def test_tfrecord_examples_imagenet_convention(tmp_path):
+    import io
+    PIL = pytest.importorskip("PIL.Image")
+    path = tmp_path / "train.tfrecord"
+    with open(path, "wb") as f:
+        for g in range(10):
+            buf = io.BytesIO()
+            PIL.new("RGB", (20, 10), (20 * g,) * 3).save(buf, format="PNG" if g % 2 else "JPEG", quality=95)
+            rec = _example(buf.getvalue(), g % 4)
+            hdr = struct.pack("<Q", len(rec))
+            f.write(hdr + struct.pack("<I", _masked(hdr)) + rec + struct.pack("<I", _masked(rec)))
+    ld = sluice.loader("tfrecord", path=str(path), batch_size=5, size=[8, 8], output="float32", sampler="sequential",
+                       workers=1)
+    got = []
+    for b in ld:
+        x = torch.from_dlpack(b["image"])
+        assert x.shape[1:] == (3, 8, 8)
+        got += list(zip((x.mean(dim=(1, 2, 3)) * 255 / 20).round().long().tolist(),
+                        torch.from_dlpack(b["label"]).tolist()))
+    assert got == [(g, g % 4) for g in range(10)]
+    cb = sluice.loader("tfrecord", path=str(path), batch_size=5, size=[8, 8], sampler="class_balanced", workers=1)
+    assert sum(b["label"].shape[0] for b in cb) == 10

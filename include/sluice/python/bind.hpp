@@ -242,8 +242,11 @@ namespace detail {
 // The error's text with every nested cause, and the most specific sluice kind among them.
 enum class error_kind { other, format, usage, io };
 inline void describe(const std::exception& e, std::string& text, error_kind& kind) {
-  if (!text.empty()) text += ": ";
-  text += e.what();
+  const std::string_view what = e.what();
+  if (text.find(what) == std::string::npos) {  // a stage_error's text already quotes its cause
+    if (!text.empty()) text += ": ";
+    text += what;
+  }
   if (kind == error_kind::other || kind == error_kind::usage) {
     if (dynamic_cast<const format_error*>(&e) != nullptr) kind = error_kind::format;
     else if (dynamic_cast<const io_error*>(&e) != nullptr) kind = error_kind::io;
