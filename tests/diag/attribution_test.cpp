@@ -16,7 +16,7 @@
 using namespace sluice;
 using namespace std::chrono_literals;
 
-TEST_CASE("an injected slow stage is named the bottleneck of (nearly) every epoch; a fast one never") {
+TEST_CASE("an injected slow stage is named the bottleneck of (nearly) every epoch, a fast one never") {
   sluice_test::mem_reader r(64, 16);
   auto loader = from(sample::sequential(64)) | read(r) |
                 map([](record_view v) {  // slow: 1 ms a sample
@@ -77,7 +77,7 @@ TEST_CASE("an injected slow stage is named the bottleneck of (nearly) every epoc
   CHECK(o.bottleneck_share > 0.5);
 }
 
-TEST_CASE("per-epoch figures add up to the cumulative ones; the ring keeps the last runs") {
+TEST_CASE("per-epoch figures add up to the cumulative ones, the ring keeps the last runs") {
   sluice_test::mem_reader r(300, 8);
   auto loader = from(sample::sequential(300)) | read(r) | map([](record_view v) { return v; }) |
                 collate({.batch = 32}) | prefetch(2, {.workers = 2});

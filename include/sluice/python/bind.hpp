@@ -260,21 +260,25 @@ inline void describe(const std::exception& e, std::string& text, error_kind& kin
   }
 }
 
+// The exception types, created once per process and never freed (raw references: a py::object
+// in a static would be released after the interpreter is gone).
 struct exception_types {
-  py::object base, format, usage, io;
+  PyObject* base = nullptr;
+  PyObject* format = nullptr;
+  PyObject* usage = nullptr;
+  PyObject* io = nullptr;
 };
 inline exception_types& exceptions() {
   static exception_types t;
   return t;
 }
 
-inline py::object new_exception(py::module_& m, const char* name, py::tuple bases, const char* doc) {
+inline PyObject* new_exception(py::module_& m, const char* name, py::tuple bases, const char* doc) {
   const std::string full = std::string(py::str(m.attr("__name__"))) + "." + name;
   PyObject* t = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
   if (t == nullptr) throw py::error_already_set();
-  auto obj = py::reinterpret_steal<py::object>(t);
-  m.attr(name) = obj;
-  return obj;
+  m.attr(name) = py::reinterpret_borrow<py::object>(t);  // the module's reference; ours is kept
+  return t;
 }
 
 template <class T>
@@ -313,14 +317,14 @@ inline py::list advise(const loader_handle& h, const py::dict& validation_loss) 
 // Registers sluice.Tensor, sluice.Loader and the exception types in module m (once per module).
 inline void register_types(py::module_& m) {
   auto& ex = detail::exceptions();
-  if (!ex.base) {
+  if (ex.base == nullptr) {
     ex.base = detail::new_exception(m, "Error", py::make_tuple(py::handle(PyExc_RuntimeError)),
                                     "A sluice error; str() is the C++ message with every nested cause.");
-    ex.format = detail::new_exception(m, "FormatError", py::make_tuple(ex.base, py::handle(PyExc_ValueError)),
+    ex.format = detail::new_exception(m, "FormatError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_ValueError)),
                                       "A bad file or record: names the file, the record, the field and the cause.");
-    ex.usage = detail::new_exception(m, "UsageError", py::make_tuple(ex.base, py::handle(PyExc_ValueError)),
+    ex.usage = detail::new_exception(m, "UsageError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_ValueError)),
                                      "A pipeline used or configured wrongly.");
-    ex.io = detail::new_exception(m, "IOError", py::make_tuple(ex.base, py::handle(PyExc_OSError)),
+    ex.io = detail::new_exception(m, "IOError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_OSError)),
                                   "A file that cannot be opened or read.");
     py::register_exception_translator([](std::exception_ptr p) {
       try {
@@ -330,16 +334,22 @@ inline void register_types(py::module_& m) {
         auto kind = detail::error_kind::other;
         detail::describe(e, text, kind);
         auto& x = detail::exceptions();
-        const py::object& type = kind == detail::error_kind::format ? x.format
+        PyObject* type = kind == detail::error_kind::format ? x.format
                                  : kind == detail::error_kind::usage ? x.usage
                                  : kind == detail::error_kind::io    ? x.io
                                                                      : x.base;
-        PyErr_SetString(type.ptr(), text.c_str());
+        PyErr_SetString(type, text.c_str());
       }
     });
+  } else {  // a second module in the same process: the same types, so one except clause catches both
+    m.attr("Error") = py::reinterpret_borrow<py::object>(ex.base);
+    m.attr("FormatError") = py::reinterpret_borrow<py::object>(ex.format);
+    m.attr("UsageError") = py::reinterpret_borrow<py::object>(ex.usage);
+    m.attr("IOError") = py::reinterpret_borrow<py::object>(ex.io);
   }
 
-  py::class_<tensor, std::shared_ptr<tensor>>(m, "Tensor",
+  // module_local: a trainer may import the sluice module and its own module built with this header.
+  py::class_<tensor, std::shared_ptr<tensor>>(m, "Tensor", py::module_local(),
                                               "One tensor of a batch, in the batch's memory (DLPack, no copy).")
       .def("__dlpack__", [](py::object self, py::object /*stream*/) { return detail::make_capsule(std::move(self)); },
            py::arg("stream") = py::none())
@@ -361,7 +371,8 @@ inline void register_types(py::module_& m) {
         return s + "), dtype=" + detail::dtype_name(t.dl().dtype) + ")";
       });
 
-  py::class_<py_loader, std::shared_ptr<py_loader>>(m, "Loader", "A sluice pipeline: iterate it for batches.")
+  py::class_<py_loader, std::shared_ptr<py_loader>>(m, "Loader", py::module_local(),
+                                                    "A sluice pipeline: iterate it for batches.")
       .def("__iter__",
            [](std::shared_ptr<py_loader> self) {
              {
