@@ -447,3 +447,30 @@ def test_tfrecord_examples_imagenet_convention(tmp_path):
     assert got == [(g, g % 4) for g in range(10)]
     cb = sluice.loader("tfrecord", path=str(path), batch_size=5, size=[8, 8], sampler="class_balanced", workers=1)
     assert sum(b["label"].shape[0] for b in cb) == 10
+
+
+def test_two_python_threads_share_one_loader(records):
+    import threading
+    ld = make(records, batch_size=16, prefetch=4)    # 6 slots: each thread holds at most one batch
+    it = iter(ld)
+    seen, errors = [], []
+
+    def pull():
+        try:
+            while True:
+                try:
+                    b = next(it)
+                except StopIteration:
+                    return
+                seen.extend(ids_of(b))
+                del b                               # not held while waiting for the next one
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=pull) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(seen) == list(range(N))      # every record once, whichever thread took it

@@ -53,6 +53,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -224,6 +225,9 @@ class bound_loader final : public loader_handle {
 // What Python holds: the handle, the epoch set_epoch chose and a state to resume from.
 struct py_loader {
   std::unique_ptr<loader_handle> handle;
+  // Serialises iteration (begin, next, end) between Python threads. Taken only with the GIL
+  // released, so a thread waiting here never blocks the one inside next() from returning.
+  std::mutex iterating;
   std::vector<std::pair<std::string, std::string>> rename;  // batch tensor name -> dict key
   std::uint64_t epoch = 0;
   std::optional<loader_state> pending;
@@ -377,6 +381,7 @@ inline void register_types(py::module_& m) {
            [](std::shared_ptr<py_loader> self) {
              {
                py::gil_scoped_release nogil;
+               const std::lock_guard lk(self->iterating);
                if (self->pending) {
                  const loader_state st = *self->pending;
                  self->handle->begin_resume(st);
@@ -395,6 +400,7 @@ inline void register_types(py::module_& m) {
              std::vector<std::pair<std::string, DLManagedTensor*>> ts;
              {
                py::gil_scoped_release nogil;  // workers run, the trainer's other threads too
+               const std::lock_guard lk(self.iterating);
                ts = self.handle->next();
              }
              if (ts.empty()) {
@@ -428,7 +434,11 @@ inline void register_types(py::module_& m) {
               throw usage_error("sluice: load_state_dict: the dict has no 'sluice_state' (it is what state_dict() returns)");
             const std::string raw = d["sluice_state"].cast<std::string>();
             self.pending = state_from_string(raw, "<state_dict>");
-            self.handle->end();
+            {
+              py::gil_scoped_release nogil;
+              const std::lock_guard lk(self.iterating);
+              self.handle->end();
+            }
             self.running = false;
           },
           py::arg("state_dict"))
@@ -446,8 +456,11 @@ inline void register_types(py::module_& m) {
           py::arg("validation_loss") = py::dict(),
           "The advisor's recommendations on the kept epochs: a list of {rule, severity, message, value}.")
       .def("close", [](py_loader& self) {
-        py::gil_scoped_release nogil;
-        self.handle->end();
+        {
+          py::gil_scoped_release nogil;
+          const std::lock_guard lk(self.iterating);
+          self.handle->end();
+        }
         self.running = false;
       });
 }
