@@ -481,27 +481,46 @@ void jpeg_rrc_codec_1thread(benchmark::State& st) {
 }
 BENCHMARK(jpeg_rrc_codec_1thread)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
+// W workers, batches of B, a batch's write shared between workers (S = 1) or not. With B = 192 an
+// epoch has 3 batches (192, 192, 128): unsplit, one of 2 workers idles for the last batch; split,
+// it helps write it. `first_batch_ms`: the trainer's wait for each epoch's first batch (mean).
 void jpeg_rrc_pipeline(benchmark::State& st) {
   const auto workers = static_cast<std::size_t>(st.range(0));
+  const auto batch = static_cast<std::size_t>(st.range(1));
+  const bool split = st.range(2) != 0;
   const auto& j = large_jpegs();
   sluice::io::tfrecord_reader r(j.path, {.index = sluice::io::saved_index::ignore});
   auto loader = sluice::from(sluice::sample::sequential(r.size())) | sluice::read(r) | sluice::decode(codec_rrc) |
-                sluice::collate({.batch = 32}) | sluice::prefetch(2, {.workers = workers});
+                sluice::collate({.batch = batch}) |
+                sluice::prefetch(2, {.workers = workers, .split_batches = split});
   double t = 0;
-  std::uint64_t samples = 0, epoch = 0;
+  std::uint64_t samples = 0, epoch = 0, first_ns = 0;
   for (auto _ : st) {
     auto t0 = clock_type::now();
-    for (auto& b : loader.epoch(epoch++)) samples += b.size();
+    for (auto& b : loader.epoch(epoch)) samples += b.size();
     t += seconds_since(t0);
+    if (auto e = loader.epoch_stats(epoch)) first_ns += e->warmup_wait_ns;
+    ++epoch;
   }
   const double rate = samples / t;
   st.counters["images_per_s"] = rate;
+  st.counters["first_batch_ms"] = static_cast<double>(first_ns) / 1e6 / static_cast<double>(std::max<std::uint64_t>(epoch, 1));
+  st.counters["helped_share"] = static_cast<double>(loader.stats().helped_samples) / static_cast<double>(std::max<std::uint64_t>(samples, 1));
   if (rrc_baseline_rate > 0) {
     st.counters["baseline_per_s"] = rrc_baseline_rate;
     st.counters["scaling_efficiency"] = rate / (rrc_baseline_rate * static_cast<double>(workers));
   }
 }
-BENCHMARK(jpeg_rrc_pipeline)->ArgNames({"workers"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(3.0)->UseRealTime();
+BENCHMARK(jpeg_rrc_pipeline)
+    ->ArgNames({"workers", "batch", "split"})
+    ->Args({1, 32, 1})
+    ->Args({2, 32, 0})
+    ->Args({2, 32, 1})
+    ->Args({2, 192, 0})
+    ->Args({2, 192, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
+    ->UseRealTime();
 
 }  // namespace
 

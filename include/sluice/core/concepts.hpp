@@ -147,6 +147,17 @@ concept batch_stage = requires {
 // handle the trainer receives (a typed_batch when the tensors are known at compile time).
 // A collator may also define `bind<Sample>()`, returning the collator to use for that sample
 // type (the classic collate turns into a per-field one for samples with fields).
+// A collator (or a per-field collator) whose write() may run for different samples of one batch
+// on several threads at once, each with its own copy of the scratch as plan() left it, declares
+// `static constexpr bool concurrent_write = true;`: its write() touches only sample i's place in
+// the batch and keeps nothing in the scratch that finish() reads (temporary buffers are fine).
+// The loader then lets idle workers write part of a batch (loader_options::split_batches). Every
+// collator sluice ships declares it; a collator that does not is always written by one thread.
+template <class C>
+inline constexpr bool writes_concurrently = requires {
+  requires C::concurrent_write;
+};
+
 template <class C>
 concept collator = requires(const C& c) {
   typename C::collate_concept;

@@ -10,6 +10,14 @@
 //    variable-length field makes the batch as large as its samples need), the slot's storage
 //    grows if this batch is the largest it has held, and the collator writes each sample once,
 //    straight into its place (a deferred sample, e.g. a decoder, writes itself there).
+//  * A batch's write (where decoders and conversions run) may be shared: its owner opens it in
+//    chunks of samples, and workers with nothing to claim (the epoch's tail, a full ring) help
+//    write it, each with its own copy of the collator's plan; while the trainer waits for batch k,
+//    every worker that reaches a chunk boundary helps batch k first, so the first batch and the
+//    batch a trainer stalls on arrive about `workers` times sooner. Samples land in the same
+//    places whoever writes them: the batch is bit-identical. A collator opts in
+//    (core/concepts.hpp: concurrent_write; all of sluice's do); loader_options::split_batches
+//    turns it off.
 //  * The consumer takes batches k = 0, 1, 2, ... in order; the batch handle returns its slot when
 //    dropped. The ring has C = max_depth + max_workers slots; a worker may start batch k only
 //    while fewer than depth + workers batches are being filled or wait for the consumer, and a
@@ -106,6 +114,7 @@ struct loader_options {
   on_error errors = on_error::raise;
   bool stage_timing = true;      // sampled per-stage busy time (core/stats.hpp); off only to
                                  // measure what it costs
+  bool split_batches = true;     // idle workers help write another worker's batch (see above)
 };
 
 // loader_state (where an interrupted epoch stands, and a fingerprint of the pipeline it stands
@@ -147,6 +156,10 @@ struct worker_scratch {
   std::vector<Sample> samples;
   std::vector<std::uint64_t> positions;
   typename Collate::scratch_type collate;
+  typename Collate::scratch_type helping;  // a copy of another worker's plan, while helping it
+  std::uint64_t join_wait_ns = 0;          // this batch's wait for its helpers
+  std::uint64_t helping_ns = 0;            // time spent on other batches while filling this one
+  bool helping_warm = false;               // `helping` has held this worker's own plan once
 };
 
 template <class BChain, depth_policy Depth>
@@ -164,6 +177,33 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // before_fill and on_filled, timed per batch). n_last indexes the last one.
   static constexpr std::size_t n_batch = sizeof...(BatchStages);
   static constexpr std::size_t n_last = n_stages + n_batch;
+  // Whether a batch's write can be shared between workers (loader_options::split_batches).
+  static constexpr bool can_split =
+      writes_concurrently<Collate> && std::is_copy_assignable_v<typename Collate::scratch_type>;
+  static constexpr std::size_t no_failure = static_cast<std::size_t>(-1);
+  static constexpr std::uint64_t no_ticket = static_cast<std::uint64_t>(-1);
+
+  // A batch's write phase, shared with other workers. The owner sets the plain fields, then opens
+  // it under m_; they stay fixed until it has closed it and every helper has left.
+  struct write_job {
+    slot_type* s = nullptr;
+    const sample_type* samples = nullptr;
+    const std::uint64_t* positions = nullptr;
+    std::uint64_t epoch = 0, gen = 0, ticket = 0;
+    std::size_t chunk = 1;
+    typename Collate::scratch_type plan{};  // the owner's scratch as plan() left it
+    bool open = false;                      // under m_: helpers may join
+    std::size_t helpers = 0;                // under m_: helpers inside
+    std::atomic<std::size_t> n{0};          // samples (atomic: peeked at without m_)
+    std::atomic<std::size_t> next{0};       // the first sample no writer has claimed
+    std::atomic<std::size_t> failed{no_failure};  // the lowest sample that failed to write
+    std::mutex error_m;
+    std::exception_ptr error;  // that sample's error (under error_m)
+    [[nodiscard]] bool has_work() const noexcept {
+      return next.load(std::memory_order_relaxed) < n.load(std::memory_order_relaxed);
+    }
+  };
+
   static constexpr std::array<std::string_view, n_last + 1> all_stage_names = [] {
     std::array<std::string_view, n_last + 1> a{};
     for (std::size_t i = 0; i < n_stages; ++i) a[i] = SampleChain::stage_names[i];
@@ -189,6 +229,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     counters_ = std::make_unique<worker_counters<n_last>[]>(opt_.max_workers);
     // Each worker's sample lists, reserved here so no allocation waits for a thread to start.
     scratch_ = std::make_unique<scratch_type[]>(opt_.max_workers);
+    split_ = can_split && opt_.split_batches && opt_.max_workers > 1;
+    jobs_ = std::make_unique<write_job[]>(opt_.max_workers);
     for (std::size_t w = 0; w < opt_.max_workers; ++w) {
       scratch_[w].samples.reserve(chain_.collate.batch_size());
       scratch_[w].positions.reserve(chain_.collate.batch_size());
@@ -311,9 +353,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
                             " batches, every slot of the ring, so batch " + std::to_string(k) +
                             " can never be prepared; drop (or reset()) a batch before asking for more, "
                             "or raise the prefetch depth (ring slots: " + std::to_string(capacity_) + ")");
+        await_locked(k);
         cv_ready_.wait(lk, [&] {
           return (s = find_ticket_locked(k)) != nullptr || stop_.load(std::memory_order_relaxed) || !active_;
         });
+        await_locked(no_ticket);
         if (s == nullptr) {
           if (stop_.load(std::memory_order_relaxed)) return {};
           continue;
@@ -470,6 +514,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       const auto& c = counters_[w];
       s.worker_busy_ns += c.busy_ns.get();
       s.worker_wait_ns += c.wait_ns.get();
+      s.helped_samples += c.helped.get();
       for (std::size_t i = 0; i <= n_last; ++i) {
         s.stages[i].busy_ns += c.stage_ns[i].get();
         s.stages[i].calls += c.stage_calls[i].get();
@@ -652,9 +697,20 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     for (;;) {
       const bool had_work = active_ && next_ticket_ < num_batches_ && w < active_workers_;
       const std::uint64_t t_wait = now_ns();
-      cv_work_.wait(lk, [&] { return stop_.load(std::memory_order_relaxed) || can_claim(w); });
+      write_job* help = nullptr;
+      cv_work_.wait(lk, [&] {
+        return stop_.load(std::memory_order_relaxed) || (help = job_to_help_locked(w)) != nullptr || can_claim(w);
+      });
       if (stop_.load(std::memory_order_relaxed)) return;
       if (had_work) counters_[w].wait_ns.add(now_ns() - t_wait);
+      if (help != nullptr) {  // a batch being written needs hands more than a new ticket does
+        ++help->helpers;
+        lk.unlock();
+        counters_[w].busy_ns.add(help_write(*help, w));
+        lk.lock();
+        if (--help->helpers == 0) cv_help_.notify_all();
+        continue;
+      }
       const std::uint64_t k = next_ticket_++;
       const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
       auto& s = *free_slot_locked();  // can_claim saw one
@@ -668,6 +724,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       lk.unlock();
 
       const std::uint64_t t0 = now_ns();
+      scratch.join_wait_ns = 0;
+      scratch.helping_ns = 0;
       bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
       if (ok && !s.error && s.count != 0) {
         for_each_stage_indexed([&](auto& st, auto& state, auto index) {
@@ -686,7 +744,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           }
         }, s);
       }
-      counters_[w].busy_ns.add(now_ns() - t0);
+      const std::uint64_t filled_ns = now_ns() - t0;  // less the wait for helpers to leave
+      counters_[w].busy_ns.add(filled_ns - std::min(filled_ns, scratch.join_wait_ns));
 
       lk.lock();
       --filling_;
@@ -861,19 +920,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         s.layout.clear();
         col.plan(std::span<const sample_type>(ws.samples), ws.collate, s.layout);
         ensure_storage(s, s.layout.bytes);
-        for (std::size_t i = 0; i < ws.samples.size(); ++i) {
-          failed_at = i;
-          sample_context ctx{opt_.seed, epoch, s.ids[i], ws.positions[i]};
-          const fault_watch watch;
-          col.write(ws.samples[i], i, s.data, ws.collate, ctx);
-          if (watch.suspect()) [[unlikely]] {
-            try {
-              watch.check(origin_of(ws.samples[i]));
-            } catch (...) {
-              throw_stage_error("read", s.ids[i]);
-            }
-          }
+        if (const std::size_t f = write_samples(s, w, k, epoch, gen, ws); f != no_failure) {
+          if (generation_.load(std::memory_order_relaxed) != gen) return false;
+          failed_at = f;
+          std::rethrow_exception(std::exchange(jobs_[w].error, nullptr));
         }
+        if (generation_.load(std::memory_order_relaxed) != gen) return false;
         failed_at = ws.samples.size();
         col.finish(std::span<const sample_type>(ws.samples), s.data, ws.collate, s.layout);
         break;
@@ -891,16 +943,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         record_error(s, failing, id);
       }
     }
-    std::uint64_t collate_ns = timed ? now_ns() - t_collate : 0;  // the whole batch, not sampled
-    if (const auto deferred = std::exchange(detail::t_deferred_time, {}); timed && deferred.ns != 0) {
-      // A deferred stage's work (decode writing itself into the batch) is that stage's time.
-      for (std::size_t i = 0; i < n_stages; ++i) {
-        if (SampleChain::stage_names[i] != deferred.stage) continue;
-        ctr.stage_ns[i].add(deferred.ns);
-        collate_ns -= std::min(collate_ns, deferred.ns);
-        break;
-      }
-    }
+    // The whole batch, not sampled, less the time spent on other batches and waiting for helpers
+    // (a helper counts its own share).
+    std::uint64_t collate_ns = timed ? now_ns() - t_collate : 0;
+    collate_ns -= std::min(collate_ns, ws.join_wait_ns + ws.helping_ns);
+    move_deferred_time(ctr, timed, collate_ns);
     const std::uint64_t samples = ws.samples.size();
     s.count = samples;
     s.skipped = skipped;
@@ -918,6 +965,188 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     ctr.stage_ns[n_stages].add(collate_ns);
     ctr.stage_calls[n_stages].add(samples);
     return true;
+  }
+
+  // ---- Writing a batch's samples, alone or with help (loader_options::split_batches) ----------
+
+  // Writes sample i of slot s into its place.
+  void write_one(slot_type& s, const sample_type& smp, std::size_t i, std::uint64_t epoch, std::uint64_t pos,
+                 typename Collate::scratch_type& sc) {
+    sample_context ctx{opt_.seed, epoch, s.ids[i], pos};
+    const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
+    chain_.collate.write(smp, i, s.data, sc, ctx);
+    if (watch.suspect()) [[unlikely]] {
+      try {
+        watch.check(origin_of(smp));
+      } catch (...) {
+        throw_stage_error("read", s.ids[i]);
+      }
+    }
+  }
+
+  // Claims chunks of job j and writes them with scratch sc until none is left, the run is
+  // cancelled, or a sample fails. `between` runs before each claim. On a failure the lowest failing
+  // sample is kept with its error: every sample before it is written by whoever claimed it, and
+  // no chunk after it is claimed any more (the batch is planned again or fails). Returns the
+  // samples this caller wrote.
+  template <class Between>
+  std::size_t write_chunks(write_job& j, typename Collate::scratch_type& sc, Between&& between) {
+    std::size_t written = 0;
+    const std::size_t n = j.n.load(std::memory_order_relaxed);
+    for (;;) {
+      if (generation_.load(std::memory_order_relaxed) != j.gen) return written;
+      between();
+      const std::size_t i0 = j.next.fetch_add(j.chunk, std::memory_order_relaxed);
+      if (i0 >= n) return written;
+      const std::size_t i1 = std::min(n, i0 + j.chunk);
+      for (std::size_t i = i0; i < i1; ++i) {
+        if (i > j.failed.load(std::memory_order_relaxed)) return written;
+        try {
+          write_one(*j.s, j.samples[i], i, j.epoch, j.positions[i], sc);
+          ++written;
+        } catch (...) {
+          std::lock_guard lk(j.error_m);
+          if (i < j.failed.load(std::memory_order_relaxed)) {
+            j.error = std::current_exception();
+            j.failed.store(i, std::memory_order_relaxed);
+          }
+          j.next.store(n, std::memory_order_relaxed);
+          return written;
+        }
+      }
+    }
+  }
+
+  // The owner's write of batch k (slot s, its samples in ws): alone, or opened to helpers when
+  // batches may be split. Returns the lowest failing sample (its error in jobs_[w].error) or
+  // no_failure; every helper has left when it returns.
+  std::size_t write_samples(slot_type& s, std::size_t w, std::uint64_t k, std::uint64_t epoch, std::uint64_t gen,
+                            scratch_type& ws) {
+    write_job& j = jobs_[w];
+    const std::size_t n = ws.samples.size();
+    j.s = &s;
+    j.samples = ws.samples.data();
+    j.positions = ws.positions.data();
+    j.epoch = epoch;
+    j.gen = gen;
+    j.ticket = k;
+    j.error = nullptr;
+    j.failed.store(no_failure, std::memory_order_relaxed);
+    j.next.store(0, std::memory_order_relaxed);
+    const bool share = split_ && n > 1;
+    if (!share) {
+      j.chunk = n;
+      j.n.store(n, std::memory_order_relaxed);
+      write_chunks(j, ws.collate, [] {});
+      return j.failed.load(std::memory_order_relaxed);
+    }
+    // Chunks small enough that every worker gets a few, large enough that claiming is cheap.
+    j.chunk = std::max<std::size_t>(1, n / (4 * opt_.max_workers));
+    j.plan = ws.collate;  // helpers copy it; the owner writes with its own
+    if (!ws.helping_warm) {  // so that helping allocates at warm-up too, not at a first help later
+      ws.helping = ws.collate;
+      ws.helping_warm = true;
+    }
+    {
+      std::lock_guard lk(m_);
+      j.n.store(n, std::memory_order_relaxed);
+      j.open = true;
+      if (k == awaited_) urgent_.store(&j, std::memory_order_release);
+    }
+    cv_work_.notify_all();
+    // Between its own chunks the owner helps the batch the trainer waits for, if another's.
+    write_chunks(j, ws.collate, [&] {
+      write_job* u = urgent_.load(std::memory_order_acquire);
+      if (u != nullptr && u != &j && u->has_work()) ws.helping_ns += join_and_help(u, w);
+    });
+    std::unique_lock lk(m_);
+    j.open = false;
+    j.n.store(0, std::memory_order_relaxed);  // nothing left for anyone peeking
+    if (urgent_.load(std::memory_order_relaxed) == &j) urgent_.store(nullptr, std::memory_order_relaxed);
+    if (j.helpers != 0) {
+      const std::uint64_t t0 = now_ns();
+      cv_help_.wait(lk, [&] { return j.helpers == 0; });
+      ws.join_wait_ns += now_ns() - t0;
+    }
+    return j.failed.load(std::memory_order_relaxed);
+  }
+
+  // An owner between its chunks joins job u if it is still the urgent one and open. Returns the
+  // time spent.
+  std::uint64_t join_and_help(write_job* u, std::size_t w) {
+    {
+      std::lock_guard lk(m_);
+      if (urgent_.load(std::memory_order_relaxed) != u || !u->open || !u->has_work()) return 0;
+      ++u->helpers;
+    }
+    const auto own = std::exchange(detail::t_deferred_time, {});  // the owner's batch's deferred time
+    const std::uint64_t ns = help_write(*u, w);
+    detail::t_deferred_time = own;
+    {
+      std::lock_guard lk(m_);
+      if (--u->helpers == 0) cv_help_.notify_all();
+    }
+    return ns;
+  }
+
+  // Writes chunks of another worker's batch (the caller has joined it). Its time counts for
+  // this worker: the deferred stage's share as that stage, the rest as collate. Returns the time.
+  std::uint64_t help_write(write_job& j, std::size_t w) {
+    auto& ctr = counters_[w];
+    const std::uint64_t t0 = now_ns();
+    detail::t_deferred_time = {};
+    std::size_t written = 0;
+    if (j.has_work()) {
+      try {
+        scratch_[w].helping = j.plan;  // allocates on first use only
+        written = write_chunks(j, scratch_[w].helping, [] {});
+      } catch (...) {  // copying the plan ran out of memory: the owner writes the batch alone
+      }
+    }
+    const std::uint64_t ns = now_ns() - t0;
+    ctr.helped.add(written);
+    std::uint64_t collate_ns = ns;
+    move_deferred_time(ctr, opt_.stage_timing, collate_ns);
+    if (opt_.stage_timing) ctr.stage_ns[n_stages].add(collate_ns);
+    return ns;
+  }
+
+  // A waiting worker's choice (under m_): the batch the trainer waits for, if it is being written
+  // with chunks left; else, when it cannot claim a ticket, the oldest such batch; else nothing.
+  write_job* job_to_help_locked(std::size_t w) noexcept {
+    if (!split_ || !active_ || w >= active_workers_) return nullptr;
+    if (write_job* u = urgent_.load(std::memory_order_relaxed); u != nullptr && u->open && u->has_work()) return u;
+    if (can_claim(w)) return nullptr;
+    write_job* best = nullptr;
+    for (std::size_t i = 0; i < opt_.max_workers; ++i) {
+      write_job& j = jobs_[i];
+      if (j.open && j.has_work() && (best == nullptr || j.ticket < best->ticket)) best = &j;
+    }
+    return best;
+  }
+
+  // The trainer waits for ticket k (no_ticket: it stopped waiting); under m_.
+  void await_locked(std::uint64_t k) noexcept {
+    awaited_ = k;
+    write_job* u = nullptr;
+    if (split_ && k != no_ticket)
+      for (std::size_t i = 0; i < opt_.max_workers; ++i)
+        if (jobs_[i].open && jobs_[i].ticket == k) u = &jobs_[i];
+    urgent_.store(u, std::memory_order_release);
+    if (u != nullptr) cv_work_.notify_all();
+  }
+
+  // A deferred stage's work (decode writing itself into the batch), measured on this thread since
+  // t_deferred_time was cleared, is that stage's time, taken out of collate's.
+  void move_deferred_time(worker_counters<n_last>& ctr, bool timed, std::uint64_t& collate_ns) noexcept {
+    const auto deferred = std::exchange(detail::t_deferred_time, {});
+    if (!timed || deferred.ns == 0) return;
+    for (std::size_t i = 0; i < n_stages; ++i) {
+      if (SampleChain::stage_names[i] != deferred.stage) continue;
+      ctr.stage_ns[i].add(deferred.ns);
+      collate_ns -= std::min(collate_ns, deferred.ns);
+      break;
+    }
   }
 
   // Removes v[i], keeping the order; samples need not be assignable (a view with a const
@@ -979,10 +1208,14 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::unique_ptr<slot_type[]> slots_;
   std::unique_ptr<worker_counters<n_last>[]> counters_;
   std::unique_ptr<scratch_type[]> scratch_;  // one per worker thread, touched only by it
+  std::unique_ptr<write_job[]> jobs_;        // one per worker: the batch it writes
+  bool split_ = false;                       // batches' writes may be shared
+  std::atomic<write_job*> urgent_{nullptr};  // the open job the trainer waits for (set under m_)
+  std::uint64_t awaited_ = no_ticket;        // under m_: the ticket the trainer waits for
   std::vector<std::thread> threads_;
 
   mutable std::mutex m_;
-  std::condition_variable cv_work_, cv_ready_, cv_idle_;
+  std::condition_variable cv_work_, cv_ready_, cv_idle_, cv_help_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> generation_{0};
   bool active_ = false;

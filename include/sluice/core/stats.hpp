@@ -85,6 +85,8 @@ struct pipeline_stats {
   std::uint64_t wait_max_ns = 0;
   std::uint64_t worker_busy_ns = 0;
   std::uint64_t worker_wait_ns = 0;
+  std::uint64_t helped_samples = 0;     // written by a worker helping another's batch
+                                        // (loader_options::split_batches)
   std::vector<stage_stats> stages;      // per-sample stages in order, then "collate", then the batch
                                         // stages (pin, to_device): their worker-side hooks per batch
   std::vector<cache_stage_stats> caches;  // one per cache stage, in pipeline order
@@ -198,6 +200,7 @@ class owned_counter {
 template <std::size_t Stages>
 struct alignas(cache_line) worker_counters {
   owned_counter busy_ns, wait_ns, samples, skipped;
+  owned_counter helped;                   // samples this worker wrote into another worker's batch
   owned_counter stage_ns[Stages + 1];     // indices 0..Stages: see the loader's all_stage_names
   owned_counter stage_calls[Stages + 1];
 };

@@ -74,6 +74,7 @@ class collate_stage {
   static constexpr std::string_view name = "collate";
   template <class Sample>
   using batch_type = batch;
+  static constexpr bool concurrent_write = true;  // core/concepts.hpp: write() uses sc.conv only as a buffer
 
   struct scratch_type {
     bool learnt = false;       // the batch's first sample has been checked

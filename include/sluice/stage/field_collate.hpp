@@ -175,6 +175,7 @@ std::span<T> typed_at(std::byte* base, std::size_t offset, std::size_t n) noexce
 template <fixed_string Name>
 struct stack {
   using field_collate_concept = field_collate_tag;
+  static constexpr bool concurrent_write = true;  // core/concepts.hpp
   static constexpr auto field = Name;
   std::vector<std::int64_t> shape{};  // per sample; empty: the producer's, else flat
 
@@ -243,6 +244,7 @@ struct stack {
 template <fixed_string Name>
 struct normalized {
   using field_collate_concept = field_collate_tag;
+  static constexpr bool concurrent_write = true;  // core/concepts.hpp
   static constexpr auto field = Name;
   std::vector<float> mean{};          // per channel (or one for all); empty: 0
   std::vector<float> std{};           // per channel (or one for all); empty: 1
@@ -386,6 +388,7 @@ struct normalized {
 template <fixed_string Name>
 struct ragged {
   using field_collate_concept = field_collate_tag;
+  static constexpr bool concurrent_write = true;  // core/concepts.hpp
   static constexpr auto field = Name;
   std::vector<std::int64_t> row{};  // shape of one row, e.g. {4} for boxes; empty: scalars
 
@@ -436,6 +439,7 @@ struct ragged {
 template <fixed_string Name>
 struct pad {
   using field_collate_concept = field_collate_tag;
+  static constexpr bool concurrent_write = true;  // core/concepts.hpp
   static constexpr auto field = Name;
   double value = 0;                 // the pad value, in the field's element type
   std::size_t length = 0;           // 0: the batch's longest; else every row is this long
@@ -515,6 +519,7 @@ struct pad {
 template <fixed_string Name>
 struct pack {
   using field_collate_concept = field_collate_tag;
+  static constexpr bool concurrent_write = true;  // core/concepts.hpp
   static constexpr auto field = Name;
   std::size_t length = 2048;  // L: tokens a row
   bool split = true;          // a sequence may continue in the next row; false: it starts a new
@@ -649,6 +654,7 @@ class fields_collate {
   using collate_concept = collate_tag;
   static constexpr std::string_view name = "collate";
   using scratch_type = std::tuple<typename Fs::scratch...>;
+  static constexpr bool concurrent_write = (writes_concurrently<Fs> && ...);  // core/concepts.hpp
   template <class S>
   using batch_type = typename detail::typed_batch_of<
       typename detail::tuple_cat_types<typename Fs::template outputs<typename S::schema_type>...>::type>::type;
