@@ -1,10 +1,13 @@
-// The demo's data: Fashion-MNIST through sluice::io::idx_reader, a deterministic long-tailed
-// subset of its training set, and a generated stand-in when the dataset is not installed.
+// The demo's data: Fashion-MNIST through sluice::io::idx_reader, a deterministic split of its
+// training set into a balanced validation set and a long-tailed training subset that does not
+// overlap it, and a generated stand-in when the dataset is not installed.
 #pragma once
 
+#include <sluice/core/error.hpp>
 #include <sluice/core/random.hpp>
 #include <sluice/io/idx.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -100,24 +103,48 @@ inline std::array<std::size_t, classes> long_tail_counts(std::size_t n_max, doub
   return k;
 }
 
-// Labels of the training set with every image outside the long-tailed subset set to -1. The
-// subset is chosen deterministically: within each class, the images that come first in a seeded
-// permutation of the whole set.
-inline std::vector<std::int64_t> long_tail_labels(const sluice::io::idx_reader& train, double imbalance,
-                                                  std::uint64_t seed, std::array<std::size_t, classes>& kept) {
-  std::array<std::size_t, classes> available{};
-  for (std::size_t i = 0; i < train.size(); ++i) ++available[static_cast<std::size_t>(train.label(i))];
-  std::size_t n_max = *std::max_element(available.begin(), available.end());
-  auto want = long_tail_counts(n_max, imbalance);
-  std::vector<std::int64_t> labels(train.size(), -1);
-  kept = {};
+// The demo's split of the training set, all from one seeded permutation of its images:
+//   validation  the first `validation_per_class` images of each class in the permutation: a
+//               balanced held-out set for model selection (the test set is not used for it);
+//   train       the long-tailed subset, drawn from the images left after the validation set is
+//               reserved: class c keeps the next round(n_max * imbalance^(-c / (K - 1))) images of
+//               its class, where n_max is the smallest class's count once validation is removed.
+// The validation images are reserved first because the long tail's head class would otherwise
+// keep every image of its class (6,000 of 6,000 in Fashion-MNIST) and leave none to validate on.
+struct split {
+  std::vector<std::int64_t> train_labels;       // one per training image; -1 outside the long-tailed subset
+  std::vector<std::uint64_t> validation_ids;    // training-image ids, in permutation order
+  std::array<std::size_t, classes> train_per_class{}, validation_per_class{}, available{};
+};
+
+inline split make_split(const sluice::io::idx_reader& train, double imbalance, std::size_t validation_per_class,
+                        std::uint64_t seed, bool full = false) {
+  split s;
+  for (std::size_t i = 0; i < train.size(); ++i) ++s.available[static_cast<std::size_t>(train.label(i))];
+  std::size_t smallest = *std::min_element(s.available.begin(), s.available.end());
+  if (smallest <= validation_per_class)
+    throw sluice::usage_error("sluice-demo: a class has " + std::to_string(smallest) + " training images, not enough for " +
+                              std::to_string(validation_per_class) + " validation images and a training set");
+  std::array<std::size_t, classes> want{};
+  if (full) {
+    for (std::size_t c = 0; c < classes; ++c) want[c] = s.available[c] - validation_per_class;
+  } else {
+    want = long_tail_counts(smallest - validation_per_class, imbalance);
+  }
+  s.train_labels.assign(train.size(), -1);
   sluice::feistel_permutation perm(train.size(), sluice::mix_keys(seed, 0x10e9));
   for (std::size_t p = 0; p < train.size(); ++p) {
     const auto i = static_cast<std::size_t>(perm(p));
     const auto c = static_cast<std::size_t>(train.label(i));
-    if (kept[c] < want[c]) { labels[i] = static_cast<std::int64_t>(c); ++kept[c]; }
+    if (s.validation_per_class[c] < validation_per_class) {
+      s.validation_ids.push_back(i);
+      ++s.validation_per_class[c];
+    } else if (s.train_per_class[c] < want[c]) {
+      s.train_labels[i] = static_cast<std::int64_t>(c);
+      ++s.train_per_class[c];
+    }
   }
-  return labels;
+  return s;
 }
 
 }  // namespace demo

@@ -1,7 +1,11 @@
-// sluice-demo — does the sampler matter more than the loader? Long-tailed Fashion-MNIST (class c
-// keeps round(6000 * 100^(-c/9)) training images), a small model trained on the CPU twice, fed by
-// a sluice pipeline: once with uniform sampling, once class-balanced. Every diagnostic is on:
-// data stalls, step time, class balance of the batches, drift, memory, the advisor's verdicts.
+// sluice-demo — does the sampler matter more than the loader? Long-tailed Fashion-MNIST (a
+// balanced validation set of 500 images a class is held out first; from the rest, class c keeps
+// round(5500 * 100^(-c/9)) training images), a small model trained on the CPU once per sampler, fed
+// by a sluice pipeline: uniform, class weights 1/log(1+n), class weights 1/n, and deferred
+// re-sampling. Each run keeps the epoch with the best validation accuracy; the test set is
+// evaluated once, at the end, with those weights (and once with the last epoch's, for reference).
+// Every diagnostic is on: data stalls, step time, class balance of the batches, drift, memory, the
+// advisor's verdicts (fed the validation loss).
 // Writes report.json, trace.json (Perfetto / chrome://tracing), epochs.csv, advisor-<run>.csv and
 // plot.png into --out. See README.md beside this file.
 #include <sluice/diag/advisor.hpp>
@@ -57,8 +61,10 @@ struct options {
   bool full = false;
   bool quick = false;
   bool plot = true;
-  std::string only;  // "uniform", "balanced" or "deferred": run one
-  std::size_t deferred = 0;  // > 0: a third run, uniform then class-balanced from this epoch (1-based)
+  std::string only;  // "uniform", "invlog", "balanced" or "deferred": run one
+  long deferred = -1;  // > 0: a fourth run, uniform then class-balanced from this epoch (1-based);
+                       // -1: epochs / 2 + 1 (none with --quick); 0: none
+  long validation_per_class = -1;  // -1: 500 (100 with --quick)
 };
 
 [[noreturn]] void usage(int rc) {
@@ -74,15 +80,20 @@ struct options {
       "  --shift N          augmentation: random translation by up to N pixels (1 on the long-tailed set,\n"
       "                     0 with --full)\n"
       "  --imbalance X      largest/smallest class size in the long-tailed set (100)\n"
+      "  --val-per-class N  validation images held out per class before the long tail is drawn\n"
+      "                     (500; --quick: 100); model selection uses them, never the test set\n"
       "  --full             train on the whole balanced training set instead (one run, uniform)\n"
-      "  --only uniform|balanced|deferred   one of the runs\n"
-      "  --deferred E       also run 'deferred': uniform, then class-balanced from epoch E on\n"
-      "                     (deferred re-sampling); the drift monitor sees the switch\n"
+      "  --only uniform|invlog|balanced|deferred   one of the runs (invlog: class weights\n"
+      "                     1/log(1+n); balanced: 1/n)\n"
+      "  --deferred E       run 'deferred': uniform, then class-balanced (1/n) from epoch E on\n"
+      "                     (deferred re-sampling; default epochs/2+1, 0: not run); the drift\n"
+      "                     monitor sees the switch\n"
       "  --loader-delay-us N  busy-wait N us per sample in the loader (an expensive decode stand-in,\n"
       "                     to see stalls and the advisor react)\n"
       "  --keep-batches     the trainer keeps a copy of every batch it trained on (the classic leak of a\n"
       "                     training loop that logs its inputs), to see RSS grow and the advisor react\n"
-      "  --quick            softmax regression, 2 epochs, 2,000 test images: a smoke test\n"
+      "  --quick            softmax regression, 2 epochs, 2,000 test images, 100 validation images a\n"
+      "                     class, no deferred run: a smoke test\n"
       "  --no-plot          skip the gnuplot PNG\n");
   std::exit(rc);
 }
@@ -107,7 +118,8 @@ options parse(int argc, char** argv) {
     else if (a == "--lr") o.lr = std::stof(next());
     else if (a == "--momentum") o.momentum = std::stof(next());
     else if (a == "--seed") o.seed = std::stoull(next());
-    else if (a == "--deferred") o.deferred = std::stoul(next());
+    else if (a == "--deferred") o.deferred = std::stol(next());
+    else if (a == "--val-per-class") o.validation_per_class = std::stol(next());
     else if (a == "--shift") o.shift = std::stol(next());
     else if (a == "--loader-delay-us") o.loader_delay_us = static_cast<unsigned>(std::stoul(next()));
     else if (a == "--keep-batches") o.keep_batches = true;
@@ -121,7 +133,7 @@ options parse(int argc, char** argv) {
     else if (a == "--no-plot") o.plot = false;
     else if (a == "--only") {
       o.only = next();
-      if (o.only != "uniform" && o.only != "balanced" && o.only != "deferred") usage(2);
+      if (o.only != "uniform" && o.only != "invlog" && o.only != "balanced" && o.only != "deferred") usage(2);
     } else if (a == "-h" || a == "--help") usage(0);
     else { std::fprintf(stderr, "sluice-demo: unknown option %s\n", a.c_str()); usage(2); }
   }
@@ -130,16 +142,34 @@ options parse(int argc, char** argv) {
     if (!model_set) o.hidden = 0;
   }
   if (o.shift < 0) o.shift = o.full ? 0 : 1;
+  if (o.validation_per_class < 0) o.validation_per_class = o.quick ? 100 : 500;
+  if (o.deferred < 0) o.deferred = o.quick ? 0 : static_cast<long>(o.epochs / 2 + 1);
+  if (o.validation_per_class == 0 || o.deferred > static_cast<long>(o.epochs)) usage(2);
   if (o.epochs == 0 || o.batch == 0 || o.workers == 0 || o.depth == 0) usage(2);
   return o;
 }
 
-// The whole test set as floats in [0, 1], once.
+// An evaluation set as floats in [0, 1], loaded once: the test set, or the validation images
+// held out of the training set.
 struct eval_set {
   std::vector<float> x;
   std::vector<std::int64_t> y;
   std::size_t n = 0;
 };
+
+eval_set load_eval(const sluice::io::idx_reader& r, std::span<const std::uint64_t> ids) {
+  eval_set e;
+  e.n = ids.size();
+  e.x.resize(e.n * r.record_bytes());
+  e.y.resize(e.n);
+  for (std::size_t i = 0; i < e.n; ++i) {
+    auto rec = r.record(ids[i]);
+    for (std::size_t k = 0; k < rec.size(); ++k)
+      e.x[i * rec.size() + k] = static_cast<float>(static_cast<std::uint8_t>(rec[k])) * (1.0f / 255.0f);
+    e.y[i] = r.label(ids[i]);
+  }
+  return e;
+}
 
 eval_set load_eval(const sluice::io::idx_reader& r, std::size_t limit) {
   eval_set e;
@@ -193,7 +223,7 @@ eval_result evaluate(demo::model& m, const eval_set& e) {
 struct epoch_record {
   std::size_t epoch = 0;
   double train_loss = 0;
-  eval_result test;
+  eval_result validation;  // the held-out validation images; the test set is not looked at per epoch
   double stall_fraction = 0, samples_per_second = 0, seconds = 0, step_mean_ms = 0, step_std_ms = 0;
   diag::class_balance_summary balance;
   diag::epoch_memory memory;
@@ -205,6 +235,10 @@ struct epoch_record {
 struct run_record {
   std::string name, sampler;
   std::vector<epoch_record> epochs;
+  std::size_t selected_epoch = 0;  // best validation accuracy (the first of equals)
+  eval_result test_selected;       // the test set, with the selected epoch's weights
+  eval_result test_last;           // the test set, with the last epoch's weights (for reference)
+  std::size_t test_evaluations = 0;
   sluice::pipeline_stats pipeline;
   diag::noise_scale_verdict noise;
   std::vector<diag::drift_window> drift;
@@ -284,7 +318,8 @@ diag::noise_scale_verdict measure_noise_scale(demo::model& m, const Sampler& sam
 
 template <class Sampler>
 run_record train_run(const std::string& name, const std::string& sampler_name, Sampler sampler,
-                     const sluice::io::idx_reader& train, const eval_set& test, const options& o,
+                     const sluice::io::idx_reader& train, const eval_set& validation, const eval_set& test,
+                     const options& o,
                      diag::trace_recorder& trace, std::ofstream& epochs_csv) {
   run_record run;
   run.name = name;
@@ -317,6 +352,8 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
                 sluice::prefetch(o.depth, {.workers = o.workers, .seed = o.seed});
 
   demo::model model(train.record_bytes(), o.hidden, demo::classes, o.seed);
+  demo::model selected = model;  // the weights of the epoch with the best validation accuracy
+  double best_validation = -1;
   diag::class_balance_monitor balance(demo::classes);
   diag::drift_monitor drift(1);
   diag::epoch_memory_log memory;
@@ -366,8 +403,15 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     rec.seconds = std::chrono::duration<double>(train_end - epoch_start).count();
     rec.samples_per_second = rec.seconds > 0 ? static_cast<double>(samples) / rec.seconds : 0;
     {
-      auto s = trace.scope("evaluate");
-      rec.test = evaluate(model, test);
+      auto s = trace.scope("evaluate validation");
+      rec.validation = evaluate(model, validation);
+    }
+    // Model selection on the validation set: the validation set is balanced, so its accuracy is
+    // its balanced accuracy.
+    if (rec.validation.balanced_accuracy > best_validation) {
+      best_validation = rec.validation.balanced_accuracy;
+      run.selected_epoch = e;
+      selected = model;
     }
     // This epoch's share of the loader's cumulative counters.
     const auto after = loader.stats();
@@ -387,7 +431,7 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     ob.epoch = e;
     ob.step_time_s = rec.step_mean_ms / 1e3;
     ob.wait_fraction = rec.stall_fraction;
-    ob.validation_loss = rec.test.loss;
+    ob.validation_loss = rec.validation.loss;
     ob.class_std = rec.balance.class_std;
     ob.workers = static_cast<double>(o.workers);
     ob.prefetch_depth = static_cast<double>(o.depth);
@@ -409,8 +453,9 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     rec.advice = diag::advise(history);
 
     if (tty) std::printf("\r%*s\r", 90, "");
-    std::printf("  %-8s epoch %zu/%zu  loss %.3f  test loss %.3f  acc %.3f  bal.acc %.3f  stall %4.1f %%  %6.0f samples/s  class std %.2f\n",
-                name.c_str(), e + 1, o.epochs, rec.train_loss, rec.test.loss, rec.test.accuracy, rec.test.balanced_accuracy,
+    std::printf("  %-8s epoch %zu/%zu  loss %.3f  val loss %.3f  val acc %.3f%s  stall %4.1f %%  %6.0f samples/s  class std %.2f\n",
+                name.c_str(), e + 1, o.epochs, rec.train_loss, rec.validation.loss, rec.validation.balanced_accuracy,
+                run.selected_epoch == e ? "*" : " ",
                 100 * rec.stall_fraction, rec.samples_per_second, rec.balance.class_std);
     // Each verdict is printed when it first appears or changes (rule, severity, recommended value);
     // warnings every time. report.json has every verdict of every epoch.
@@ -422,8 +467,8 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
       last = key;
       std::printf("      [%s, %s] %s\n", r.rule.c_str(), std::string(diag::to_string(r.level)).c_str(), r.message.c_str());
     }
-    epochs_csv << name << ',' << e << ',' << rec.train_loss << ',' << rec.test.loss << ',' << rec.test.accuracy << ','
-               << rec.test.balanced_accuracy << ',' << rec.stall_fraction << ',' << rec.samples_per_second << ','
+    epochs_csv << name << ',' << e << ',' << rec.train_loss << ',' << rec.validation.loss << ',' << rec.validation.accuracy << ','
+               << rec.validation.balanced_accuracy << ',' << rec.stall_fraction << ',' << rec.samples_per_second << ','
                << rec.step_mean_ms << ',' << rec.balance.class_std << ',' << rec.balance.mean_within_batch_std << ','
                << rec.memory.at_end.rss_bytes << ',' << rec.memory.minor_faults_in_epoch << ','
                << rec.memory.major_faults_in_epoch << ',' << (std::isnan(rec.drift_sigma) ? 0.0 : rec.drift_sigma) << '\n';
@@ -435,6 +480,12 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     }
   }
   run.seconds = std::chrono::duration<double>(clock_type::now() - run_start).count();
+  {  // The test set, once per reported model: the one selected on validation, and the last epoch's.
+    auto s = trace.scope("evaluate test");
+    auto on_test = [&](demo::model& m) { ++run.test_evaluations; return evaluate(m, test); };
+    run.test_selected = on_test(selected);
+    run.test_last = on_test(model);
+  }
   run.pipeline = loader.stats();
   run.drift.assign(drift.windows().begin(), drift.windows().end());
 
@@ -445,8 +496,14 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
   return run;
 }
 
-void write_report(const options& o, const demo::dataset_files& files, const std::array<std::size_t, demo::classes>& kept,
+void to_json(diag::json_writer& w, const eval_result& r) {
+  w.begin_object().field("loss", r.loss).field("accuracy", r.accuracy).field("balanced_accuracy", r.balanced_accuracy)
+      .array("per_class_accuracy", r.per_class).end_object();
+}
+
+void write_report(const options& o, const demo::dataset_files& files, const demo::split& split,
                   const std::vector<run_record>& runs, const diag::trace_recorder& trace) {
+  const auto& kept = split.train_per_class;
   diag::json_writer w;
   w.begin_object().key("config").begin_object()
       .field("data", files.train_images).field("stand_in", files.stand_in)
@@ -455,15 +512,34 @@ void write_report(const options& o, const demo::dataset_files& files, const std:
       .field("lr", o.lr).field("momentum", o.momentum).field("seed", o.seed)
       .field("imbalance", o.full ? 1.0 : o.imbalance).field("full", o.full)
       .field("loader_delay_us", o.loader_delay_us).field("keep_batches", o.keep_batches).field("shift", o.shift).array("train_images_per_class", kept)
+      .field("validation_per_class_requested", o.validation_per_class)
+      .end_object();
+  // The split of the training images (fashion_data.hpp): "validation_ids_in_train_subset" counts
+  // validation images that the training subset's labels also mark as kept (0 when the two are
+  // disjoint), checked here on the labels the samplers get.
+  std::size_t overlap = 0;
+  for (auto id : split.validation_ids) overlap += split.train_labels[static_cast<std::size_t>(id)] >= 0;
+  w.key("split").begin_object()
+      .array("available_per_class", split.available)
+      .array("validation_per_class", split.validation_per_class)
+      .array("train_per_class", split.train_per_class)
+      .field("validation_images", split.validation_ids.size())
+      .field("validation_ids_in_train_subset", overlap)
       .end_object();
   w.key("runs").begin_array();
   for (const auto& r : runs) {
-    w.begin_object().field("name", r.name).field("sampler", r.sampler).field("seconds", r.seconds);
+    w.begin_object().field("name", r.name).field("sampler", r.sampler).field("seconds", r.seconds)
+        .field("selected_epoch", r.selected_epoch).field("test_evaluations", r.test_evaluations);
+    w.key("test_selected");
+    to_json(w, r.test_selected);
+    w.key("test_last_epoch");
+    to_json(w, r.test_last);
     w.key("epochs").begin_array();
     for (const auto& e : r.epochs) {
-      w.begin_object().field("epoch", e.epoch).field("train_loss", e.train_loss).field("test_loss", e.test.loss)
-          .field("test_accuracy", e.test.accuracy).field("balanced_accuracy", e.test.balanced_accuracy)
-          .array("per_class_accuracy", e.test.per_class).field("stall_fraction", e.stall_fraction)
+      w.begin_object().field("epoch", e.epoch).field("train_loss", e.train_loss);
+      w.key("validation");
+      to_json(w, e.validation);
+      w.field("stall_fraction", e.stall_fraction)
           .field("samples_per_second", e.samples_per_second).field("seconds", e.seconds)
           .field("step_mean_ms", e.step_mean_ms).field("drift_shift_sigma", e.drift_sigma);
       w.key("class_balance");
@@ -494,11 +570,11 @@ void write_plot(const options& o, const std::vector<run_record>& runs) {
   {
     std::ofstream c(o.out + "/curves.dat");
     c << "# epoch";
-    for (const auto& r : runs) c << ' ' << r.name << "_train_loss " << r.name << "_test_loss " << r.name << "_bal_acc";
+    for (const auto& r : runs) c << ' ' << r.name << "_train_loss " << r.name << "_val_loss " << r.name << "_val_acc";
     c << '\n';
     for (std::size_t e = 0; e < o.epochs; ++e) {
       c << e + 1;
-      for (const auto& r : runs) c << ' ' << r.epochs[e].train_loss << ' ' << r.epochs[e].test.loss << ' ' << r.epochs[e].test.balanced_accuracy;
+      for (const auto& r : runs) c << ' ' << r.epochs[e].train_loss << ' ' << r.epochs[e].validation.loss << ' ' << r.epochs[e].validation.balanced_accuracy;
       c << '\n';
     }
     std::ofstream p(o.out + "/per_class.dat");
@@ -507,7 +583,7 @@ void write_plot(const options& o, const std::vector<run_record>& runs) {
     p << '\n';
     for (std::size_t k = 0; k < demo::classes; ++k) {
       p << '"' << demo::class_names[k] << '"';
-      for (const auto& r : runs) p << ' ' << r.epochs.back().test.per_class[k];
+      for (const auto& r : runs) p << ' ' << r.test_selected.per_class[k];
       p << '\n';
     }
   }
@@ -519,22 +595,22 @@ void write_plot(const options& o, const std::vector<run_record>& runs) {
   std::ofstream g(o.out + "/plot.gp");
   g << "set terminal pngcairo size 1400,520 font ',10'\n"
        "set output 'plot.png'\n"
-       "set multiplot layout 1,2 title 'sluice-demo: long-tailed Fashion-MNIST, uniform vs class-balanced sampling'\n"
+       "set multiplot layout 1,2 title 'sluice-demo: long-tailed Fashion-MNIST, uniform vs class-weighted sampling'\n"
        "set title 'loss per epoch'\nset xrange [0.5:" << o.epochs + 0.5 << "]\nset xlabel 'epoch'\nset ylabel 'cross-entropy'\nset key top right\nset grid\n"
        "plot ";
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c"};
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"};
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto col = 2 + 3 * i;
-    g << (i ? ", " : "") << "'curves.dat' using 1:" << col << " with linespoints lc rgb '" << colors[i % 3]
+    g << (i ? ", " : "") << "'curves.dat' using 1:" << col << " with linespoints lc rgb '" << colors[i % 4]
       << "' dt 2 title '" << runs[i].name << " train', 'curves.dat' using 1:" << col + 1
-      << " with linespoints lc rgb '" << colors[i % 3] << "' title '" << runs[i].name << " test'";
+      << " with linespoints lc rgb '" << colors[i % 4] << "' title '" << runs[i].name << " validation'";
   }
-  g << "\nset title 'test accuracy per class (last epoch)'\nset xlabel ''\nset ylabel 'accuracy'\nset yrange [0:1.15]\nset ytics 0,0.2,1\n"
+  g << "\nset title 'test accuracy per class (epoch selected on validation)'\nset xlabel ''\nset ylabel 'accuracy'\nset yrange [0:1.15]\nset ytics 0,0.2,1\n"
        "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8 border -1\n"
        "set autoscale x\nset boxwidth 0.9\nset xtics rotate by -30\nset key top right\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     g << (i ? ", " : "") << "'per_class.dat' using " << 2 + i << (i == 0 ? ":xtic(1)" : "") << " lc rgb '"
-      << colors[i % 3] << "' title '" << runs[i].name << "'";
+      << colors[i % 4] << "' title '" << runs[i].name << "'";
   }
   g << "\nunset multiplot\n";
   g.close();
@@ -560,81 +636,89 @@ int main(int argc, char** argv) try {
   sluice::io::idx_reader test_reader(files.test_images, files.test_labels);
   const eval_set test = load_eval(test_reader, o.quick ? 2000 : test_reader.size());
 
-  std::array<std::size_t, demo::classes> kept{};
-  std::vector<std::int64_t> labels;
-  if (o.full) {
-    labels.resize(train.size());
-    for (std::size_t i = 0; i < train.size(); ++i) {
-      labels[i] = train.label(i);
-      ++kept[static_cast<std::size_t>(labels[i])];
-    }
-  } else {
-    labels = demo::long_tail_labels(train, o.imbalance, o.seed, kept);
-  }
+  // Validation images first, then the long tail (or, with --full, every other image) from the rest.
+  const demo::split split = demo::make_split(train, o.full ? 1.0 : o.imbalance, static_cast<std::size_t>(o.validation_per_class),
+                                             o.seed, o.full);
+  const auto& labels = split.train_labels;
+  const auto& kept = split.train_per_class;
+  const eval_set validation = load_eval(train, split.validation_ids);
   std::size_t n_train = 0;
   for (auto k : kept) n_train += k;
-  std::printf("sluice-demo: %s, %s training images (%s), %zu test images; model %s; batch %zu, %zu epochs, "
-              "%zu loader worker(s), prefetch depth %zu\n",
+  std::printf("sluice-demo: %s, %s training images (%s), %zu validation images (%ld a class, held out of the training "
+              "images first), %zu test images; model %s; batch %zu, %zu epochs, %zu loader worker(s), prefetch depth %zu\n",
               files.stand_in ? "stand-in data" : "Fashion-MNIST", std::to_string(n_train).c_str(),
               o.full ? "full balanced set" : ("long-tailed, imbalance " + std::to_string(static_cast<int>(o.imbalance))).c_str(),
-              test.n, o.hidden ? ("MLP 784-" + std::to_string(o.hidden) + "-10").c_str() : "softmax regression",
+              validation.n, o.validation_per_class, test.n,
+              o.hidden ? ("MLP 784-" + std::to_string(o.hidden) + "-10").c_str() : "softmax regression",
               o.batch, o.epochs, o.workers, o.depth);
-  std::printf("  images per class:");
+  std::printf("  training images per class:");
   for (std::size_t c = 0; c < demo::classes; ++c) std::printf(" %s %zu%s", demo::class_names[c], kept[c], c + 1 < demo::classes ? "," : "\n");
 
   diag::trace_recorder trace({.capacity = 1 << 16});
   std::ofstream epochs_csv(o.out + "/epochs.csv");
-  epochs_csv << "run,epoch,train_loss,test_loss,test_accuracy,balanced_accuracy,stall_fraction,samples_per_second,"
+  epochs_csv << "run,epoch,train_loss,validation_loss,validation_accuracy,validation_balanced_accuracy,stall_fraction,samples_per_second,"
                 "step_mean_ms,class_std,mean_within_batch_std,rss_bytes,minor_faults,major_faults,drift_shift_sigma\n";
   std::vector<run_record> runs;
-  if (o.only.empty() || o.only == "uniform")
+  auto wanted = [&](const char* run) { return o.only.empty() || o.only == run; };
+  if (wanted("uniform"))
     runs.push_back(train_run("uniform", "uniform (seeded shuffle of the kept images)", demo::uniform_subset(labels, o.seed),
-                             train, test, o, trace, epochs_csv));
-  if (!o.full && (o.only.empty() || o.only == "balanced"))
-    runs.push_back(train_run("balanced", demo::balanced_sampler_name, demo::make_balanced(labels, o.seed), train, test, o,
-                             trace, epochs_csv));
-  if (!o.full && (o.deferred > 0 || o.only == "deferred") && (o.only.empty() || o.only == "deferred")) {
-    const std::size_t at = o.deferred > 0 ? o.deferred : (o.epochs + 1) / 2 + 1;
-    runs.push_back(train_run("deferred", "uniform, class-balanced from epoch " + std::to_string(at),
-                             demo::switching_sampler(demo::uniform_subset(labels, o.seed), demo::make_balanced(labels, o.seed), at - 1),
-                             train, test, o, trace, epochs_csv));
+                             train, validation, test, o, trace, epochs_csv));
+  if (!o.full && wanted("invlog"))
+    runs.push_back(train_run("invlog", "sluice::sample::class_balanced<inverse_log>: class weights 1/log(1+n)",
+                             demo::make_class_balanced<sluice::sample::inverse_log>(labels, o.seed), train, validation, test,
+                             o, trace, epochs_csv));
+  if (!o.full && wanted("balanced"))
+    runs.push_back(train_run("balanced", "sluice::sample::class_balanced<inverse_frequency>: class weights 1/n",
+                             demo::make_class_balanced<sluice::sample::inverse_frequency>(labels, o.seed), train, validation,
+                             test, o, trace, epochs_csv));
+  if (!o.full && (o.deferred > 0 || o.only == "deferred") && wanted("deferred")) {
+    const auto at = static_cast<std::size_t>(o.deferred > 0 ? o.deferred : static_cast<long>(o.epochs / 2 + 1));
+    runs.push_back(train_run("deferred", "uniform, class weights 1/n from epoch " + std::to_string(at),
+                             demo::switching_sampler(demo::uniform_subset(labels, o.seed),
+                                                     demo::make_class_balanced<sluice::sample::inverse_frequency>(labels, o.seed),
+                                                     at - 1),
+                             train, validation, test, o, trace, epochs_csv));
   }
   epochs_csv.close();
 
-  std::printf("\n%-9s %9s %9s %9s %10s %8s %12s %9s %8s\n", "run", "test loss", "accuracy", "bal.acc", "best bal.", "stall",
-              "samples/s", "class std", "seconds");
+  // Each run's model is the epoch with the best validation accuracy ("sel."); the test set is
+  // evaluated once with it, and once with the last epoch's weights for reference.
+  std::printf("\n%-9s %-12s %9s %9s | %9s %9s %9s %12s | %7s %10s %8s\n", "run", "class wt", "sel.epoch", "val acc",
+              "test loss", "test acc", "bal.acc", "last ep. bal", "stall", "samples/s", "seconds");
+  const auto weight_name = [](const std::string& run) {
+    return run == "uniform" ? "as data" : run == "invlog" ? "1/log(1+n)" : run == "balanced" ? "1/n" : "deferred 1/n";
+  };
   for (const auto& r : runs) {
-    double best = 0, stall = 0, sps = 0;
+    double stall = 0, sps = 0;
     for (const auto& e : r.epochs) {
-      best = std::max(best, e.test.balanced_accuracy);
       stall += e.stall_fraction / static_cast<double>(r.epochs.size());
       sps += e.samples_per_second / static_cast<double>(r.epochs.size());
     }
-    const auto& l = r.epochs.back();
-    std::printf("%-9s %9.3f %9.3f %9.3f %10.3f %6.1f %% %12.0f %9.2f %8.1f\n", r.name.c_str(), l.test.loss, l.test.accuracy,
-                l.test.balanced_accuracy, best, 100 * stall, sps, l.balance.class_std, r.seconds);
+    std::printf("%-9s %-12s %9zu %9.3f | %9.3f %9.3f %9.3f %12.3f | %5.1f %% %10.0f %8.1f\n", r.name.c_str(),
+                weight_name(r.name), r.selected_epoch + 1, r.epochs[r.selected_epoch].validation.balanced_accuracy,
+                r.test_selected.loss, r.test_selected.accuracy, r.test_selected.balanced_accuracy,
+                r.test_last.balanced_accuracy, 100 * stall, sps, r.seconds);
   }
   if (!runs.empty()) {
-    std::printf("\nper-class test accuracy (last epoch)\n%-10s %6s", "class", "train");
+    std::printf("\nper-class test accuracy (epoch selected on validation)\n%-10s %6s", "class", "train");
     for (const auto& r : runs) std::printf(" %9s", r.name.c_str());
     std::printf("\n");
     for (std::size_t c = 0; c < demo::classes; ++c) {
       std::printf("%-10s %6zu", demo::class_names[c], kept[c]);
-      for (const auto& r : runs) std::printf(" %9.3f", r.epochs.back().test.per_class[c]);
+      for (const auto& r : runs) std::printf(" %9.3f", r.test_selected.per_class[c]);
       std::printf("\n");
     }
   }
   for (std::size_t i = 1; i < runs.size(); ++i) {
     if (runs[0].name != "uniform") break;
-    const double u = runs[0].epochs.back().test.balanced_accuracy, b = runs[i].epochs.back().test.balanced_accuracy;
-    std::printf("%s sampling changes balanced test accuracy by %+.1f points over uniform (%.3f -> %.3f)%s\n",
-                runs[i].name == "balanced" ? "\nclass-balanced" : runs[i].name.c_str(), 100 * (b - u), u, b,
-                files.stand_in ? " [stand-in data]" : "");
+    const double u = runs[0].test_selected.balanced_accuracy, b = runs[i].test_selected.balanced_accuracy;
+    std::printf("%s%-8s changes balanced test accuracy by %+.1f points over uniform (%.3f -> %.3f)%s\n", i == 1 ? "\n" : "",
+                runs[i].name.c_str(), 100 * (b - u), u, b, files.stand_in ? " [stand-in data]" : "");
   }
   if (runs.size() >= 2 && !o.quick) std::printf("(the test set is balanced, 1,000 images a class: balanced accuracy equals accuracy)\n");
 
   trace.write(o.out + "/trace.json");
-  write_report(o, files, kept, runs, trace);
+  write_report(o, files, split, runs, trace);
   write_plot(o, runs);
   std::printf("\nwrote %s/{report.json, trace.json (open in https://ui.perfetto.dev), epochs.csv, advisor-*.csv%s}  in %.1f s\n",
               o.out.c_str(), o.plot ? ", plot.png" : "",

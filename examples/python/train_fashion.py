@@ -2,8 +2,8 @@
 """Long-tailed Fashion-MNIST in PyTorch, fed by sluice: uniform vs class-balanced sampling.
 
 The Python twin of the C++ demo (examples/demo): a subset of the training set where class c keeps
-round(5900 * 100^(-c/9)) images (14,643 in all; the C++ demo keeps 6000 of class 0, which leaves
-none of it for validation), a small MLP (the C++ demo's: 128 hidden units, batch 64, SGD with momentum 0.9, weight decay
+round(5900 * 100^(-c/9)) images (14,643 in all; the C++ demo holds out 500 validation images a
+class first and keeps round(5500 * 100^(-c/9))), a small MLP (the C++ demo's: 128 hidden units, batch 64, SGD with momentum 0.9, weight decay
 1e-4, learning rate 0.05 cosine-decayed to 0, 6 epochs; no shift augmentation) trained twice through the same sluice
 pipeline, once with sampler="shuffle" and once with sampler="class_balanced" (inverse-frequency
 weights, as the C++ demo uses), and evaluated on the balanced 10,000-image test set. The epoch
