@@ -14,6 +14,7 @@
 
 #include <sluice/sluice.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,7 +45,7 @@ const std::string& data_path() {
 
 sluice::io::fixed_records& reader() {
   static sluice::io::fixed_records r = [] {
-    sluice::io::fixed_records rr(data_path(), {.record_bytes = record_bytes, .map = {.advice = sluice::io::access::random, .populate = true}});
+    sluice::io::fixed_records rr(data_path(), {.record_bytes = record_bytes, .map = {.advice = sluice::io::access::random, .populate = sluice::io::populate_mode::now}});
     return rr;
   }();
   return r;
@@ -104,8 +105,46 @@ void BM_sluice_pipeline(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * records * record_bytes));
 }
+
+// The first epoch of a freshly opened file against the second, 1 worker, the file in the page
+// cache: what first-touch page faults cost and what each populate_mode does about them. Each
+// iteration maps the file anew (open time included: MAP_POPULATE's wait is in it), runs epoch 0
+// (timed: the iteration's time) and epoch 1 (counter second_epoch_ms); first_over_second is the
+// first epoch's rate over the second's (1 = the first epoch as fast).
+//   mode 0 none, 1 background (the default), 2 now
+void BM_first_epoch(benchmark::State& state) {
+  const auto mode = static_cast<sluice::io::populate_mode>(state.range(0));
+  (void)reader();  // the file exists and is in the page cache
+  double first_s = 0, second_s = 0;
+  std::uint64_t warm0_ns = 0, warm1_ns = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sluice::io::fixed_records r(data_path(), {.record_bytes = record_bytes, .map = {.advice = sluice::io::access::random, .populate = mode}});
+    auto loader = sluice::from(sluice::sample::shuffle(records, {.seed = 1})) | sluice::read(r) |
+                  sluice::collate({.batch = batch}) | sluice::prefetch(2, {.workers = 1});
+    for (auto& b : loader.epoch(0)) benchmark::DoNotOptimize(b.bytes().data());
+    const auto t1 = std::chrono::steady_clock::now();
+    for (auto& b : loader.epoch(1)) benchmark::DoNotOptimize(b.bytes().data());
+    const auto t2 = std::chrono::steady_clock::now();
+    const double a = std::chrono::duration<double>(t1 - t0).count(), b = std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(a);
+    first_s += a;
+    second_s += b;
+    if (auto e = loader.epoch_stats(0)) warm0_ns += e->warmup_wait_ns;
+    if (auto e = loader.epoch_stats(1)) warm1_ns += e->warmup_wait_ns;
+  }
+  state.counters["first_batch_ms_epoch0"] = static_cast<double>(warm0_ns) / 1e6 / static_cast<double>(state.iterations());
+  state.counters["first_batch_ms_epoch1"] = static_cast<double>(warm1_ns) / 1e6 / static_cast<double>(state.iterations());
+  const double it = static_cast<double>(state.iterations());
+  state.counters["first_epoch_ms"] = first_s / it * 1e3;
+  state.counters["second_epoch_ms"] = second_s / it * 1e3;
+  state.counters["first_over_second"] = second_s / first_s;
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * records * record_bytes));
+}
 }  // namespace
 
+BENCHMARK(BM_first_epoch)->ArgName("populate")->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_roofline_memcpy_gather)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_roofline_memcpy_gather_ring)->Arg(3)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_sluice_pipeline)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
@@ -115,5 +154,8 @@ int main(int argc, char** argv) {
                                 {{"BM_roofline_memcpy_gather/2", "BM_roofline_memcpy_gather/1"},
                                  {"BM_roofline_memcpy_gather_ring/3", "BM_roofline_memcpy_gather/1"},
                                  {"BM_sluice_pipeline/1", "BM_roofline_memcpy_gather/1"},
-                                 {"BM_sluice_pipeline/2", "BM_roofline_memcpy_gather/2"}});
+                                 {"BM_sluice_pipeline/2", "BM_roofline_memcpy_gather/2"},
+                                 {"BM_first_epoch/populate:0", "BM_roofline_memcpy_gather/1"},
+                                 {"BM_first_epoch/populate:1", "BM_roofline_memcpy_gather/1"},
+                                 {"BM_first_epoch/populate:2", "BM_roofline_memcpy_gather/1"}});
 }

@@ -152,7 +152,7 @@ BENCHMARK(scan_tfrecord)->ArgNames({"record_bytes", "payload_crc"})->Args({100 <
 
 void scan_wds_tar(benchmark::State& st) {
   scan_vs_read(st, tar_file(static_cast<std::size_t>(st.range(0))), [&](const std::string& p) {
-    return sluice::io::wds_tar_reader(p, {.record_field = "jpg", .label_field = "cls", .index = sluice::io::saved_index::ignore, .map = {.populate = st.range(1) != 0}}).size();
+    return sluice::io::wds_tar_reader(p, {.record_field = "jpg", .label_field = "cls", .index = sluice::io::saved_index::ignore, .map = {.populate = st.range(1) != 0 ? sluice::io::populate_mode::now : sluice::io::populate_mode::none}}).size();
   });
 }
 BENCHMARK(scan_wds_tar)->ArgNames({"record_bytes", "populate"})->Args({100 << 10, 0})->Args({1 << 10, 0})->Args({1 << 10, 1})->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -141,7 +141,7 @@ int raw(const char* records_path, const char* labels_path, std::size_t workers, 
   // populate: the mapping is faulted in at open (the roofline does the same), so every epoch
   // runs at its steady-state speed.
   sluice::io::fixed_records reader{records_path, {.record_bytes = record_bytes, .labels_path = labels_path,
-                                                  .map = {.advice = sluice::io::access::random, .populate = true}}};
+                                                  .map = {.advice = sluice::io::access::random, .populate = sluice::io::populate_mode::now}}};
   auto loader = sluice::from(sluice::sample::shuffle{reader.size(), {.seed = 7}}) | sluice::read(reader) |
                 sluice::collate({.batch = batch_size, .drop_last = true}) |
                 sluice::prefetch(2, {.workers = workers});

@@ -431,9 +431,12 @@ TEST_CASE("split batches: idle workers help write a batch, which stays bit-ident
   const auto got = digest(split, 2);
   CHECK(got.hash == want.hash);
   CHECK(got.ids == want.ids);
+  // Helpers join within a wake-up; on a loaded machine that may take longer than a batch, so a
+  // few epochs are allowed for it (each still bit-identical).
+  for (std::uint64_t e = 3; e < 8 && split.stats().helped_samples == 0; ++e) CHECK(digest(split, e).hash == digest(one, e).hash);
   const auto st = split.stats();
   CHECK(st.helped_samples > 0);
-  CHECK(st.samples == 96);
+  CHECK(st.samples % 96 == 0);
   // Many batches, a trainer that sometimes waits: still the same bytes in the same order.
   auto many1 = split_pipeline(r, 200, 16, 1, true, 20us);
   auto many4 = split_pipeline(r, 200, 16, 4, true, 20us);

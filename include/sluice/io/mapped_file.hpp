@@ -14,9 +14,14 @@
 //   auto f = sluice::io::mapped_file{"train.sluice", {.advice = sluice::io::access::random}};
 //   std::span<const std::byte> all = f.bytes();
 //
-// Hints: access::sequential / random / willneed map to madvise; `populate` pre-faults every page
-// (MAP_POPULATE), trading open time for no page faults in the first epoch. An empty file maps to
-// an empty span (mmap of length 0 is an error on Linux). Move-only; unmaps on destruction.
+// Hints: access::sequential / random / willneed map to madvise. `populate` decides who pays the
+// first touch of each page: by default (populate_mode::background) a shared background thread
+// pre-faults the mapping while the loader already reads (io/page_warmer.hpp: only files that fit
+// in half the memory available; io::page_warm_stats() says what it did), so the first epoch runs
+// about as fast as later ones without open() waiting; populate_mode::now pre-faults every page
+// before the constructor returns (MAP_POPULATE); populate_mode::none leaves it to page faults.
+// An empty file maps to an empty span (mmap of length 0 is an error on Linux). Move-only;
+// unmaps on destruction (after cancelling its background warming).
 #pragma once
 
 #include <fcntl.h>
@@ -33,14 +38,17 @@
 
 #include "sluice/core/error.hpp"
 #include "sluice/core/file_guard.hpp"
+#include "sluice/io/page_warmer.hpp"
 
 namespace sluice::io {
 
 enum class access { normal, sequential, random, willneed };
 
+enum class populate_mode { none, background, now };
+
 struct map_options {
   access advice = access::normal;
-  bool populate = false;
+  populate_mode populate = populate_mode::background;
 };
 
 class mapped_file {
@@ -66,7 +74,7 @@ class mapped_file {
     if (size_ > 0) {
       int flags = MAP_PRIVATE;
 #ifdef MAP_POPULATE
-      if (opt.populate) flags |= MAP_POPULATE;
+      if (opt.populate == populate_mode::now) flags |= MAP_POPULATE;
 #endif
       void* p = ::mmap(nullptr, size_, PROT_READ, flags, fd, 0);
       if (p == MAP_FAILED) {
@@ -83,6 +91,7 @@ class mapped_file {
         ::close(fd);
         throw;
       }
+      if (opt.populate == populate_mode::background) warm_ = sluice::io::detail::page_warmer::instance().add(data_, size_);
     }
     ::close(fd);  // the mapping keeps the file alive
   }
@@ -90,7 +99,7 @@ class mapped_file {
   mapped_file& operator=(const mapped_file&) = delete;
   mapped_file(mapped_file&& o) noexcept
       : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)), guard_(std::exchange(o.guard_, nullptr)) {}
+        size_(std::exchange(o.size_, 0)), guard_(std::exchange(o.guard_, nullptr)), warm_(std::exchange(o.warm_, 0)) {}
   mapped_file& operator=(mapped_file&& o) noexcept {
     if (this != &o) {
       unmap();
@@ -98,6 +107,7 @@ class mapped_file {
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       guard_ = std::exchange(o.guard_, nullptr);
+      warm_ = std::exchange(o.warm_, 0);
     }
     return *this;
   }
@@ -139,6 +149,7 @@ class mapped_file {
     return "not a plain file";
   }
   void unmap() noexcept {
+    if (warm_ != 0) sluice::io::detail::page_warmer::instance().cancel(std::exchange(warm_, 0));
     if (guard_ != nullptr) sluice::detail::file_registry::instance().remove(std::exchange(guard_, nullptr));
     if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
     data_ = nullptr;
@@ -148,6 +159,7 @@ class mapped_file {
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   sluice::detail::guarded_mapping* guard_ = nullptr;
+  std::uint64_t warm_ = 0;  // its background warming job (io/page_warmer.hpp), 0: none
 };
 
 }  // namespace sluice::io
