@@ -230,6 +230,7 @@ inline http_result http_get(const std::string& url, int fd, const http_options& 
     curl_easy_setopt(c.get(), CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(c.get(), CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(c.get(), CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c.get(), CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes (default 16 KiB)
     curl_easy_setopt(c.get(), CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(c.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout.count()));
     if (o.timeout.count() > 0) curl_easy_setopt(c.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout.count()));
