@@ -58,7 +58,10 @@ inline bool port_answers(int port) {
   return ok;
 }
 
+// SLUICE_TEST_NGINX names the binary (set to a path that does not exist, it makes the nginx cases
+// skip: how the skip itself is checked); otherwise PATH, then the sbin directories.
 inline std::string find_nginx() {
+  if (const char* e = std::getenv("SLUICE_TEST_NGINX")) return ::access(e, X_OK) == 0 ? std::string(e) : std::string();
   std::vector<std::string> dirs;
   if (const char* p = std::getenv("PATH")) {
     std::stringstream ss(p);
@@ -146,9 +149,10 @@ class nginx_server {
   pid_t pid_ = -1;
 };
 
-enum class fault { ok, status_503, status_404, cut_mid_body, short_body, corrupt, ignore_range };
+enum class fault { ok, status_503, status_404, cut_mid_body, short_body, corrupt, ignore_range, stall };
 
 // Serves one file at any path, answering the k-th request by script[k] (the last entry repeats).
+// Each connection is served by its own thread (a stalled one does not hold up the retry).
 class fault_server {
  public:
   fault_server(std::vector<std::byte> body, std::vector<fault> script) : body_(std::move(body)), script_(std::move(script)) {
@@ -170,6 +174,7 @@ class fault_server {
   ~fault_server() {
     stop_.store(true);
     thread_.join();
+    for (auto& t : conns_) t.join();
     ::close(fd_);
   }
   [[nodiscard]] std::string url(const std::string& path) const {
@@ -192,7 +197,7 @@ class fault_server {
       if (::poll(&p, 1, 50) <= 0) continue;
       const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
-      serve(c);
+      conns_.emplace_back([this, c] { serve(c); });
     }
   }
   static void send_all(int c, const void* p, std::size_t n) {
@@ -251,6 +256,11 @@ class fault_server {
         ::close(c);
         return;
       }
+      case fault::stall:  // half the body, then nothing for up to 3 s (the client's timeout cuts it)
+        reply("200 OK", "", n);
+        send_all(c, body_.data(), n / 2);
+        for (int i = 0; i < 300 && !stop_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        break;
       case fault::short_body:  // the right status and length, 100 bytes short, then a clean close
         reply("200 OK", "", n);
         send_all(c, body_.data(), n - 100);
@@ -286,6 +296,7 @@ class fault_server {
   mutable std::mutex m_;
   std::vector<std::string> heads_;
   std::thread thread_;
+  std::vector<std::thread> conns_;  // touched by the accept thread only, joined after it
 };
 
 }  // namespace sluice_remote_test

@@ -3,6 +3,8 @@
 // when it is not installed.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -234,6 +236,24 @@ TEST_CASE("fault server: a connection cut mid-body is resumed with a range reque
   }
 }
 
+TEST_CASE("fault server: a transfer that stalls is cut by the timeout and resumed") {
+  temp_dir src, out;
+  write_shard(src.file("f.sluice"), 200, 256);
+  fault_server srv(sluice_test::read_file(src.file("f.sluice")), {fault::stall, fault::ok});
+  const int fd = ::open(out.file("dl").c_str(), O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  io::http_options o = quick();
+  o.timeout = std::chrono::milliseconds(400);
+  const auto t0 = std::chrono::steady_clock::now();
+  const io::http_result r = io::http_get(srv.url("f.sluice"), fd, o);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ::close(fd);
+  CHECK(r.attempts == 2);
+  CHECK(r.resumed == 1);
+  CHECK(took < std::chrono::milliseconds(2500));  // the stalled reply lasts 3 s: it was cut
+  CHECK(sluice_test::read_file(out.file("dl")) == sluice_test::read_file(src.file("f.sluice")));
+}
+
 TEST_CASE("fault server: a body shorter than its Content-Length with status 200 is retried") {
   temp_dir src, tier_dir;
   write_shard(src.file("f.sluice"), 100, 64);
@@ -416,6 +436,53 @@ TEST_CASE("tier: a full file system evicts first, then is reported naming the ti
   CHECK(calls == 2);                 // tried again after making room
   CHECK_FALSE(tier.contains("a"));   // which evicted what was not in use
   CHECK(tier_files(d.path().string()).empty());
+}
+
+TEST_CASE("nginx: a tier on a really full file system evicts, then reports ENOSPC naming the tier") {
+  // A 1 MiB tmpfs in a private mount namespace (needs CAP_SYS_ADMIN: skipped without it), a
+  // 1.7 MB shard to fetch into it. Run in a child process so the mount never leaks.
+  temp_dir serve, mnt;
+  write_shard(serve.file("big.sluice"), 400, 4096);
+  write_shard(serve.file("small.sluice"), 10, 4096);
+  nginx_server web(serve.path().string());
+  const pid_t k = ::fork();
+  REQUIRE(k >= 0);
+  if (k == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", mnt.path().c_str(), "tmpfs", 0, "size=1m") != 0)
+      std::_Exit(77);
+    try {
+      io::node_tier tier(mnt.file("tier"), {.budget_bytes = 1ull << 30});
+      { auto f = io::fetch_shard(tier, web.url("small.sluice"), {.http = quick()}); }
+      try {
+        (void)io::fetch_shard(tier, web.url("big.sluice"), {.http = quick()});
+        std::_Exit(1);
+      } catch (const io_error& e) {
+        sluice_test::write_file(serve.file("message.txt"), std::string(e.what()));
+        if (e.error_number() != ENOSPC) std::_Exit(2);
+        if (e.path() != tier.dir()) std::_Exit(3);
+        if (!contains(e.what(), "file system is full")) std::_Exit(4);
+      }
+      if (tier.contains(io::tier_name_for(web.url("small.sluice")))) std::_Exit(5);  // evicted first
+      if (tier.stats().files_evicted != 1) std::_Exit(6);
+      for (const auto& n : tier_files(tier.dir()))
+        if (contains(n, ".partial.")) std::_Exit(7);
+      std::_Exit(0);
+    } catch (...) {
+      std::_Exit(8);
+    }
+  }
+  int st = 0;
+  REQUIRE(::waitpid(k, &st, 0) == k);
+  REQUIRE(WIFEXITED(st));
+  if (WEXITSTATUS(st) == 77) sluice_test::skip("cannot mount a tmpfs in a private mount namespace (needs CAP_SYS_ADMIN)");
+  CHECK(WEXITSTATUS(st) == 0);
+  const auto m = sluice_test::read_file(serve.file("message.txt"));
+  const std::string message(reinterpret_cast<const char*>(m.data()), m.size());
+  INFO(message);
+  CHECK(contains(message, mnt.file("tier")));
+  CHECK(contains(message, io::tier_name_for(web.url("big.sluice"))));
+  CHECK(contains(message, "No space left on device"));
 }
 
 TEST_CASE("tier: names that are not plain file names are refused") {

@@ -15,6 +15,10 @@
 // it, every shard is fetched in the constructor to count its records. A shard that cannot be
 // fetched fails every record read from it with the same error (kept, not fetched again), at the
 // batch that needed it: under on_error::skip those samples are skipped and counted.
+// A shard once opened stays open (mapped, and held in the tier so it is not evicted) until the
+// remote_shards is destroyed: the tier's budget must hold the shards one reader opens in its life
+// (a rank's share, with shard_split). Releasing shards behind a window of shards in flight, and
+// fetching the next ones ahead, is not here yet; neither are ranged (chunked) fetches of one file.
 //
 // What a fetch guarantees (http_get and fetch_shard below):
 //   - Retries with exponential backoff and jitter (a wait drawn from [d/2, d], d doubling from
