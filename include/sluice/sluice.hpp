@@ -36,6 +36,7 @@
 #include "sluice/io/record_index.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/shard_fields.hpp"
+#include "sluice/io/shard_index.hpp"
 #include "sluice/io/tf_example.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/tokens.hpp"

@@ -199,6 +199,69 @@ TEST_CASE("nginx: 404 and 403 are errors naming the URL and the status, not retr
   CHECK(web.requests_for("/missing.sluice") == 2);  // the failed shard is not fetched once per sample
 }
 
+TEST_CASE("nginx: a dataset opened from its shard index fetches nothing until read and checks each download against it") {
+  temp_dir serve, tier_dir;
+  std::filesystem::create_directories(serve.path() / "train");
+  std::vector<std::string> paths;
+  for (int s = 0; s < 3; ++s) {
+    paths.push_back(serve.file("train/part-" + std::to_string(s) + ".sluice"));
+    write_shard(paths.back(), 40 + static_cast<std::size_t>(s), 128, static_cast<unsigned>(s));
+  }
+  const auto entries = io::index_shards(paths);
+  REQUIRE(entries.size() == 3);
+  CHECK(entries[2].name == "part-2.sluice");
+  CHECK(entries[2].records == 42);
+  CHECK(entries[2].bytes == std::filesystem::file_size(paths[2]));
+  CHECK(entries[2].crc32c == io::crc32c(sluice_test::read_file(paths[2])));
+  io::write_shard_index(serve.file("train/index.txt"), entries);
+  CHECK(io::parse_shard_index(io::shard_index_text(entries), "x") == entries);
+  nginx_server web(serve.path().string());
+  io::node_tier tier(tier_dir.path().string());
+
+  SUBCASE("read whole, equal to the local shards") {
+    auto data = io::remote_shards_from_index(web.url("train/index.txt"), tier, {.fetch = {.http = quick()}});
+    CHECK(data.size() == 40 + 41 + 42);
+    CHECK(tier.stats().misses == 0);  // nothing fetched to open it
+    CHECK(data.shard_url(1) == web.url("train/part-1.sluice"));
+    std::size_t i = 0;
+    for (int s = 0; s < 3; ++s) {
+      io::shard_reader local(paths[static_cast<std::size_t>(s)]);
+      for (std::size_t k = 0; k < local.size(); ++k, ++i) {
+        REQUIRE(data.record(i).size() == local.record(k).size());
+        REQUIRE(std::memcmp(data.record(i).data(), local.record(k).data(), local.record(k).size()) == 0);
+      }
+    }
+    CHECK(tier.stats().misses == 3);
+  }
+  SUBCASE("a shard replaced on the server after indexing is rejected by its whole-file CRC") {
+    // The same size and record count, other bytes: a valid shard, but not the indexed one.
+    write_shard(paths[1], 41, 128, 99);
+    REQUIRE(std::filesystem::file_size(paths[1]) == entries[1].bytes);
+    auto data = io::remote_shards_from_index(web.url("train/index.txt"), tier, {.fetch = {.http = quick()}});
+    CHECK(data.record(0).size() == 128);
+    const auto e = sluice_test::expect_format_error([&] { (void)data.record(40); });
+    CHECK(e.file() == web.url("train/part-1.sluice"));
+    CHECK(contains(e.cause(), "CRC-32C mismatch"));
+    CHECK_FALSE(tier.contains(io::tier_name_for(web.url("train/part-1.sluice"))));
+    CHECK(web.requests_for("/train/part-1.sluice") == 2);  // fetched once more before giving up
+  }
+  SUBCASE("a shard whose size differs from the index") {
+    write_shard(paths[2], 43, 128, 2);
+    auto data = io::remote_shards_from_index(web.url("train/index.txt"), tier, {.fetch = {.http = quick()}});
+    const auto e = sluice_test::expect_format_error([&] { (void)data.record(81); });
+    CHECK(e.file() == web.url("train/part-2.sluice"));
+    CHECK(contains(e.cause(), "size mismatch"));
+  }
+  SUBCASE("a malformed index names itself and the line") {
+    sluice_test::write_file(serve.file("train/bad.txt"), std::string("# header\npart-0.sluice 12 x 0000abcd\n"));
+    const auto e = sluice_test::expect_format_error(
+        [&] { (void)io::remote_shards_from_index(web.url("train/bad.txt"), tier, {.fetch = {.http = quick()}}); });
+    CHECK(e.file() == web.url("train/bad.txt"));
+    CHECK(contains(e.cause(), "line 2"));
+    CHECK(contains(e.cause(), "bad record count 'x'"));
+  }
+}
+
 TEST_CASE("fault server: 503 twice then 200 is fetched after two retries") {
   temp_dir src, tier_dir;
   write_shard(src.file("f.sluice"), 100, 64);

@@ -5,6 +5,8 @@
 //   sluice::io::node_tier tier{"/local/ssd/sluice-tier", {.budget_bytes = 100ull << 30}};
 //   sluice::io::remote_shards data{sluice::io::expand_braces("http://store:8080/train-{000..127}.sluice"),
 //                                  tier, {.sizes = sizes}};       // records per shard, if known
+//   // or from an index beside the shards (io/shard_index.hpp: sizes, record counts, CRC-32Cs):
+//   auto data = sluice::io::remote_shards_from_index("http://store:8080/train/index.txt", tier);
 //   auto loader = sluice::from(sluice::sample::shard_split{data, {.rank = r, .world = w, .seed = 7}})
 //               | sluice::read(data) | sluice::collate({.batch = 256}) | sluice::prefetch(2);
 //
@@ -67,6 +69,7 @@
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/node_tier.hpp"
 #include "sluice/io/shard.hpp"
+#include "sluice/io/shard_index.hpp"
 
 namespace sluice::io {
 
@@ -315,11 +318,18 @@ struct fetch_options {
   std::optional<std::uint32_t> crc32c{};   // the whole file's CRC-32C, from an index
   bool check_shard = true;                 // open it as a sluice shard and check every CRC
   int downloads = 2;                       // a file failing a check is fetched again, up to this
-  std::uint64_t expected_bytes = 0;        // its size, if known (room is made before the fetch)
+  std::uint64_t expected_bytes = 0;        // its size, if known (checked; room is made before the fetch)
 };
 
 // Checks a complete download before it is published; a format_error names the URL.
 inline void check_download(const std::string& url, const std::string& path, const fetch_options& o) {
+  if (o.expected_bytes > 0) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw io_error(path, "cannot stat", errno);
+    if (static_cast<std::uint64_t>(st.st_size) != o.expected_bytes)
+      throw format_error(url, {}, "size mismatch: the index says " + std::to_string(o.expected_bytes) +
+                                      " bytes, the download has " + std::to_string(st.st_size));
+  }
   if (o.crc32c) {
     const mapped_file f(path, {.advice = access::sequential});
     const std::uint32_t got = crc32c(f.bytes());
@@ -362,7 +372,8 @@ inline tier_file fetch_shard(node_tier& tier, const std::string& url, const fetc
 struct remote_shards_options {
   std::vector<std::size_t> sizes{};          // records per shard; empty: each fetched at construction to count it
   std::vector<std::uint32_t> crc32c{};       // whole-file CRC-32C per shard (from an index); empty: none
-  fetch_options fetch{};                     // its crc32c is taken from the list above
+  std::vector<std::uint64_t> bytes{};        // file size per shard (from an index); empty: not checked
+  fetch_options fetch{};                     // its crc32c and expected_bytes are taken from the lists above
   shard_options shard{};                     // how each shard is read (record CRCs on each access by default)
 };
 
@@ -379,6 +390,9 @@ class remote_shards {
                         std::to_string(urls.size()) + " URLs (one per shard, or none)");
     if (!opt_.crc32c.empty() && opt_.crc32c.size() != urls.size())
       throw usage_error("sluice: remote_shards: .crc32c has " + std::to_string(opt_.crc32c.size()) + " entries for " +
+                        std::to_string(urls.size()) + " URLs (one per shard, or none)");
+    if (!opt_.bytes.empty() && opt_.bytes.size() != urls.size())
+      throw usage_error("sluice: remote_shards: .bytes has " + std::to_string(opt_.bytes.size()) + " entries for " +
                         std::to_string(urls.size()) + " URLs (one per shard, or none)");
     for (auto& u : urls) {
       auto l = std::make_unique<lazy_shard>();
@@ -451,6 +465,7 @@ class remote_shards {
     try {
       fetch_options fo = opt_.fetch;
       if (!opt_.crc32c.empty()) fo.crc32c = opt_.crc32c[s];
+      if (!opt_.bytes.empty()) fo.expected_bytes = opt_.bytes[s];
       tier_file f = fetch_shard(*tier_, l.url, fo);
       shard_reader r(f.path(), opt_.shard);
       if (!opt_.sizes.empty() && r.size() != opt_.sizes[s])
@@ -474,5 +489,44 @@ class remote_shards {
 };
 
 static_assert(record_reader<remote_shards>);
+
+// A small file fetched whole into memory (an index): the same retries as http_get; a file over
+// `max_bytes` is an http_error.
+inline std::string http_get_text(const std::string& url, const http_options& o = {}, std::uint64_t max_bytes = 64u << 20) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::tmpfile(), &std::fclose);
+  if (!f) throw io_error(url, "cannot make a temporary file for the download of", errno);
+  const http_result r = http_get(url, ::fileno(f.get()), o);
+  if (r.bytes > max_bytes)
+    throw http_error(url, r.status, r.attempts, "more than " + std::to_string(max_bytes) + " bytes at");
+  std::string text(static_cast<std::size_t>(r.bytes), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::pread(::fileno(f.get()), text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n <= 0) throw io_error(url, "cannot read back the download of", n < 0 ? errno : EIO);
+    done += static_cast<std::size_t>(n);
+  }
+  return text;
+}
+
+// The shards an index lists (io/shard_index.hpp), as URLs beside the index, with their record
+// counts (nothing is fetched to open it), sizes and whole-file CRC-32Cs (checked at each download).
+//   auto data = sluice::io::remote_shards_from_index("http://store:8080/train/index.txt", tier);
+inline remote_shards remote_shards_from_index(const std::string& index_url, node_tier& tier, remote_shards_options o = {}) {
+  const auto entries = parse_shard_index(http_get_text(index_url, o.fetch.http), index_url);
+  std::string_view base = index_url;
+  if (auto q = base.find_first_of("?#"); q != std::string_view::npos) base = base.substr(0, q);
+  base = base.substr(0, base.rfind('/') + 1);
+  std::vector<std::string> urls;
+  o.sizes.clear();
+  o.crc32c.clear();
+  o.bytes.clear();
+  for (const auto& e : entries) {
+    urls.push_back(std::string(base) + e.name);
+    o.sizes.push_back(static_cast<std::size_t>(e.records));
+    o.crc32c.push_back(e.crc32c);
+    o.bytes.push_back(e.bytes);
+  }
+  return remote_shards(std::move(urls), tier, std::move(o));
+}
 
 }  // namespace sluice::io
