@@ -126,15 +126,19 @@ class nginx_server {
   [[nodiscard]] std::string url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(port_) + "/" + path;
   }
-  // Requests for `path` (e.g. "/a.sluice") in the access log so far.
-  [[nodiscard]] int requests_for(const std::string& path) const {
-    // nginx writes a request's log line when it completes; give the worker a moment.
+  // Requests for `path` (e.g. "/a.sluice") in the access log. nginx logs a request after its
+  // reply is sent, so this waits (up to 5 s) for at least `expected`, then 50 ms more for any extra.
+  [[nodiscard]] int requests_for(const std::string& path, int expected) const {
+    auto count = [&] {
+      std::ifstream f(dir_.path() / "logs/access.log");
+      int n = 0;
+      for (std::string line; std::getline(f, line);)
+        if (line.find("\"GET " + path + " ") != std::string::npos) ++n;
+      return n;
+    };
+    for (int i = 0; i < 250 && count() < expected; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream f(dir_.path() / "logs/access.log");
-    int n = 0;
-    for (std::string line; std::getline(f, line);)
-      if (line.find("\"GET " + path + " ") != std::string::npos) ++n;
-    return n;
+    return count();
   }
   [[nodiscard]] std::string log_text(const std::string& name) const {
     std::ifstream f(dir_.path() / "logs" / name);

@@ -114,7 +114,7 @@ TEST_CASE("nginx: a cold open fetches every shard and a warm open hits the tier"
   CHECK(tier.stats().misses == 0);
   CHECK(tier.stats().hit_rate() == 1.0);
   CHECK(tier.stats().bytes_fetched == 0);
-  for (int s = 0; s < 4; ++s) CHECK(web.requests_for("/s" + std::to_string(s) + ".sluice") == 1);
+  for (int s = 0; s < 4; ++s) CHECK(web.requests_for("/s" + std::to_string(s) + ".sluice", 1) == 1);
 }
 
 TEST_CASE("nginx: two processes fetching the same shard download it once") {
@@ -154,7 +154,7 @@ TEST_CASE("nginx: two processes fetching the same shard download it once") {
   }
   // One filled it (11), the other waited on its lock and found it there (10).
   CHECK(((codes[0] == 10 && codes[1] == 11) || (codes[0] == 11 && codes[1] == 10)));
-  CHECK(web.requests_for("/slow/big.sluice") == 1);
+  CHECK(web.requests_for("/slow/big.sluice", 1) == 1);
 }
 
 TEST_CASE("nginx: 404 and 403 are errors naming the URL and the status, not retried") {
@@ -174,7 +174,7 @@ TEST_CASE("nginx: 404 and 403 are errors naming the URL and the status, not retr
       CHECK(contains(e.what(), url));
       CHECK(contains(e.what(), "HTTP " + std::to_string(status)));
     }
-    CHECK(web.requests_for("/" + path) == 1);
+    CHECK(web.requests_for("/" + path, 1) == 1);
   }
   // At the batch that needs it: the reader's error reaches the consumer, naming the URL.
   io::remote_shards data({web.url("x.sluice"), web.url("missing.sluice")}, tier,
@@ -196,7 +196,7 @@ TEST_CASE("nginx: 404 and 403 are errors naming the URL and the status, not retr
   for (auto& b : skipping.epoch(0)) n += b.size();
   CHECK(n == 10);
   CHECK(skipping.stats().skipped == 10);
-  CHECK(web.requests_for("/missing.sluice") == 2);  // the failed shard is not fetched once per sample
+  CHECK(web.requests_for("/missing.sluice", 2) == 2);  // the failed shard is not fetched once per sample
 }
 
 TEST_CASE("nginx: a dataset opened from its shard index fetches nothing until read and checks each download against it") {
@@ -243,7 +243,7 @@ TEST_CASE("nginx: a dataset opened from its shard index fetches nothing until re
     CHECK(e.file() == web.url("train/part-1.sluice"));
     CHECK(contains(e.cause(), "CRC-32C mismatch"));
     CHECK_FALSE(tier.contains(io::tier_name_for(web.url("train/part-1.sluice"))));
-    CHECK(web.requests_for("/train/part-1.sluice") == 2);  // fetched once more before giving up
+    CHECK(web.requests_for("/train/part-1.sluice", 2) == 2);  // fetched once more before giving up
   }
   SUBCASE("a shard whose size differs from the index") {
     write_shard(paths[2], 43, 128, 2);
