@@ -44,6 +44,16 @@ if(SLUICE_DLPACK_INCLUDE_DIR)
   target_include_directories(sluice_dlpack SYSTEM INTERFACE $<BUILD_INTERFACE:${SLUICE_DLPACK_INCLUDE_DIR}>)
 endif()
 
+# libcurl (Debian: libcurl4-openssl-dev): sluice/io/remote.hpp, shards fetched by http:// URL into a
+# node-local disk tier.
+find_package(CURL QUIET)
+if(CURL_FOUND)
+  add_library(sluice_curl INTERFACE)
+  add_library(sluice::curl ALIAS sluice_curl)
+  target_link_libraries(sluice_curl INTERFACE sluice CURL::libcurl)
+  target_compile_definitions(sluice_curl INTERFACE SLUICE_WITH_CURL=1)
+endif()
+
 # CUDA: see cmake/SluiceCuda.cmake (added by the GPU path).
 if(SLUICE_ENABLE_CUDA AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/SluiceCuda.cmake)
   include(SluiceCuda)

@@ -2,8 +2,8 @@
 // samplers (rank and world from the environment), readers, per-sample stages, collate (classic and
 // per field), pin, to_device (its host backend without CUDA), prefetch, the monitors and the
 // advisor, and the DLPack export where DLPack's header is installed. Optional parts with extra
-// dependencies (JPEG via libjpeg-turbo, gzip IDX via zlib, CUDA kernels) are included explicitly
-// from their own headers.
+// dependencies (JPEG via libjpeg-turbo, gzip IDX via zlib, remote shards via libcurl
+// (io/remote.hpp), CUDA kernels) are included explicitly from their own headers.
 #pragma once
 
 #include "sluice/codec/transform.hpp"
@@ -31,10 +31,12 @@
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/fixed_records.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/node_tier.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/record_index.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/shard_fields.hpp"
+#include "sluice/io/shard_index.hpp"
 #include "sluice/io/tf_example.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/tokens.hpp"
