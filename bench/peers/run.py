@@ -283,7 +283,7 @@ def torch_loader_factory(dataset, workers):
     return make
 
 
-def torch_weighted(data, seconds, how):
+def torch_weighted(data, seconds, how, threads=1):
     """Draws/s of torch's weighted sampling over the same 10^6 weights, one pass = 10^6 draws with
     replacement (the cumulative table is rebuilt on every pass, as sluice's alias table is):
       "multinomial"  torch.multinomial(w, n, replacement=True), the ids as one int64 tensor;
@@ -291,10 +291,13 @@ def torch_weighted(data, seconds, how):
                      torch.multinomial, then hands the ids out of .tolist());
       "per-item"     the sampler iterated one index at a time in Python, as a DataLoader's
                      BatchSampler consumes it (an extra: it measures the Python loop as much as
-                     the sampling)."""
+                     the sampling).
+    `threads`: torch's intra-op threads for the pass (it reports 1 on the 2-vCPU machines)."""
     import numpy as np
     import torch
     from torch.utils.data import WeightedRandomSampler
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
     weights = torch.from_numpy(np.fromfile(os.path.join(data, "weights.f64"), dtype=np.float64))
     n = len(weights)
     draws = 0
@@ -311,13 +314,16 @@ def torch_weighted(data, seconds, how):
             for i in WeightedRandomSampler(weights, num_samples=n, replacement=True):
                 checksum += i
         draws += n
-    return draws / (time.perf_counter() - t0)
+    rate = draws / (time.perf_counter() - t0)
+    torch.set_num_threads(saved)
+    return rate
 
 
-WEIGHTED_PEERS = {
-    "multinomial": "torch.multinomial (bulk)",
-    "list": "list(WeightedRandomSampler) (bulk)",
-    "per-item": "WeightedRandomSampler per item (extra)",
+WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
+    "torch.multinomial (bulk)": ("multinomial", 1),
+    "torch.multinomial (bulk, 2 threads)": ("multinomial", 2),
+    "list(WeightedRandomSampler) (bulk)": ("list", 1),
+    "WeightedRandomSampler per item (extra)": ("per-item", 1),
 }
 
 
@@ -452,8 +458,8 @@ def main():
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
     if "weighted" in groups:
-        for how, name in WEIGHTED_PEERS.items():
-            jobs.append(("weighted", name, 0, (lambda how=how: torch_weighted(d, args.seconds, how))))
+        for name, (how, threads) in WEIGHTED_PEERS.items():
+            jobs.append(("weighted", name, 0, (lambda how=how, threads=threads: torch_weighted(d, args.seconds, how, threads))))
         if have(sluice_prog):
             jobs.append(("weighted", "sluice weighted (alias)", 0,
                          lambda: run_program([sluice_prog, "weighted", os.path.join(d, "weights.f64"), secs])))
@@ -538,9 +544,11 @@ def main():
             ratio(f"jpeg: best sluice from Python vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)",
                   best_of(group, module), best_of(group, lambda n: n.startswith("PyTorch")))
         else:
-            for name in WEIGHTED_PEERS.values():
-                ratio(f"weighted: sluice alias draw_n (build included) vs {name}, 1 thread each", sl,
+            for name in WEIGHTED_PEERS:
+                ratio(f"weighted: sluice alias draw_n (build included, 1 thread) vs {name}", sl,
                       best_of(group, lambda n, name=name: n == name))
+            ratio("weighted: sluice alias draw_n (1 thread) vs best bulk torch peer at any thread count", sl,
+                  best_of(group, lambda n: is_peer(n)))
     print()
     for x in summary:
         print(f"{x['what']}: {x['sluice']:.0f}/s ({x['sluice_loader']}, workers={x['sluice_workers']}) vs "
