@@ -283,19 +283,48 @@ def torch_loader_factory(dataset, workers):
     return make
 
 
-def torch_weighted(data, seconds):
+def torch_weighted(data, seconds, how, threads=1):
+    """Draws/s of torch's weighted sampling over the same 10^6 weights, one pass = 10^6 draws with
+    replacement (the cumulative table is rebuilt on every pass, as sluice's alias table is):
+      "multinomial"  torch.multinomial(w, n, replacement=True), the ids as one int64 tensor;
+      "list"         list(WeightedRandomSampler(w, n)): the sampler consumed in bulk (it calls
+                     torch.multinomial, then hands the ids out of .tolist());
+      "per-item"     the sampler iterated one index at a time in Python, as a DataLoader's
+                     BatchSampler consumes it (an extra: it measures the Python loop as much as
+                     the sampling).
+    `threads`: torch's intra-op threads for the pass (it reports 1 on the 2-vCPU machines)."""
     import numpy as np
     import torch
     from torch.utils.data import WeightedRandomSampler
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
     weights = torch.from_numpy(np.fromfile(os.path.join(data, "weights.f64"), dtype=np.float64))
     n = len(weights)
     draws = 0
+    checksum = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        s = WeightedRandomSampler(weights, num_samples=n, replacement=True)
-        for _ in s:  # the sampler as a DataLoader consumes it: one index at a time
-            draws += 1
-    return draws / (time.perf_counter() - t0)
+        if how == "multinomial":
+            ids = torch.multinomial(weights, n, replacement=True)
+            checksum += int(ids[n // 2])
+        elif how == "list":
+            ids = list(WeightedRandomSampler(weights, num_samples=n, replacement=True))
+            checksum += ids[n // 2]
+        else:
+            for i in WeightedRandomSampler(weights, num_samples=n, replacement=True):
+                checksum += i
+        draws += n
+    rate = draws / (time.perf_counter() - t0)
+    torch.set_num_threads(saved)
+    return rate
+
+
+WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
+    "torch.multinomial (bulk)": ("multinomial", 1),
+    "torch.multinomial (bulk, 2 threads)": ("multinomial", 2),
+    "list(WeightedRandomSampler) (bulk)": ("list", 1),
+    "WeightedRandomSampler per item (extra)": ("per-item", 1),
+}
 
 
 # ---------------------------------------------------------------- C++ peers
@@ -317,6 +346,14 @@ def run_program(argv):
     raise RuntimeError(f"no samples_per_s in output of {argv}: {out!r}")
 
 
+def loadavg():
+    """The 1-, 5- and 15-minute load averages: the machines are shared, so every run records them."""
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def versions(build):
     import numpy
     import torch
@@ -334,10 +371,6 @@ def versions(build):
         v["cpu"] = platform.processor()
     v["cores"] = os.cpu_count()
     v["kernel"] = platform.release()
-    try:  # the machines are shared: say how busy this one was
-        v["loadavg"] = open("/proc/loadavg").read().split()[0]
-    except OSError:
-        pass
     try:
         import subprocess as sp
         v["g++"] = sp.run(["g++", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
@@ -357,7 +390,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is reported")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted,startup")
+    ap.add_argument("--cpus", default="", help="comma list of CPU numbers to confine every loader to "
+                    "(this process, the peer programs and DataLoader workers inherit it), e.g. 0 for "
+                    "an equal-cores comparison on one core; default: every CPU")
     args = ap.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    cores = len(os.sched_getaffinity(0))
+    started = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": loadavg()}
     groups = set(args.only.split(",")) if args.only else {"raw", "jpeg", "weighted", "startup"}
 
     import torch
@@ -418,7 +458,8 @@ def main():
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
     if "weighted" in groups:
-        jobs.append(("weighted", "torch WeightedRandomSampler", 0, lambda: torch_weighted(d, args.seconds)))
+        for name, (how, threads) in WEIGHTED_PEERS.items():
+            jobs.append(("weighted", name, 0, (lambda how=how, threads=threads: torch_weighted(d, args.seconds, how, threads))))
         if have(sluice_prog):
             jobs.append(("weighted", "sluice weighted (alias)", 0,
                          lambda: run_program([sluice_prog, "weighted", os.path.join(d, "weights.f64"), secs])))
@@ -429,6 +470,7 @@ def main():
                 kind, os.path.join(args.build, "python", "module"), d))))
 
     best = {}
+    rounds = {}
     for r in range(args.rounds):
         for group, name, w, thunk in jobs:
             try:
@@ -442,85 +484,93 @@ def main():
                 continue
             key = (group, name, w)
             best[key] = max(best.get(key, 0.0), rate)
-            print(f"# round {r}: {group:8s} {name:36s} workers={w}  {rate:12.0f}/s", flush=True)
+            rounds.setdefault(key, []).append(rate)
+            print(f"# round {r}: {group:8s} {name:40s} workers={w}  {rate:12.0f}/s", flush=True)
 
-    def peer_best(group, same_workers=None):
-        """Best non-sluice rate in a group (optionally at a given worker count)."""
-        cands = [(v, k) for k, v in best.items() if k[0] == group and not k[1].startswith("sluice")
-                 and "roofline" not in k[1] and (same_workers is None or k[2] == same_workers)]
+    def is_peer(name):
+        return not name.startswith("sluice") and "roofline" not in name and "(extra)" not in name
+
+    def best_of(group, pred, workers=None):
+        """(rate, key) of the best row in a group whose loader name satisfies pred."""
+        cands = [(v, k) for k, v in best.items()
+                 if k[0] == group and pred(k[1]) and (workers is None or k[2] == workers)]
         return max(cands) if cands else (None, None)
 
     print()
-    print(f"{'group':8s} {'loader':36s} {'workers':>7s} {'samples/s':>12s}  sluice/this")
+    print(f"{'group':8s} {'loader':40s} {'workers':>7s} {'samples/s':>12s}  rounds")
     results = []
     for (group, name, w), rate in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         if group == "startup":
             continue  # reported in seconds below
-        ratio = ""
-        sl = [v for k, v in best.items() if k[0] == group and k[1].startswith("sluice") and "Python" not in k[1]]
-        if sl and not name.startswith("sluice"):
-            if group == "jpeg":
-                same = best.get((group, "sluice (TurboJPEG)", w))
-                ratio = f"{same / rate:6.2f}x (same workers)" if same else ""
-            else:
-                ratio = f"{max(sl) / rate:6.2f}x (best sluice)"
-        print(f"{group:8s} {name:36s} {w:7d} {rate:12.0f}  {ratio}")
-        results.append({"group": group, "loader": name, "workers": w, "samples_per_s": rate})
-    print()
+        each = rounds[(group, name, w)]
+        print(f"{group:8s} {name:40s} {w:7d} {rate:12.0f}  " + " / ".join(f"{x:.0f}" for x in each))
+        results.append({"group": group, "loader": name, "workers": w, "samples_per_s": rate, "rounds": each})
+
+    # Ratios, each of two rows of this run. "Best at any worker count": each loader at its fastest
+    # measured setting. Every loader ran confined to the same `cores` CPUs, so that ratio is also the
+    # equal-cores one for this core count; --cpus 0 repeats it on one core. Equal worker counts are
+    # an extra (a sluice worker is a thread beside the consumer; a PyTorch worker is a process and
+    # num_workers = 0 decodes in the consumer).
+    summary = []
+
+    def ratio(what, a, b):
+        if a[0] and b[0]:
+            summary.append({"what": what, "sluice": a[0], "sluice_loader": a[1][1], "sluice_workers": a[1][2],
+                            "peer": b[0], "peer_loader": b[1][1], "peer_workers": b[1][2], "ratio": a[0] / b[0]})
+
+    cxx = (lambda n: n.startswith("sluice") and "Python" not in n)
+    module = (lambda n: n == "sluice (Python module)")
     for group in ("raw", "jpeg", "weighted"):
-        sl = {k[2]: v for k, v in best.items() if k[0] == group and k[1].startswith("sluice") and "Python" not in k[1]}
-        if not sl:
-            continue
-        pv, pk = peer_best(group)
-        if pv:
-            print(f"{group}: best sluice {max(sl.values()):.0f}/s vs best peer {pk[1]} (workers={pk[2]}) {pv:.0f}/s"
-                  f" -> {max(sl.values()) / pv:.2f}x")
-        if group in ("raw", "jpeg"):
-            py = [v for k, v in best.items() if k[0] == group and k[1].startswith("PyTorch")]
-            if py:
-                print(f"{group}: best sluice vs best PyTorch DataLoader {max(py):.0f}/s -> {max(sl.values()) / max(py):.2f}x")
-        if group == "jpeg":
-            pym = {k[2]: v for k, v in best.items() if k[0] == "jpeg" and k[1] == "sluice (Python module)"}
-            tv = {k[2]: v for k, v in best.items() if k[0] == "jpeg" and k[1] == "PyTorch DataLoader + decode_jpeg"}
-            for w in sorted(pym):
-                if w in tv:
-                    print(f"jpeg: workers={w}: sluice from Python {pym[w]:.0f}/s vs DataLoader + decode_jpeg at the "
-                          f"same workers {tv[w]:.0f}/s -> {pym[w] / tv[w]:.2f}x")
-            if pym and tv:
-                print(f"jpeg: best sluice from Python {max(pym.values()):.0f}/s vs best DataLoader + decode_jpeg "
-                      f"{max(tv.values()):.0f}/s (any workers) -> {max(pym.values()) / max(tv.values()):.2f}x")
-            for w in sorted(sl):
-                py_w = [v for k, v in best.items() if k[0] == "jpeg" and k[1].startswith("PyTorch") and k[2] == w]
-                if py_w:
-                    print(f"jpeg: workers={w}: sluice {sl[w]:.0f}/s vs best PyTorch JPEG loader {max(py_w):.0f}/s"
-                          f" -> {sl[w] / max(py_w):.2f}x")
+        sl = best_of(group, cxx)
         if group == "raw":
-            lt = [v for k, v in best.items() if k[0] == "raw" and k[1].startswith("libtorch")]
-            roof = best.get(("raw", "memcpy roofline (mmap + gather)", 1))
-            if lt:
-                print(f"raw: best sluice vs best libtorch {max(lt):.0f}/s -> {max(sl.values()) / max(lt):.2f}x")
-            if roof:
-                print(f"raw: best sluice / memcpy roofline {roof:.0f}/s -> {max(sl.values()) / roof:.2f}")
-            pym = {k[2]: v for k, v in best.items() if k[0] == "raw" and k[1] == "sluice (Python module)"}
-            cxx = {k[2]: v for k, v in best.items() if k[0] == "raw" and k[1] == "sluice"}
-            py = [v for k, v in best.items() if k[0] == "raw" and k[1].startswith("PyTorch")]
-            for w in sorted(pym):
-                if w in cxx:
-                    print(f"raw: workers={w}: sluice from Python {pym[w]:.0f}/s vs the same pipeline from C++ "
-                          f"{cxx[w]:.0f}/s -> {pym[w] / cxx[w]:.2f}")
-            if pym and py:
-                print(f"raw: best sluice from Python vs best PyTorch DataLoader {max(py):.0f}/s -> "
-                      f"{max(pym.values()) / max(py):.2f}x")
+            ratio(f"raw: best sluice vs best PyTorch DataLoader (any workers, {cores} cores)", sl,
+                  best_of(group, lambda n: n.startswith("PyTorch")))
+            ratio(f"raw: best sluice vs best libtorch data API (any workers, {cores} cores)", sl,
+                  best_of(group, lambda n: n.startswith("libtorch")))
+            ratio(f"raw: best sluice / memcpy roofline (1 thread)", sl, best_of(group, lambda n: "roofline" in n))
+            ratio(f"raw: best sluice from Python vs best PyTorch DataLoader ({cores} cores)", best_of(group, module),
+                  best_of(group, lambda n: n.startswith("PyTorch")))
+            for w in (1, 2):
+                ratio(f"raw: sluice from Python / same pipeline from C++, workers={w}", best_of(group, module, w),
+                      best_of(group, lambda n: n == "sluice", w))
+        elif group == "jpeg":
+            ratio(f"jpeg: best sluice vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)", sl,
+                  best_of(group, lambda n: n.startswith("PyTorch")))
+            for w in (1, 2):
+                ratio(f"jpeg (extra, equal worker count): sluice workers={w} vs best PyTorch JPEG loader at workers={w}",
+                      best_of(group, cxx, w), best_of(group, lambda n: n.startswith("PyTorch"), w))
+            ratio(f"jpeg: best sluice from Python vs best DataLoader + decode_jpeg (any workers, {cores} cores)",
+                  best_of(group, module), best_of(group, lambda n: n.endswith("decode_jpeg")))
+            ratio(f"jpeg: best sluice from Python vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)",
+                  best_of(group, module), best_of(group, lambda n: n.startswith("PyTorch")))
+        else:
+            for name in WEIGHTED_PEERS:
+                ratio(f"weighted: sluice alias draw_n (build included, 1 thread) vs {name}", sl,
+                      best_of(group, lambda n, name=name: n == name))
+            ratio("weighted: sluice alias draw_n (1 thread) vs best bulk torch peer at any thread count", sl,
+                  best_of(group, lambda n: is_peer(n)))
+    print()
+    for x in summary:
+        print(f"{x['what']}: {x['sluice']:.0f}/s ({x['sluice_loader']}, workers={x['sluice_workers']}) vs "
+              f"{x['peer']:.0f}/s ({x['peer_loader']}, workers={x['peer_workers']}) -> {x['ratio']:.2f}")
     st = {k[1]: 1.0 / v for k, v in best.items() if k[0] == "startup"}
     if st:
         print("startup: seconds from interpreter start to the first batch (imports included), best round: " +
               ", ".join(f"{k} {v:.2f} s" for k, v in st.items()))
     v = versions(args.build)
+    v["cores_used"] = cores
+    v["cpus"] = sorted(os.sched_getaffinity(0))
+    v["torch_threads"] = torch.get_num_threads()
     print("\n# " + ", ".join(f"{k} {val}" for k, val in v.items()))
-    print(f"# total {time.time() - t_start:.0f} s")
+    finished = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": loadavg()}
+    print(f"# started {started['utc']} (load {started['loadavg']}), finished {finished['utc']} "
+          f"(load {finished['loadavg']}), total {time.time() - t_start:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"versions": v, "results": results, "seconds": args.seconds, "rounds": args.rounds}, f, indent=1)
+            json.dump({"command": " ".join([sys.executable] + sys.argv),
+                       "started": started, "finished": finished, "versions": v, "results": results,
+                       "summary": summary, "startup_seconds": st, "seconds": args.seconds, "rounds": args.rounds},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@
 //
 //   sluice_peers weighted weights.f64 <seconds>
 //       the alias-method weighted sampler: build its table over the weights, then draw as many
-//       ids as there are weights; repeated; draws/s including the build (as torch's
-//       WeightedRandomSampler, which rebuilds its cumulative table on every pass).
+//       ids as there are weights with draw_n, 256 at a time; repeated; draws/s including the build
+//       (as torch.multinomial, and WeightedRandomSampler which calls it, rebuild their cumulative
+//       table on every pass). One thread, like torch's multinomial kernel on the CPU; run.py sets
+//       it beside torch.multinomial in bulk and a bulk list(WeightedRandomSampler).
 //
 // Every mode prints "samples_per_s <rate>" (and a checksum so the work cannot be optimised away).
 #include <fcntl.h>
