@@ -9,7 +9,7 @@
 // default) and runs madvise(MADV_POPULATE_READ) over each, 8 MiB at a time, oldest file first,
 // while the loader already reads. A page the loader reaches first is simply faulted by it.
 //
-// Only a file that fits in half the memory available (MemAvailable) is queued: populating more
+// Only a file of 1 MiB or more that fits in half the memory available (MemAvailable) is queued: populating more
 // would evict the pages it just brought in, or the trainer's. MADV_POPULATE_READ reports errors
 // instead of raising SIGBUS (a file truncated meanwhile stops its job with EFAULT); a kernel
 // without it (before Linux 5.14: EINVAL) turns the warmer off for the process. Either way the
@@ -62,6 +62,7 @@ inline std::uint64_t memory_available() {
 class page_warmer {
  public:
   static constexpr std::size_t chunk_bytes = std::size_t{8} << 20;
+  static constexpr std::size_t min_bytes = std::size_t{1} << 20;  // smaller files are not queued
 
   static page_warmer& instance() {
     static page_warmer w;
@@ -85,7 +86,7 @@ class page_warmer {
 
   // Queues [p, p + n) (a whole read-only file mapping). Returns the job's id (0: not queued).
   std::uint64_t add(const std::byte* p, std::size_t n) {
-    if (n == 0) return 0;
+    if (n < min_bytes) return 0;  // a few faults: not worth a job
     const std::uint64_t avail = memory_available();
     std::lock_guard lk(m_);
 #ifdef MADV_POPULATE_READ
