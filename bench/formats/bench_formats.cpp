@@ -481,18 +481,24 @@ void jpeg_rrc_codec_1thread(benchmark::State& st) {
 }
 BENCHMARK(jpeg_rrc_codec_1thread)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
-// W workers, batches of B, a batch's write shared between workers (S = 1) or not. With B = 192 an
+// W workers, batches of B, a batch's write shared between workers (S = 1) or not, workers pinned
+// to one CPU each (P = 1) or left to the scheduler. With B = 192 an
 // epoch has 3 batches (192, 192, 128): unsplit, one of 2 workers idles for the last batch; split,
 // it helps write it. `first_batch_ms`: the trainer's wait for each epoch's first batch (mean).
 void jpeg_rrc_pipeline(benchmark::State& st) {
   const auto workers = static_cast<std::size_t>(st.range(0));
   const auto batch = static_cast<std::size_t>(st.range(1));
   const bool split = st.range(2) != 0;
+  std::vector<int> cpus;  // pinned: worker w on the w-th allowed CPU (core/affinity.hpp)
+  if (st.range(3) != 0) {
+    const auto allowed = sluice::allowed_cpus();
+    for (std::size_t w = 0; w < workers && w < allowed.size(); ++w) cpus.push_back(allowed[w]);
+  }
   const auto& j = large_jpegs();
   sluice::io::tfrecord_reader r(j.path, {.index = sluice::io::saved_index::ignore});
   auto loader = sluice::from(sluice::sample::sequential(r.size())) | sluice::read(r) | sluice::decode(codec_rrc) |
                 sluice::collate({.batch = batch}) |
-                sluice::prefetch(2, {.workers = workers, .split_batches = split});
+                sluice::prefetch(2, {.workers = workers, .split_batches = split, .cpus = cpus});
   double t = 0;
   std::uint64_t samples = 0, epoch = 0, first_ns = 0;
   for (auto _ : st) {
@@ -512,12 +518,13 @@ void jpeg_rrc_pipeline(benchmark::State& st) {
   }
 }
 BENCHMARK(jpeg_rrc_pipeline)
-    ->ArgNames({"workers", "batch", "split"})
-    ->Args({1, 32, 1})
-    ->Args({2, 32, 0})
-    ->Args({2, 32, 1})
-    ->Args({2, 192, 0})
-    ->Args({2, 192, 1})
+    ->ArgNames({"workers", "batch", "split", "pinned"})
+    ->Args({1, 32, 1, 0})
+    ->Args({2, 32, 0, 0})
+    ->Args({2, 32, 1, 0})
+    ->Args({2, 32, 1, 1})
+    ->Args({2, 192, 0, 0})
+    ->Args({2, 192, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(3.0)
     ->UseRealTime();

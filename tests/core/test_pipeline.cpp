@@ -489,3 +489,37 @@ TEST_CASE("split batches: a loader destroyed while helpers write returns promptl
   }  // each loader is destroyed with batches half written by several workers
   CHECK(true);
 }
+
+TEST_CASE("cpus: workers run on the CPUs they are pinned to, and a CPU the process may not use is refused") {
+  const auto allowed = allowed_cpus();
+  REQUIRE(!allowed.empty());
+  const int cpu = allowed.back();
+  mem_reader r(2000, 8);
+  std::atomic<int> elsewhere{0}, seen{0};
+  auto l = from(sample::sequential(2000)) | read(r) |
+           map([&](record_view v) {
+             ++seen;
+             if (::sched_getcpu() != cpu) ++elsewhere;
+             return v;
+           }) |
+           collate({.batch = 50}) | prefetch(2, {.workers = 2, .cpus = {cpu}});
+  for (auto& b : l.epoch(0)) (void)b;
+  CHECK(seen.load() == 2000);
+  CHECK(elsewhere.load() == 0);
+  const int not_allowed = allowed.back() + 1;  // past the last allowed CPU
+  try {
+    auto bad = from(sample::sequential(10)) | read(r) | collate({.batch = 5}) | prefetch(2, {.cpus = {cpu, not_allowed}});
+    FAIL("no usage_error");
+  } catch (const usage_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("CPU " + std::to_string(not_allowed)) != std::string::npos);
+    CHECK(what.find("allowed") != std::string::npos);
+  }
+  // The trainer's thread: pinned, then given back its old set (the other tests run on it).
+  cpu_set_t old;
+  REQUIRE(::pthread_getaffinity_np(::pthread_self(), sizeof old, &old) == 0);
+  pin_current_thread(cpu);
+  CHECK(::sched_getcpu() == cpu);
+  REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof old, &old) == 0);
+  CHECK_THROWS_AS(pin_current_thread(-1), usage_error);
+}

@@ -94,6 +94,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "sluice/core/affinity.hpp"
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
@@ -115,6 +116,8 @@ struct loader_options {
   bool stage_timing = true;      // sampled per-stage busy time (core/stats.hpp); off only to
                                  // measure what it costs
   bool split_batches = true;     // idle workers help write another worker's batch (see above)
+  std::vector<int> cpus{};       // pin worker w to cpus[w % size] (core/affinity.hpp); empty: no
+                                 // pinning (the default)
 };
 
 // loader_state (where an interrupted epoch stands, and a fingerprint of the pipeline it stands
@@ -219,6 +222,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   ring(batch_chain<SampleChain, Collate, BatchStages...> chain, Depth depth, loader_options opt)
       : chain_(std::move(chain)), depth_policy_(std::move(depth)), opt_(opt) {
     if (opt_.workers == 0) throw usage_error("sluice: prefetch: workers must be at least 1");
+    detail::check_cpus(opt_.cpus, "prefetch({.cpus})");
     if (opt_.max_workers < opt_.workers) opt_.max_workers = opt_.workers;
     max_depth_ = std::max<std::size_t>(1, depth_policy_.max_depth());
     depth_ = std::clamp<std::size_t>(depth_policy_.initial_depth(), 1, max_depth_);
@@ -691,6 +695,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
 
   void worker_main(std::size_t w) {
+    if (!opt_.cpus.empty()) {  // checked at construction; a refusal now leaves the thread unpinned
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(opt_.cpus[w % opt_.cpus.size()], &set);
+      (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
+    }
     scratch_type& scratch = scratch_[w];
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);

@@ -58,6 +58,7 @@ inline void to_json(json_writer& w, const pipeline_stats& s) {
       .field("step_std_ns", s.step_std_ns).field("wait_p50_ns", s.wait_p50_ns)
       .field("wait_p95_ns", s.wait_p95_ns).field("wait_max_ns", s.wait_max_ns)
       .field("worker_busy_ns", s.worker_busy_ns).field("worker_wait_ns", s.worker_wait_ns)
+      .field("helped_samples", s.helped_samples)
       .field("samples_per_second", s.samples_per_second());
   w.key("stages").begin_array();
   for (const auto& st : s.stages) {
