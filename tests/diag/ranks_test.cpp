@@ -17,9 +17,10 @@ using namespace sluice::diag;
 
 namespace {
 // A rank's epoch of `steps` timed steps (+ the warm-up batch): per step `wait_ms` for data,
-// `busy_ms` between batches, of which `comm_ms` in communication (negative: not measured).
+// `busy_ms` between batches, of which `comm_ms` in communication (negative: not measured); its
+// 2 workers take `produce_ms` to make a batch (negative: wait_ms + 1, a loader as slow as it waits).
 rank_summary rank_of(std::uint64_t rank, std::uint64_t world, double wait_ms, double busy_ms,
-                     double comm_ms = -1, std::uint64_t steps = 50, std::uint64_t epoch = 3) {
+                     double comm_ms = -1, double produce_ms = -1, std::uint64_t steps = 50, std::uint64_t epoch = 3) {
   sluice::epoch_stats e;
   e.epoch = epoch;
   e.batches = steps + 1;
@@ -27,7 +28,8 @@ rank_summary rank_of(std::uint64_t rank, std::uint64_t world, double wait_ms, do
   e.consumer_wait_ns = static_cast<std::uint64_t>(wait_ms * 1e6 * static_cast<double>(steps));
   e.consumer_busy_ns = static_cast<std::uint64_t>(busy_ms * 1e6 * static_cast<double>(steps));
   e.wall_ns = e.consumer_wait_ns + e.consumer_busy_ns + 1000000;
-  e.worker_busy_ns = e.wall_ns / 2;
+  if (produce_ms < 0) produce_ms = wait_ms + 1;
+  e.worker_busy_ns = static_cast<std::uint64_t>(produce_ms * 1e6 * 2 * static_cast<double>(e.batches));
   e.stages = {{"read", e.worker_busy_ns / 10 * 9, 10}, {"collate", e.worker_busy_ns / 10, 10}};
   return summarize(e, rank, world,
                    {.workers = 2, .comm_ns = comm_ms < 0 ? -1 : static_cast<std::int64_t>(comm_ms * 1e6 * static_cast<double>(steps + 1))});
@@ -46,6 +48,7 @@ TEST_CASE("rank summary: made from epoch_stats, carried as bytes") {
   CHECK(s.compute_per_step_s() == doctest::Approx(0.007));
   CHECK(s.stall_fraction() == doctest::Approx(0.2));
   CHECK(s.samples_per_second() == doctest::Approx(51.0 * 32 / 0.501));
+  CHECK(s.produce_per_batch_s() == doctest::Approx(0.003));
   CHECK(s.stage() == "read");
   CHECK(s.bottleneck_share_ppm == 900000);
   CHECK(s.workers == 2);
@@ -95,6 +98,7 @@ TEST_CASE("R6 names the rank that waits for data, and its loader's limiting stag
   CHECK(rec->value == 2);
   CHECK(rec->message.rfind("rank 2 of 4 is the straggler in epoch 3", 0) == 0);
   CHECK(rec->message.find("it waits 6 ms a step for data against 0.1 ms") != std::string::npos);
+  CHECK(rec->message.find("its loader takes 7 ms to make a batch against 1.1 ms") != std::string::npos);
   CHECK(rec->message.find("its loader is the cause (read is 90.0 % of its worker time: add workers") != std::string::npos);
 
   // Order of the records does not matter: the rank is named, not the index.
@@ -109,6 +113,22 @@ TEST_CASE("R6 names the rank that waits for data, and its loader's limiting stag
   // One rank: nothing to compare.
   const std::vector<rank_summary> one = {rank_of(0, 1, 5.0, 5.0)};
   CHECK(!rule_straggler_rank(one));
+}
+
+TEST_CASE("R6: every loader about as slow is no straggler, although one rank waits and the others do not") {
+  // Rank 0's loader makes a batch in 7.7 ms, rank 1's in 7.4 ms: rank 0 falls behind and waits
+  // 4.5 ms a step; rank 1's loader runs ahead while rank 1 waits in the all-reduce.
+  const std::vector<rank_summary> alike = {rank_of(0, 2, 4.5, 3.3, 0.2, 7.7), rank_of(1, 2, 0.3, 7.5, 4.2, 7.4)};
+  CHECK(!rule_straggler_rank(alike));
+  // The same waits with rank 0's loader clearly slower: it is the straggler.
+  const std::vector<rank_summary> slower = {rank_of(0, 2, 4.5, 3.3, 0.2, 9.0), rank_of(1, 2, 0.3, 7.5, 4.2, 7.4)};
+  const auto rec = rule_straggler_rank(slower);
+  REQUIRE(rec);
+  CHECK(rec->value == 0);
+  // Worker time unknown on a rank (no workers reported): the waits alone decide.
+  auto unknown = alike;
+  unknown[1].workers = 0;
+  CHECK(rule_straggler_rank(unknown));
 }
 
 TEST_CASE("R6 threshold: the lag over the others' median against 10 % of the mean step") {

@@ -50,7 +50,12 @@
 //                   The cause is the larger of its excess data wait and its excess compute over
 //                   the others' medians: data -> its loader (its limiting stage and R5's remedy,
 //                   more workers on that rank, or another process or slower storage on its node);
-//                   compute -> its device or its share of the work, not the loader. Without
+//                   compute -> its device or its share of the work, not the loader. A data
+//                   straggler must also make batches slower than the others (worker busy time per
+//                   batch and worker, rank_summary::produce_per_batch_s, by the same 10 % of the
+//                   step): when every loader is about as slow, the rank that falls behind first
+//                   waits while the others' loaders run ahead, and mending it alone gains little —
+//                   that is R1/R5's case, and R6 says nothing. Without
 //                   comm_ns only a data straggler can be seen (a slow compute rank hides inside
 //                   the others' all-reduce). Value: the straggler's rank.
 // R7 slowdown-cause The step time of the latest epoch against the fastest earlier epoch of the
@@ -378,18 +383,27 @@ inline std::optional<recommendation> rule_straggler_rank(std::span<const rank_su
   if (step <= 0 || excess <= t.straggler_excess * step) return std::nullopt;
   const double others_wait = detail::median_except(ranks, s, [](const rank_summary& x) { return x.wait_per_step_s(); });
   const double others_compute = detail::median_except(ranks, s, [](const rank_summary& x) { return x.compute_per_step_s(); });
-  const double others_rate = detail::median_except(ranks, s, [](const rank_summary& x) { return x.samples_per_second(); });
   const double d_data = r.wait_per_step_s() - others_wait;
   const double d_compute = comm ? r.compute_per_step_s() - others_compute : 0.0;
+  const bool data = d_data >= d_compute;
+  // A data straggler's loader must also be slower than the others' at making a batch: when every
+  // loader is about as slow, the one that falls behind first waits and the others, whose loaders
+  // run ahead while they wait at the synchronisation, do not; mending that rank alone would gain
+  // only the difference in batch-making time. That is R1/R5's case (every loader too slow).
+  const bool produce = std::all_of(ranks.begin(), ranks.end(), [](const rank_summary& x) { return x.produce_per_batch_s() > 0; });
+  const double others_produce = detail::median_except(ranks, s, [](const rank_summary& x) { return x.produce_per_batch_s(); });
+  if (data && produce && r.produce_per_batch_s() - others_produce <= t.straggler_excess * step) return std::nullopt;
   const std::string who = "rank " + std::to_string(r.rank) + " of " + std::to_string(r.world);
   std::string m = who + " is the straggler in epoch " + std::to_string(r.epoch) + ": it reaches each step's synchronisation " +
                   detail::num(excess * 1e3) + " ms after the other ranks (median), " + detail::pct(excess / step) +
                   " of the " + detail::num(step * 1e3) + " ms step, and every rank waits for it; ";
-  if (d_data >= d_compute) {
+  if (data) {
     m += "it waits " + detail::num(r.wait_per_step_s() * 1e3) + " ms a step for data against " +
-         detail::num(others_wait * 1e3) + " ms on the others (stall fraction " + detail::pct(r.stall_fraction()) +
-         "; " + detail::num(r.samples_per_second(), "%.0f") + " samples/s against " + detail::num(others_rate, "%.0f") +
-         "): its loader is the cause";
+         detail::num(others_wait * 1e3) + " ms on the others (stall fraction " + detail::pct(r.stall_fraction()) + ")";
+    if (produce)
+      m += " and its loader takes " + detail::num(r.produce_per_batch_s() * 1e3) + " ms to make a batch against " +
+           detail::num(others_produce * 1e3) + " ms";
+    m += ": its loader is the cause";
     if (!r.stage().empty())
       m += " (" + std::string(r.stage()) + " is " + detail::pct(static_cast<double>(r.bottleneck_share_ppm) / 1e6) +
            " of its worker time: " + limiting_stage_remedy(r.stage()) + ")";
@@ -434,8 +448,9 @@ inline std::optional<recommendation> rule_slowdown_cause(std::span<const epoch_o
     r.message = head + " and the data stall grew with it (" + stall + (comm ? "; " + comms : "") +
                 "): the loader is the cause; see R1 and R5 for what to change";
   } else if (comm && d_comm >= t.slowdown_cause_share * d_step) {
-    r.message = head + " while the data stall stayed flat (" + stall + ", the fraction falling because the step grew "
-                "around it): the time went to communication (" + comms + "), not to the loader; a faster loader "
+    r.message = head + " while the data stall stayed flat (" + stall +
+                (base->wait_fraction >= 0.01 && o.wait_fraction < 0.9 * base->wait_fraction ? ", the fraction falling because the step grew around it" : "") +
+                "): the time went to communication (" + comms + "), not to the loader; a faster loader "
                 "will not help: overlap the all-reduce with the backward pass, use larger gradient buckets or "
                 "compression, or look at the network";
   } else if (comm) {

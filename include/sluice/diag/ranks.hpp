@@ -77,6 +77,13 @@ struct rank_summary {
     const double c = step_s() - wait_per_step_s() - (comm_measured ? comm_per_step_s() : 0.0);
     return c > 0 ? c : 0.0;
   }
+  // The loader's time to make one batch: worker busy time per batch and worker (the workers run
+  // side by side); 0 when not known.
+  [[nodiscard]] double produce_per_batch_s() const noexcept {
+    return batches > 0 && workers > 0
+               ? static_cast<double>(worker_busy_ns) / static_cast<double>(batches) / static_cast<double>(workers) / 1e9
+               : 0.0;
+  }
   [[nodiscard]] double stall_fraction() const noexcept {
     const auto t = wait_ns + busy_ns;
     return t > 0 ? static_cast<double>(wait_ns) / static_cast<double>(t) : 0.0;
