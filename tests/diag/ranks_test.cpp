@@ -211,6 +211,13 @@ TEST_CASE("R7: step time grows while the data stall stays flat -> communication,
         std::string::npos);
   CHECK(r->message.find("the time went to communication (communication 1 ms -> 5.9 ms a step), not to the loader") !=
         std::string::npos);
+  // A loader that stalled the short step keeps up with the long one: the stall falls, and the
+  // slowdown is still communication.
+  const std::vector<epoch_observation> fell = {epoch_of(0, 5.0, 1.4, 0.4), epoch_of(1, 7.5, 0.0, 4.4)};
+  const auto f = rule_slowdown_cause(fell);
+  REQUIRE(f);
+  CHECK(f->message.find("while the data stall fell (data stall 1.4 ms -> 0 ms a step") != std::string::npos);
+  CHECK(f->message.find("the time went to communication") != std::string::npos);
   // advise() includes it.
   bool r7 = false;
   for (const auto& rec : advise(h)) r7 = r7 || rec.rule == "R7 slowdown-cause";

@@ -54,19 +54,21 @@
 //                   straggler must also make batches slower than the others (worker busy time per
 //                   batch and worker, rank_summary::produce_per_batch_s, by the same 10 % of the
 //                   step): when every loader is about as slow, the rank that falls behind first
-//                   waits while the others' loaders run ahead, and mending it alone gains little —
-//                   that is R1/R5's case, and R6 says nothing. Without
-//                   comm_ns only a data straggler can be seen (a slow compute rank hides inside
-//                   the others' all-reduce). Value: the straggler's rank.
+//                   waits while the others' loaders run ahead, and mending it alone gains little;
+//                   that is R1/R5's case, and R6 says nothing. Without comm_ns only a data
+//                   straggler can be seen (a slow compute rank hides inside the others' all-reduce).
+//                   Value: the straggler's rank.
 // R7 slowdown-cause The step time of the latest epoch against the fastest earlier epoch of the
 //                   history: when it grew by more than 10 %, the growth dT is split into the change
 //                   of the data stall per step (wait_fraction x step time) and, where measured, of
 //                   the communication per step (comm_time_s). Data stall >= half of dT -> the loader
-//                   (warning; R1 and R5 say what to change). Otherwise communication >= half of
-//                   dT -> communication, not the loader: the stall fraction falls because the step
-//                   grew around an unchanged wait (overlap the all-reduce with the backward pass,
-//                   larger gradient buckets, compression, the network). Otherwise compute, or, with
-//                   communication unmeasured, "outside the loader". Value: the growth (0.25 = 25 %).
+//                   (R1 and R5 say what to change). Otherwise communication >= half of dT ->
+//                   communication, not the loader: the stall fraction falls because the step grew
+//                   around an unchanged wait, or the wait itself falls (a loader that stalled a
+//                   short step keeps up with a longer one); overlap the all-reduce with the backward
+//                   pass, use larger gradient buckets or compression, or look at the network.
+//                   Otherwise compute, or, with communication unmeasured, "outside the loader".
+//                   Severity warning; value: the growth (0.25 = 25 %).
 //
 // `observe(epoch_stats, workers)` fills an observation's loader fields from one epoch's stats;
 // `observe(ranks)` makes the job's observation from all ranks' summaries of an epoch: the mean step
@@ -448,8 +450,11 @@ inline std::optional<recommendation> rule_slowdown_cause(std::span<const epoch_o
     r.message = head + " and the data stall grew with it (" + stall + (comm ? "; " + comms : "") +
                 "): the loader is the cause; see R1 and R5 for what to change";
   } else if (comm && d_comm >= t.slowdown_cause_share * d_step) {
-    r.message = head + " while the data stall stayed flat (" + stall +
-                (base->wait_fraction >= 0.01 && o.wait_fraction < 0.9 * base->wait_fraction ? ", the fraction falling because the step grew around it" : "") +
+    // A loader that stalled a short step may keep up with a longer one: the stall then falls.
+    const bool fell = wait1 < 0.5 * wait0 && wait0 - wait1 > 0.1 * d_step;
+    r.message = head + (fell ? " while the data stall fell (" : " while the data stall stayed flat (") + stall +
+                (!fell && base->wait_fraction >= 0.01 && o.wait_fraction < 0.9 * base->wait_fraction
+                     ? ", the fraction falling because the step grew around it" : "") +
                 "): the time went to communication (" + comms + "), not to the loader; a faster loader "
                 "will not help: overlap the all-reduce with the backward pass, use larger gradient buckets or "
                 "compression, or look at the network";
