@@ -17,7 +17,8 @@
 // each, every rank makes a diag::rank_summary of its loader.epoch_stats(e) and the time its steps
 // spent communicating, the records are gathered with MPI_Allgather, and rank 0 prints one line a
 // rank, the job's line, and the advisor's R6 straggler-rank (on this epoch's ranks) and R7
-// slowdown-cause (on the epochs so far); after the last epoch all the advisor's rules.
+// slowdown-cause (on the epochs so far); after the last epoch all the advisor's rules. The same
+// goes to <dir>/ranks<tag>.w<world>.json: {"epochs": [{"job", "ranks", "advice"}], "advice"}.
 // A step is --step-us of sleep (the model's work) then, with --grad-floats N > 0, an all-reduce of
 // N floats (the gradient); --comm-delay-us D sleeps D microseconds before that all-reduce from the
 // run's epoch --comm-delay-from on (a slower network, as Horovod's delay injection; counted as
@@ -50,6 +51,7 @@
 
 #include "sluice/diag/advisor.hpp"
 #include "sluice/diag/ranks.hpp"
+#include "sluice/diag/report.hpp"
 #include "sluice/sample/rank.hpp"
 #include "sluice/sluice.hpp"
 
@@ -131,7 +133,7 @@ void write_dataset(const options& o) {
 // Rank 0's per-epoch report: a line a rank, the job's line, and the rules that compare ranks (R6)
 // and epochs (R7).
 void report_epoch(const std::vector<sluice::diag::rank_summary>& ranks,
-                  std::vector<sluice::diag::epoch_observation>& history) {
+                  std::vector<sluice::diag::epoch_observation>& history, sluice::diag::json_writer& json) {
   namespace diag = sluice::diag;
   auto ms = [](double s) { return s * 1e3; };
   for (const auto& r : ranks) {
@@ -149,8 +151,17 @@ void report_epoch(const std::vector<sluice::diag::rank_summary>& ranks,
               100 * o.wait_fraction, static_cast<unsigned long long>(c));
   if (!std::isnan(o.comm_time_s)) std::printf(", communication %.3f ms a step", ms(o.comm_time_s));
   std::printf("\n");
-  for (auto r : {diag::rule_straggler_rank(ranks), diag::rule_slowdown_cause(history)})
-    if (r) std::printf("  %s: %s\n", r->rule.c_str(), r->message.c_str());
+  json.begin_object().key("job");
+  diag::to_json(json, o);
+  json.key("ranks").begin_array();
+  for (const auto& r : ranks) diag::to_json(json, r);
+  json.end_array().key("advice").begin_array();
+  for (auto r : {diag::rule_straggler_rank(ranks), diag::rule_slowdown_cause(history)}) {
+    if (!r) continue;
+    std::printf("  %s: %s\n", r->rule.c_str(), r->message.c_str());
+    diag::to_json(json, *r);
+  }
+  json.end_array().end_object();
   std::fflush(stdout);
 }
 
@@ -202,6 +213,8 @@ int run(int argc, char** argv) {
   const bool comm_timed = o.grad_floats > 0 || o.comm_delay_us > 0;
   std::vector<sluice::diag::epoch_observation> history;  // the job's, on rank 0
   std::vector<sluice::diag::rank_summary> ranks(me.world);
+  sluice::diag::json_writer json;  // rank 0's report: <dir>/ranks<tag>.w<world>.json
+  json.begin_object().key("epochs").begin_array();
   for (std::uint64_t n = 0; n < o.epochs; ++n) {
     const std::uint64_t e = o.epoch + n;
     const bool delayed = o.comm_delay_us > 0 && n >= o.comm_delay_from;
@@ -247,12 +260,17 @@ int run(int argc, char** argv) {
                                               {.workers = loader.stats().workers,
                                                .comm_ns = comm_timed ? static_cast<std::int64_t>(comm_ns) : -1});
     MPI_Allgather(&mine, sizeof mine, MPI_BYTE, ranks.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
-    if (me.is_main()) report_epoch(ranks, history);
+    if (me.is_main()) report_epoch(ranks, history, json);
   }
   if (me.is_main()) {
     std::printf("advice on the last epoch:\n");
-    for (const auto& r : sluice::diag::advise(history, ranks))
+    const auto advice = sluice::diag::advise(history, ranks);
+    for (const auto& r : advice)
       std::printf("  [%s] %s: %s\n", std::string(sluice::diag::to_string(r.level)).c_str(), r.rule.c_str(), r.message.c_str());
+    json.end_array().key("advice");
+    sluice::diag::to_json(json, std::span<const sluice::diag::recommendation>(advice));
+    json.end_object();
+    std::ofstream(dir + "/ranks" + tag + ".w" + std::to_string(me.world) + ".json") << json.str() << "\n";
   }
   if (o.stop_after != 0) {
     // Every rank must be at the same global position, or the checkpoint would lose samples.

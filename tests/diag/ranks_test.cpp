@@ -6,6 +6,7 @@
 
 #include <sluice/diag/advisor.hpp>
 #include <sluice/diag/ranks.hpp>
+#include <sluice/diag/report.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -265,4 +266,21 @@ TEST_CASE("R7 stays quiet below 10 % growth, on one epoch, and without timings")
   // A faster epoch is no slowdown.
   h = {epoch_of(0, 15.0, 1.0, 1.0), epoch_of(1, 10.0, 1.0, 1.0)};
   CHECK(!rule_slowdown_cause(h));
+}
+
+TEST_CASE("rank summaries and the job's observation in the JSON report") {
+  json_writer w;
+  w.begin_array();
+  to_json(w, rank_of(1, 2, 2.0, 8.0, 1.0));
+  to_json(w, rank_of(0, 2, 2.0, 8.0));
+  w.end_array();
+  const auto& j = w.str();
+  CHECK(j.find(R"({"rank":1,"world":2,"epoch":3,"batches":51,"samples":1632,"step_s":0.01,)") == 1);
+  CHECK(j.find(R"("comm_per_step_s":0.001,)") != std::string::npos);
+  CHECK(j.find(R"("comm_per_step_s":null,)") != std::string::npos);
+  CHECK(j.find(R"("bottleneck_stage":"read","bottleneck_share":0.9})") != std::string::npos);
+  json_writer o;
+  auto ob = epoch_of(2, 10.0, 1.0, 4.0);
+  to_json(o, ob);
+  CHECK(o.str().find(R"("comm_time_s":0.004})") != std::string::npos);
 }
