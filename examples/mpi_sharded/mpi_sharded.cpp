@@ -45,6 +45,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -258,7 +259,7 @@ int run(int argc, char** argv) {
     if (!es) throw sluice::error("mpi_sharded: no epoch_stats for epoch " + std::to_string(e));
     const auto mine = sluice::diag::summarize(*es, me.rank, me.world,
                                               {.workers = loader.stats().workers,
-                                               .comm_ns = comm_timed ? static_cast<std::int64_t>(comm_ns) : -1});
+                                               .comm_ns = comm_timed ? std::optional(comm_ns) : std::nullopt});
     MPI_Allgather(&mine, sizeof mine, MPI_BYTE, ranks.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
     if (me.is_main()) report_epoch(ranks, history, json);
   }

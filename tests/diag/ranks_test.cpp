@@ -33,7 +33,8 @@ rank_summary rank_of(std::uint64_t rank, std::uint64_t world, double wait_ms, do
   e.worker_busy_ns = static_cast<std::uint64_t>(produce_ms * 1e6 * 2 * static_cast<double>(e.batches));
   e.stages = {{"read", e.worker_busy_ns / 10 * 9, 10}, {"collate", e.worker_busy_ns / 10, 10}};
   return summarize(e, rank, world,
-                   {.workers = 2, .comm_ns = comm_ms < 0 ? -1 : static_cast<std::int64_t>(comm_ms * 1e6 * static_cast<double>(steps + 1))});
+                   {.workers = 2, .comm_ns = comm_ms < 0 ? std::nullopt
+                                                         : std::optional(static_cast<std::uint64_t>(comm_ms * 1e6 * static_cast<double>(steps + 1)))});
 }
 }  // namespace
 
@@ -69,6 +70,14 @@ TEST_CASE("rank summary: made from epoch_stats, carried as bytes") {
   CHECK(back[1].stage() == "read");
 
   CHECK_THROWS_AS((void)summarize(sluice::epoch_stats{}, 4, 4), sluice::usage_error);
+  // As a trainer writes it: a count of nanoseconds it timed, the loader's worker count.
+  const std::uint64_t comm = 5000;
+  const std::size_t workers = 3;
+  const auto t = summarize(sluice::epoch_stats{}, 0, 1, {.workers = workers, .comm_ns = comm});
+  CHECK(t.comm_ns == 5000);
+  CHECK(t.comm_measured == 1);
+  CHECK(t.workers == 3);
+  CHECK(t.stage().empty());
 }
 
 TEST_CASE("rank summaries that do not fit together are refused, naming the record") {

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -92,7 +93,8 @@ struct rank_summary {
     return wall_ns > 0 ? static_cast<double>(samples) * 1e9 / static_cast<double>(wall_ns) : 0.0;
   }
   [[nodiscard]] std::string_view stage() const noexcept {
-    return {bottleneck_stage, ::strnlen(bottleneck_stage, sizeof bottleneck_stage)};
+    return {bottleneck_stage, static_cast<std::size_t>(std::find(bottleneck_stage, bottleneck_stage + sizeof bottleneck_stage, '\0') -
+                                                       bottleneck_stage)};
   }
 
  private:
@@ -110,7 +112,7 @@ static_assert(rank_summary_bytes == (rank_summary_layout & 0xffff), "rank_summar
 // What the trainer adds to the loader's figures.
 struct rank_extras {
   std::uint64_t workers = 0;                 // the loader's active workers (stats().workers)
-  std::int64_t comm_ns = -1;                 // time in communication over the epoch; < 0: not measured
+  std::optional<std::uint64_t> comm_ns;      // time in communication over the epoch, if measured
 };
 
 // One rank's summary of one epoch, from loader.epoch_stats(e) on that rank.
@@ -128,8 +130,8 @@ struct rank_extras {
   s.wait_ns = e.consumer_wait_ns;
   s.busy_ns = e.consumer_busy_ns;
   s.warmup_wait_ns = e.warmup_wait_ns;
-  if (x.comm_ns >= 0) {
-    s.comm_ns = static_cast<std::uint64_t>(x.comm_ns);
+  if (x.comm_ns) {
+    s.comm_ns = *x.comm_ns;
     s.comm_measured = 1;
   }
   s.workers = x.workers;
