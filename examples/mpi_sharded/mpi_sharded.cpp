@@ -138,9 +138,9 @@ void report_epoch(const std::vector<sluice::diag::rank_summary>& ranks,
   namespace diag = sluice::diag;
   auto ms = [](double s) { return s * 1e3; };
   for (const auto& r : ranks) {
-    std::printf("epoch %llu rank %llu: step %.3f ms, data stall %.3f ms a step (%.1f %%), ",
+    std::printf("epoch %llu rank %llu: step %.3f ms, data stall %.3f ms a step (%.1f %%, p95 %.3f ms), ",
                 static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.rank), ms(r.step_s()),
-                ms(r.wait_per_step_s()), 100 * r.stall_fraction());
+                ms(r.wait_per_step_s()), 100 * r.stall_fraction(), static_cast<double>(r.wait_p95_ns) / 1e6);
     if (r.comm_measured) std::printf("communication %.3f ms a step, ", ms(r.comm_per_step_s()));
     std::printf("compute %.3f ms a step, %.0f samples/s\n", ms(r.compute_per_step_s()), r.samples_per_second());
   }
@@ -257,9 +257,8 @@ int run(int argc, char** argv) {
     }
     const auto es = loader.epoch_stats(e);
     if (!es) throw sluice::error("mpi_sharded: no epoch_stats for epoch " + std::to_string(e));
-    const auto mine = sluice::diag::summarize(*es, me.rank, me.world,
-                                              {.workers = loader.stats().workers,
-                                               .comm_ns = comm_timed ? std::optional(comm_ns) : std::nullopt});
+    const auto mine = sluice::diag::summarize(*es, loader.stats(), me.rank, me.world,
+                                              comm_timed ? std::optional(comm_ns) : std::nullopt);
     MPI_Allgather(&mine, sizeof mine, MPI_BYTE, ranks.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
     if (me.is_main()) report_epoch(ranks, history, json);
   }

@@ -78,6 +78,17 @@ TEST_CASE("rank summary: made from epoch_stats, carried as bytes") {
   CHECK(t.comm_measured == 1);
   CHECK(t.workers == 3);
   CHECK(t.stage().empty());
+  // With loader.stats() read at the epoch's end: workers and this epoch's wait distribution.
+  sluice::pipeline_stats now;
+  now.workers = 4;
+  now.wait_p50_ns = 1000;
+  now.wait_p95_ns = 9000;
+  const auto u = summarize(sluice::epoch_stats{}, now, 1, 2, comm);
+  CHECK(u.workers == 4);
+  CHECK(u.wait_p50_ns == 1000);
+  CHECK(u.wait_p95_ns == 9000);
+  CHECK(u.comm_ns == 5000);
+  CHECK(summarize(sluice::epoch_stats{}, now, 1, 2).comm_measured == 0);
 }
 
 TEST_CASE("rank summaries that do not fit together are refused, naming the record") {
@@ -196,6 +207,7 @@ TEST_CASE("observe(ranks): the job's step, and the stall and communication of th
   bool r6 = false;
   for (const auto& rec : advise(h, r)) r6 = r6 || rec.rule == "R6 straggler-rank";
   CHECK(r6);
+  CHECK(advise(h, std::span<const rank_summary>()).size() == advise(h).size());  // no ranks: no R6
 }
 
 namespace {

@@ -401,7 +401,8 @@ inline std::optional<recommendation> rule_straggler_rank(std::span<const rank_su
                   " of the " + detail::num(step * 1e3) + " ms step, and every rank waits for it; ";
   if (data) {
     m += "it waits " + detail::num(r.wait_per_step_s() * 1e3) + " ms a step for data against " +
-         detail::num(others_wait * 1e3) + " ms on the others (stall fraction " + detail::pct(r.stall_fraction()) + ")";
+         detail::num(others_wait * 1e3) + " ms on the others (stall fraction " + detail::pct(r.stall_fraction()) +
+         (r.wait_p95_ns > 0 ? ", p95 of its waits " + detail::num(static_cast<double>(r.wait_p95_ns) / 1e6) + " ms" : "") + ")";
     if (produce)
       m += " and its loader takes " + detail::num(r.produce_per_batch_s() * 1e3) + " ms to make a batch against " +
            detail::num(others_produce * 1e3) + " ms";
@@ -516,6 +517,7 @@ inline std::vector<recommendation> advise(std::span<const epoch_observation> his
                                           std::span<const rank_summary> ranks,
                                           const advisor_thresholds& t = {}) {
   auto out = advise(history, t);
+  if (ranks.empty()) return out;
   if (auto r = rule_straggler_rank(ranks, t)) out.push_back(std::move(*r));
   return out;
 }

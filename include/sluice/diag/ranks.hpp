@@ -8,7 +8,7 @@
 // collective, and hands them to the advisor: rule_straggler_rank (R6) names the rank the others
 // wait for, and observe(ranks) makes the job's epoch_observation for R1-R5 and R7 (advisor.hpp).
 //
-//   auto s = sluice::diag::summarize(*loader.epoch_stats(e), rank, world, {.workers = 1, .comm_ns = comm});
+//   auto s = sluice::diag::summarize(*loader.epoch_stats(e), loader.stats(), rank, world, comm_ns);
 //   std::vector<sluice::diag::rank_summary> all(world);
 //   MPI_Allgather(&s, sizeof s, MPI_BYTE, all.data(), sizeof s, MPI_BYTE, MPI_COMM_WORLD);
 //   if (auto r = sluice::diag::rule_straggler_rank(all)) std::puts(r->message.c_str());
@@ -46,7 +46,7 @@ namespace sluice::diag {
 
 // "SLRS" (sluice rank summary), a version, and the record's size: a record made by another build
 // of this header or on a machine of other endianness does not match.
-inline constexpr std::uint64_t rank_summary_layout = (0x534c5253ULL << 32) | (1ULL << 16) | 192ULL;
+inline constexpr std::uint64_t rank_summary_layout = (0x534c5253ULL << 32) | (1ULL << 16) | 208ULL;
 
 struct rank_summary {
   std::uint64_t layout = rank_summary_layout;
@@ -57,6 +57,7 @@ struct rank_summary {
   std::uint64_t wait_ns = 0;          // consumer wait for data, the first batch apart (the data stall)
   std::uint64_t busy_ns = 0;          // consumer time between batches (the step, communication included)
   std::uint64_t warmup_wait_ns = 0;   // wait for the first batch
+  std::uint64_t wait_p50_ns = 0, wait_p95_ns = 0;  // per-batch wait distribution (0: not given)
   std::uint64_t comm_ns = 0;          // time in communication over the epoch's batches (trainer-measured)
   std::uint64_t comm_measured = 0;    // 1 when comm_ns was measured
   std::uint64_t workers = 0;
@@ -115,7 +116,10 @@ struct rank_extras {
   std::optional<std::uint64_t> comm_ns;      // time in communication over the epoch, if measured
 };
 
-// One rank's summary of one epoch, from loader.epoch_stats(e) on that rank.
+// One rank's summary of one epoch, from loader.epoch_stats(e) on that rank. The overload taking
+// loader.stats() as well adds the worker count and the distribution of this epoch's per-batch
+// waits (p50, p95): read it at the epoch's end, before the next epoch begins, when the loader's
+// wait distribution is still this epoch's.
 [[nodiscard]] inline rank_summary summarize(const epoch_stats& e, std::uint64_t rank, std::uint64_t world,
                                             const rank_extras& x = {}) {
   if (world == 0 || rank >= world)
@@ -142,6 +146,14 @@ struct rank_extras {
     const auto n = std::min(b.stage.size(), sizeof s.bottleneck_stage - 1);
     std::memcpy(s.bottleneck_stage, b.stage.data(), n);
   }
+  return s;
+}
+
+[[nodiscard]] inline rank_summary summarize(const epoch_stats& e, const pipeline_stats& now, std::uint64_t rank,
+                                            std::uint64_t world, std::optional<std::uint64_t> comm_ns = std::nullopt) {
+  rank_summary s = summarize(e, rank, world, {.workers = now.workers, .comm_ns = comm_ns});
+  s.wait_p50_ns = now.wait_p50_ns;
+  s.wait_p95_ns = now.wait_p95_ns;
   return s;
 }
 

@@ -198,7 +198,8 @@ inline void to_json(json_writer& w, const rank_summary& r) {
   w.begin_object()
       .field("rank", r.rank).field("world", r.world).field("epoch", r.epoch).field("batches", r.batches)
       .field("samples", r.samples).field("step_s", r.step_s()).field("wait_per_step_s", r.wait_per_step_s())
-      .field("stall_fraction", r.stall_fraction()).field("compute_per_step_s", r.compute_per_step_s());
+      .field("stall_fraction", r.stall_fraction()).field("compute_per_step_s", r.compute_per_step_s())
+      .field("wait_p50_s", static_cast<double>(r.wait_p50_ns) / 1e9).field("wait_p95_s", static_cast<double>(r.wait_p95_ns) / 1e9);
   w.key("comm_per_step_s");
   if (r.comm_measured) w.value(r.comm_per_step_s());
   else w.null();
