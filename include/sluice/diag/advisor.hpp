@@ -464,8 +464,8 @@ inline std::optional<recommendation> rule_slowdown_cause(std::span<const epoch_o
                 "): the step's own compute grew, not the loader; look at the model, the device or other "
                 "processes on it";
   } else {
-    r.message = head + " while the data stall stayed flat (" + stall + "): the time went outside the loader "
-                "(compute or communication; time the all-reduce, comm_time_s, to tell which)";
+    r.message = head + " while the data stall stayed flat (" + stall + "): the time went outside the loader, to the step's compute or, in a "
+                "distributed run, to communication (time the all-reduce, comm_time_s, to tell which)";
   }
   return r;
 }
