@@ -10,6 +10,20 @@
 //   mpirun -np 4 mpi_sharded --dir /tmp/run [--records 1003] [--batch 32] [--seed 7] [--epoch 0]
 //                            [--tail pad|drop] [--step-us 0]
 //                            [--tag NAME] [--stop-after BATCHES] [--resume CHECKPOINT_FILE]
+//                            [--epochs 1] [--grad-floats 0] [--comm-delay-us 0] [--comm-delay-from 0]
+//                            [--slow-rank none|all|R] [--slow-us 0] [--slow-from 0]
+//
+// Per-rank wait statistics (README.md): --epochs N runs epochs --epoch .. --epoch + N - 1. After
+// each, every rank makes a diag::rank_summary of its loader.epoch_stats(e) and the time its steps
+// spent communicating, the records are gathered with MPI_Allgather, and rank 0 prints one line a
+// rank, the job's line, and the advisor's R6 straggler-rank (on this epoch's ranks) and R7
+// slowdown-cause (on the epochs so far); after the last epoch all the advisor's rules. The same
+// goes to <dir>/ranks<tag>.w<world>.json: {"epochs": [{"job", "ranks", "advice"}], "advice"}.
+// A step is --step-us of sleep (the model's work) then, with --grad-floats N > 0, an all-reduce of
+// N floats (the gradient); --comm-delay-us D sleeps D microseconds before that all-reduce from the
+// run's epoch --comm-delay-from on (a slower network, as Horovod's delay injection; counted as
+// communication). --slow-rank R --slow-us U sleeps U microseconds a sample in the data path (a map
+// stage on the loader's worker) of rank R (or of every rank: all) from the run's epoch --slow-from.
 //
 // Rank 0 writes the dataset into --dir (records of 8 bytes holding their own index, and int64
 // labels with a long-tailed class distribution) unless it is already there. Every rank writes
@@ -23,6 +37,7 @@
 // starts the epoch there. --tag names a run's files (ids.<tag>.w<world>.r<rank>.txt).
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -30,10 +45,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "sluice/diag/advisor.hpp"
+#include "sluice/diag/ranks.hpp"
+#include "sluice/diag/report.hpp"
 #include "sluice/sample/rank.hpp"
 #include "sluice/sluice.hpp"
 
@@ -46,6 +65,9 @@ struct options {
   std::uint64_t stop_after = 0;
   std::uint64_t records = 1003, batch = 32, seed = 7, epoch = 0, step_us = 0;
   sluice::sample::tail tail = sluice::sample::tail::pad;
+  std::uint64_t epochs = 1, grad_floats = 0, comm_delay_us = 0, comm_delay_from = 0;
+  std::int64_t slow_rank = -2;  // -2: none, -1: every rank
+  std::uint64_t slow_us = 0, slow_from = 0;
 };
 
 options parse(int argc, char** argv) {
@@ -62,9 +84,19 @@ options parse(int argc, char** argv) {
     else if (k == "--stop-after") o.stop_after = std::stoull(v);
     else if (k == "--resume") o.resume = v;
     else if (k == "--tail") o.tail = v == "drop" ? sluice::sample::tail::drop : sluice::sample::tail::pad;
+    else if (k == "--epochs") o.epochs = std::stoull(v);
+    else if (k == "--grad-floats") o.grad_floats = std::stoull(v);
+    else if (k == "--comm-delay-us") o.comm_delay_us = std::stoull(v);
+    else if (k == "--comm-delay-from") o.comm_delay_from = std::stoull(v);
+    else if (k == "--slow-rank") o.slow_rank = v == "none" ? -2 : v == "all" ? -1 : std::stoll(v);
+    else if (k == "--slow-us") o.slow_us = std::stoull(v);
+    else if (k == "--slow-from") o.slow_from = std::stoull(v);
     else throw sluice::usage_error("mpi_sharded: unknown option " + k);
   }
   if (o.dir.empty()) throw sluice::usage_error("mpi_sharded: --dir is required");
+  if (o.epochs == 0) throw sluice::usage_error("mpi_sharded: --epochs must be at least 1");
+  if (o.stop_after != 0 && o.epochs != 1) throw sluice::usage_error("mpi_sharded: --stop-after needs --epochs 1");
+  if (o.slow_rank < -2) throw sluice::usage_error("mpi_sharded: --slow-rank takes none, all or a rank");
   return o;
 }
 
@@ -99,6 +131,41 @@ void write_dataset(const options& o) {
   fs::rename(labels.string() + ".tmp", labels);
 }
 
+// Rank 0's per-epoch report: a line a rank, the job's line, and the rules that compare ranks (R6)
+// and epochs (R7).
+void report_epoch(const std::vector<sluice::diag::rank_summary>& ranks,
+                  std::vector<sluice::diag::epoch_observation>& history, sluice::diag::json_writer& json) {
+  namespace diag = sluice::diag;
+  auto ms = [](double s) { return s * 1e3; };
+  for (const auto& r : ranks) {
+    std::printf("epoch %llu rank %llu: step %.3f ms, data stall %.3f ms a step (%.1f %%, p95 %.3f ms), ",
+                static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.rank), ms(r.step_s()),
+                ms(r.wait_per_step_s()), 100 * r.stall_fraction(), static_cast<double>(r.wait_p95_ns) / 1e6);
+    if (r.comm_measured) std::printf("communication %.3f ms a step, ", ms(r.comm_per_step_s()));
+    std::printf("compute %.3f ms a step, %.0f samples/s\n", ms(r.compute_per_step_s()), r.samples_per_second());
+  }
+  history.push_back(diag::observe(ranks));
+  const auto& o = history.back();
+  const auto c = ranks[diag::critical_rank_index(ranks)].rank;
+  std::printf("epoch %llu job: step %.3f ms, data stall %.3f ms a step (%.1f %%) on rank %llu (the one the others wait for)",
+              static_cast<unsigned long long>(o.epoch), ms(o.step_time_s), ms(o.wait_fraction * o.step_time_s),
+              100 * o.wait_fraction, static_cast<unsigned long long>(c));
+  if (!std::isnan(o.comm_time_s)) std::printf(", communication %.3f ms a step", ms(o.comm_time_s));
+  std::printf("\n");
+  json.begin_object().key("job");
+  diag::to_json(json, o);
+  json.key("ranks").begin_array();
+  for (const auto& r : ranks) diag::to_json(json, r);
+  json.end_array().key("advice").begin_array();
+  for (auto r : {diag::rule_straggler_rank(ranks), diag::rule_slowdown_cause(history)}) {
+    if (!r) continue;
+    std::printf("  %s: %s\n", r->rule.c_str(), r->message.c_str());
+    diag::to_json(json, *r);
+  }
+  json.end_array().end_object();
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
   const options o = parse(argc, argv);
   int mpi_rank = 0, mpi_world = 1;
@@ -125,27 +192,85 @@ int run(int argc, char** argv) {
       throw sluice::format_error(o.resume, {.offset = 0}, "not a checkpoint (expected 'global_position N')");
   }
   const sluice::io::fixed_records reader{dir + "/records.u8", {.record_bytes = 8, .labels_path = dir + "/labels.i64"}};
+  // The data path's injected slowness: decided per sample from its epoch, so the workers read no
+  // state the consumer changes.
+  const bool slowed = o.slow_us > 0 && (o.slow_rank == -1 || (o.slow_rank >= 0 && static_cast<std::uint64_t>(o.slow_rank) == me.rank));
+  const std::uint64_t slow_epoch = o.epoch + o.slow_from;
+  const auto slow_us = std::chrono::microseconds(o.slow_us);
   auto loader = sluice::from(sluice::sample::distributed{sluice::sample::shuffle{reader.size(), {.seed = o.seed}},
                                                           me.distributed({.tail = o.tail, .start = start})}) |
-                sluice::read(reader) | sluice::collate({.batch = o.batch}) | sluice::prefetch(2, {.workers = 1});
+                sluice::read(reader) |
+                sluice::map([slowed, slow_epoch, slow_us](auto r, const sluice::sample_context& ctx) {
+                  if (slowed && ctx.epoch >= slow_epoch) std::this_thread::sleep_for(slow_us);
+                  return r;
+                }) |
+                sluice::collate({.batch = o.batch}) | sluice::prefetch(2, {.workers = 1});
 
   std::vector<std::int64_t> histogram(num_classes, 0);
   std::ofstream ids(dir + "/ids" + tag + ".w" + std::to_string(me.world) + ".r" + std::to_string(me.rank) + ".txt");
   std::string lines;
   std::uint64_t batches = 0, j = 0, consumed = 0;
-  for (auto& b : loader.epoch(o.epoch)) {
-    ++batches;
-    for (std::size_t i = 0; i < b.size(); ++i, ++j) {
-      std::uint64_t content = 0;
-      std::memcpy(&content, b.sample(i).data(), 8);
-      if (content != b.ids()[i]) throw sluice::error("mpi_sharded: record content does not match its id");
-      const auto label = b.labels()[i];
-      if (label >= 0 && label < num_classes) ++histogram[static_cast<std::size_t>(label)];
-      lines += std::to_string(start + me.rank + me.world * j) + " " + std::to_string(b.ids()[i]) + "\n";
+  std::vector<float> grad(o.grad_floats);
+  const bool comm_timed = o.grad_floats > 0 || o.comm_delay_us > 0;
+  std::vector<sluice::diag::epoch_observation> history;  // the job's, on rank 0
+  std::vector<sluice::diag::rank_summary> ranks(me.world);
+  sluice::diag::json_writer json;  // rank 0's report: <dir>/ranks<tag>.w<world>.json
+  json.begin_object().key("epochs").begin_array();
+  for (std::uint64_t n = 0; n < o.epochs; ++n) {
+    const std::uint64_t e = o.epoch + n;
+    const bool delayed = o.comm_delay_us > 0 && n >= o.comm_delay_from;
+    std::uint64_t epoch_batches = 0, comm_ns = 0;
+    for (auto& b : loader.epoch(e)) {
+      ++epoch_batches;
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        std::uint64_t content = 0;
+        std::memcpy(&content, b.sample(i).data(), 8);
+        if (content != b.ids()[i]) throw sluice::error("mpi_sharded: record content does not match its id");
+        if (n != 0) continue;  // the files record the run's first epoch
+        const auto label = b.labels()[i];
+        if (label >= 0 && label < num_classes) ++histogram[static_cast<std::size_t>(label)];
+        lines += std::to_string(start + me.rank + me.world * j) + " " + std::to_string(b.ids()[i]) + "\n";
+        ++j;
+      }
+      if (o.step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.step_us));  // a training step
+      if (comm_timed) {  // the gradient all-reduce, after the injected delay
+        const auto t0 = std::chrono::steady_clock::now();
+        if (delayed) std::this_thread::sleep_for(std::chrono::microseconds(o.comm_delay_us));
+        if (!grad.empty()) {
+          std::fill(grad.begin(), grad.end(), 1.0f);
+          // Polled with short sleeps rather than MPI_Allreduce's busy wait: with more ranks than
+          // cores (the tests run 2 ranks and their loader threads on 2 cores) a spinning rank takes
+          // the core a late rank needs, and every rank's step time would measure the contention.
+          MPI_Request req = MPI_REQUEST_NULL;
+          MPI_Iallreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+          for (int done = 0; MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;)
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        comm_ns += static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      }
+      if (n == 0) {
+        ++batches;
+        consumed = loader.state().position;
+      }
+      if (o.stop_after != 0 && epoch_batches == o.stop_after) break;
     }
-    if (o.step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.step_us));  // a training step
-    consumed = loader.state().position;
-    if (o.stop_after != 0 && batches == o.stop_after) break;
+    const auto es = loader.epoch_stats(e);
+    if (!es) throw sluice::error("mpi_sharded: no epoch_stats for epoch " + std::to_string(e));
+    const auto mine = sluice::diag::summarize(*es, loader.stats(), me.rank, me.world,
+                                              comm_timed ? std::optional(comm_ns) : std::nullopt);
+    MPI_Allgather(&mine, sizeof mine, MPI_BYTE, ranks.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+    if (me.is_main()) report_epoch(ranks, history, json);
+  }
+  if (me.is_main()) {
+    std::printf("advice on the last epoch:\n");
+    const auto advice = sluice::diag::advise(history, ranks);
+    for (const auto& r : advice)
+      std::printf("  [%s] %s: %s\n", std::string(sluice::diag::to_string(r.level)).c_str(), r.rule.c_str(), r.message.c_str());
+    json.end_array().key("advice");
+    sluice::diag::to_json(json, std::span<const sluice::diag::recommendation>(advice));
+    json.end_object();
+    std::ofstream(dir + "/ranks" + tag + ".w" + std::to_string(me.world) + ".json") << json.str() << "\n";
   }
   if (o.stop_after != 0) {
     // Every rank must be at the same global position, or the checkpoint would lose samples.

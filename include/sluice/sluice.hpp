@@ -26,6 +26,7 @@
 #include "sluice/diag/json.hpp"
 #include "sluice/diag/noise_scale.hpp"
 #include "sluice/diag/proc_probe.hpp"
+#include "sluice/diag/ranks.hpp"
 #include "sluice/diag/report.hpp"
 #include "sluice/diag/trace.hpp"
 #include "sluice/io/crc32c.hpp"

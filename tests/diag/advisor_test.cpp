@@ -105,10 +105,12 @@ TEST_CASE("epoch CSV round trip") {
   o.wait_fraction = 0.25;
   o.class_std = 3.5;
   auto row = to_csv_row(o);
-  CHECK(row == "4,,0.25,,,3.5,,,,,,,,,");
+  CHECK(row == "4,,0.25,,,3.5,,,,,,,,,,");
   o.bottleneck_stage = "decode";
   o.bottleneck_share = 0.83;
-  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83");
+  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,");
+  o.comm_time_s = 0.004;
+  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,0.004");
 }
 
 TEST_CASE("epoch CSV: rows with and without the bottleneck columns are read back") {
@@ -121,11 +123,17 @@ TEST_CASE("epoch CSV: rows with and without the bottleneck columns are read back
     a.bottleneck_stage = "decode";
     a.bottleneck_share = 0.83;
     f << epoch_csv_header << "\n" << to_csv_row(a) << "\n"
-      << "1,,0.1,,,,,,,,,,\n";  // 13 fields: recorded before the bottleneck columns existed
+      << "1,,0.1,,,,,,,,,,\n"   // 13 fields: recorded before the bottleneck columns existed
+      << "2,0.01,0.1,,,,,,,,,,,read,0.5\n"  // 15: before comm_time_s
+      << "3,0.01,0.1,,,,,,,,,,,read,0.5,0.002\n";
   }
   const auto h = read_epoch_csv(path);
   std::remove(path.c_str());
-  REQUIRE(h.size() == 2);
+  REQUIRE(h.size() == 4);
+  CHECK(std::isnan(h[0].comm_time_s));
+  CHECK(std::isnan(h[2].comm_time_s));
+  CHECK(h[2].bottleneck_stage == "read");
+  CHECK(h[3].comm_time_s == doctest::Approx(0.002));
   CHECK(h[0].bottleneck_stage == "decode");
   CHECK(h[0].bottleneck_share == doctest::Approx(0.83));
   CHECK(h[1].bottleneck_stage.empty());

@@ -44,8 +44,39 @@
 //                   name the stage with the largest share of worker busy time and what lowers it,
 //                   e.g. "decode is 83 % of worker time: add workers, lower the decode size, or move
 //                   decode to the GPU". Value: the share (0..1).
+// R6 straggler-rank Data-parallel training (diag/ranks.hpp: one rank_summary per rank, gathered by
+//                   the trainer). Each rank's lag per step is the time before it can join the
+//                   step's synchronisation: its data wait, plus its compute (step - wait - comm)
+//                   when every rank measured its communication. The rank with the largest lag is
+//                   the straggler when its lag exceeds the median of the other ranks' by more than
+//                   10 % of the mean step time: the others wait that long for it at every step.
+//                   The cause is the larger of its excess data wait and its excess compute over
+//                   the others' medians: data -> its loader (its limiting stage and R5's remedy,
+//                   more workers on that rank, or another process or slower storage on its node);
+//                   compute -> its device or its share of the work, not the loader. A data
+//                   straggler must also make batches slower than the others (worker busy time per
+//                   batch and worker, rank_summary::produce_per_batch_s, by the same 10 % of the
+//                   step): when every loader is about as slow, the rank that falls behind first
+//                   waits while the others' loaders run ahead, and mending it alone gains little;
+//                   that is R1/R5's case, and R6 says nothing. Without comm_ns only a data
+//                   straggler can be seen (a slow compute rank hides inside the others' all-reduce).
+//                   Value: the straggler's rank.
+// R7 slowdown-cause The step time of the latest epoch against the fastest earlier epoch of the
+//                   history: when it grew by more than 10 %, the growth dT is split into the change
+//                   of the data stall per step (wait_fraction x step time) and, where measured, of
+//                   the communication per step (comm_time_s). Data stall >= half of dT -> the loader
+//                   (R1 and R5 say what to change). Otherwise communication >= half of dT ->
+//                   communication, not the loader: the stall fraction falls because the step grew
+//                   around an unchanged wait, or the wait itself falls (a loader that stalled a
+//                   short step keeps up with a longer one); overlap the all-reduce with the backward
+//                   pass, use larger gradient buckets or compression, or look at the network.
+//                   Otherwise compute, or, with communication unmeasured, "outside the loader".
+//                   Severity warning; value: the growth (0.25 = 25 %).
 //
-// `observe(epoch_stats, workers)` fills an observation's loader fields from one epoch's stats.
+// `observe(epoch_stats, workers)` fills an observation's loader fields from one epoch's stats;
+// `observe(ranks)` makes the job's observation from all ranks' summaries of an epoch: the mean step
+// time, and the data stall, communication, workers and limiting stage of the rank the others wait
+// for (critical_rank_index in ranks.hpp) — the rank whose loader a faster one would help.
 #pragma once
 
 #include <algorithm>
@@ -63,6 +94,7 @@
 
 #include "sluice/core/error.hpp"
 #include "sluice/core/stats.hpp"
+#include "sluice/diag/ranks.hpp"
 #include "sluice/io/regular_file.hpp"
 
 namespace sluice::diag {
@@ -85,6 +117,7 @@ struct epoch_observation {
   double drift_shift_sigma = unmeasured;       // drift_window::max_shift_vs_previous_sigma
   std::string bottleneck_stage;                // bottleneck(epoch_stats).stage; empty: unmeasured
   double bottleneck_share = unmeasured;        // its share of worker busy time, 0..1
+  double comm_time_s = unmeasured;             // communication per step (the gradient all-reduce), trainer-measured
 
   [[nodiscard]] double consumer_utilisation() const noexcept {
     if (!std::isnan(utilisation)) return utilisation;
@@ -144,6 +177,9 @@ struct advisor_thresholds {
   double rss_growth_fraction = 0.02; // R4a, per epoch
   double rss_growth_min_bytes = 8.0 * 1024 * 1024;
   double drift_sigma = 0.1;          // R4c
+  double straggler_excess = 0.10;    // R6, of the mean step time
+  double slowdown_matters = 0.10;    // R7, step time growth
+  double slowdown_cause_share = 0.5; // R7, share of the growth that names a cause
 };
 
 // R1
@@ -335,6 +371,135 @@ inline epoch_observation observe(const epoch_stats& e, std::size_t workers) {
   return o;
 }
 
+// R6, on one epoch's summaries from all ranks (check_rank_summaries first: a usage_error if they do
+// not fit together). Fewer than two ranks or no timed step: nothing to compare.
+inline std::optional<recommendation> rule_straggler_rank(std::span<const rank_summary> ranks,
+                                                         const advisor_thresholds& t = {}) {
+  check_rank_summaries(ranks);
+  if (ranks.size() < 2) return std::nullopt;
+  for (const auto& r : ranks)
+    if (r.steps() == 0) return std::nullopt;
+  const bool comm = comm_measured_everywhere(ranks);
+  const std::size_t s = critical_rank_index(ranks);
+  const auto& r = ranks[s];
+  double step = 0;
+  for (const auto& x : ranks) step += x.step_s();
+  step /= static_cast<double>(ranks.size());
+  const double others_lag = detail::median_except(ranks, s, [&](const rank_summary& x) { return lag_per_step_s(x, comm); });
+  const double excess = lag_per_step_s(r, comm) - others_lag;
+  if (step <= 0 || excess <= t.straggler_excess * step) return std::nullopt;
+  const double others_wait = detail::median_except(ranks, s, [](const rank_summary& x) { return x.wait_per_step_s(); });
+  const double others_compute = detail::median_except(ranks, s, [](const rank_summary& x) { return x.compute_per_step_s(); });
+  const double d_data = r.wait_per_step_s() - others_wait;
+  const double d_compute = comm ? r.compute_per_step_s() - others_compute : 0.0;
+  const bool data = d_data >= d_compute;
+  // A data straggler's loader must also be slower than the others' at making a batch: when every
+  // loader is about as slow, the one that falls behind first waits and the others, whose loaders
+  // run ahead while they wait at the synchronisation, do not; mending that rank alone would gain
+  // only the difference in batch-making time. That is R1/R5's case (every loader too slow).
+  const bool produce = std::all_of(ranks.begin(), ranks.end(), [](const rank_summary& x) { return x.produce_per_batch_s() > 0; });
+  const double others_produce = detail::median_except(ranks, s, [](const rank_summary& x) { return x.produce_per_batch_s(); });
+  if (data && produce && r.produce_per_batch_s() - others_produce <= t.straggler_excess * step) return std::nullopt;
+  const std::string who = "rank " + std::to_string(r.rank) + " of " + std::to_string(r.world);
+  std::string m = who + " is the straggler in epoch " + std::to_string(r.epoch) + ": it reaches each step's synchronisation " +
+                  detail::num(excess * 1e3) + " ms after the other ranks (median), " + detail::pct(excess / step) +
+                  " of the " + detail::num(step * 1e3) + " ms step, and every rank waits for it; ";
+  if (data) {
+    m += "it waits " + detail::num(r.wait_per_step_s() * 1e3) + " ms a step for data against " +
+         detail::num(others_wait * 1e3) + " ms on the others (stall fraction " + detail::pct(r.stall_fraction()) +
+         (r.wait_p95_ns > 0 ? ", p95 of its waits " + detail::num(static_cast<double>(r.wait_p95_ns) / 1e6) + " ms" : "") + ")";
+    if (produce)
+      m += " and its loader takes " + detail::num(r.produce_per_batch_s() * 1e3) + " ms to make a batch against " +
+           detail::num(others_produce * 1e3) + " ms";
+    m += ": its loader is the cause";
+    if (!r.stage().empty())
+      m += " (" + std::string(r.stage()) + " is " + detail::pct(static_cast<double>(r.bottleneck_share_ppm) / 1e6) +
+           " of its worker time: " + limiting_stage_remedy(r.stage()) + ")";
+    m += "; look also for another process, fewer cores or slower storage on that rank's node";
+  } else {
+    m += "it computes " + detail::num(r.compute_per_step_s() * 1e3) + " ms a step against " +
+         detail::num(others_compute * 1e3) + " ms on the others while waiting " +
+         detail::num(r.wait_per_step_s() * 1e3) + " ms for data: not the loader; check that rank's device "
+         "(clocks, throttling, other processes on it) or its share of the work";
+  }
+  return recommendation{"R6 straggler-rank", severity::warning, std::move(m), static_cast<double>(r.rank)};
+}
+
+// R7, on the history up to and including the latest epoch.
+inline std::optional<recommendation> rule_slowdown_cause(std::span<const epoch_observation> h,
+                                                         const advisor_thresholds& t = {}) {
+  if (h.size() < 2) return std::nullopt;
+  const auto& o = h.back();
+  auto timed = [](const epoch_observation& x) {
+    return !std::isnan(x.step_time_s) && x.step_time_s > 0 && !std::isnan(x.wait_fraction);
+  };
+  if (!timed(o)) return std::nullopt;
+  const epoch_observation* base = nullptr;
+  for (std::size_t i = 0; i + 1 < h.size(); ++i)
+    if (timed(h[i]) && (!base || h[i].step_time_s < base->step_time_s)) base = &h[i];
+  if (!base) return std::nullopt;
+  const double growth = o.step_time_s / base->step_time_s - 1;
+  if (growth <= t.slowdown_matters) return std::nullopt;
+  const double d_step = o.step_time_s - base->step_time_s;
+  const double wait0 = base->wait_fraction * base->step_time_s, wait1 = o.wait_fraction * o.step_time_s;
+  const bool comm = !std::isnan(o.comm_time_s) && !std::isnan(base->comm_time_s);
+  const double d_comm = comm ? o.comm_time_s - base->comm_time_s : unmeasured;
+  auto ms = [](double s) { return detail::num(s * 1e3) + " ms"; };
+  const std::string head = "step time rose " + detail::pct(growth) + " from epoch " + std::to_string(base->epoch) +
+                           " to epoch " + std::to_string(o.epoch) + " (" + ms(base->step_time_s) + " -> " +
+                           ms(o.step_time_s) + ")";
+  const std::string stall = "data stall " + ms(wait0) + " -> " + ms(wait1) + " a step, stall fraction " +
+                            detail::pct(base->wait_fraction) + " -> " + detail::pct(o.wait_fraction);
+  const std::string comms = comm ? "communication " + ms(base->comm_time_s) + " -> " + ms(o.comm_time_s) + " a step" : "";
+  recommendation r{"R7 slowdown-cause", severity::warning, {}, growth};
+  if (wait1 - wait0 >= t.slowdown_cause_share * d_step) {
+    r.message = head + " and the data stall grew with it (" + stall + (comm ? "; " + comms : "") +
+                "): the loader is the cause; see R1 and R5 for what to change";
+  } else if (comm && d_comm >= t.slowdown_cause_share * d_step) {
+    // A loader that stalled a short step may keep up with a longer one: the stall then falls.
+    const bool fell = wait1 < 0.5 * wait0 && wait0 - wait1 > 0.1 * d_step;
+    r.message = head + (fell ? " while the data stall fell (" : " while the data stall stayed flat (") + stall +
+                (!fell && base->wait_fraction >= 0.01 && o.wait_fraction < 0.9 * base->wait_fraction
+                     ? ", the fraction falling because the step grew around it" : "") +
+                "): the time went to communication (" + comms + "), not to the loader; a faster loader "
+                "will not help: overlap the all-reduce with the backward pass, use larger gradient buckets or "
+                "compression, or look at the network";
+  } else if (comm) {
+    r.message = head + " while the data stall and communication stayed flat (" + stall + "; " + comms +
+                "): the step's own compute grew, not the loader; look at the model, the device or other "
+                "processes on it";
+  } else {
+    r.message = head + " while the data stall stayed flat (" + stall + "): the time went outside the loader, to the step's compute or, in a "
+                "distributed run, to communication (time the all-reduce, comm_time_s, to tell which)";
+  }
+  return r;
+}
+
+// The job's observation of one epoch from all ranks' summaries (R6's input): mean step time, and the
+// data stall, communication, workers and limiting stage of the rank the others wait for.
+inline epoch_observation observe(std::span<const rank_summary> ranks) {
+  check_rank_summaries(ranks);
+  epoch_observation o;
+  o.epoch = ranks[0].epoch;
+  double step = 0;
+  std::size_t timed = 0;
+  for (const auto& r : ranks)
+    if (r.steps() > 0) { step += r.step_s(); ++timed; }
+  const auto& c = ranks[critical_rank_index(ranks)];
+  if (timed == 0 || c.steps() == 0) return o;
+  o.step_time_s = step / static_cast<double>(timed);
+  o.wait_fraction = std::min(1.0, c.wait_per_step_s() / o.step_time_s);
+  if (comm_measured_everywhere(ranks)) o.comm_time_s = c.comm_per_step_s();
+  o.workers = static_cast<double>(c.workers);
+  if (c.workers > 0 && c.wall_ns > 0)
+    o.worker_busy_fraction = static_cast<double>(c.worker_busy_ns) / (static_cast<double>(c.workers) * static_cast<double>(c.wall_ns));
+  if (!c.stage().empty()) {
+    o.bottleneck_stage = std::string(c.stage());
+    o.bottleneck_share = static_cast<double>(c.bottleneck_share_ppm) / 1e6;
+  }
+  return o;
+}
+
 // All rules on the latest epoch of `history`.
 inline std::vector<recommendation> advise(std::span<const epoch_observation> history,
                                           const advisor_thresholds& t = {}) {
@@ -348,6 +513,17 @@ inline std::vector<recommendation> advise(std::span<const epoch_observation> his
   add(rule_page_faults(history, t));
   add(rule_drift(history.back(), t));
   add(rule_limiting_stage(history.back(), t));
+  add(rule_slowdown_cause(history, t));
+  return out;
+}
+
+// The same, with R6 on the latest epoch's rank summaries (history.back() is observe(ranks)).
+inline std::vector<recommendation> advise(std::span<const epoch_observation> history,
+                                          std::span<const rank_summary> ranks,
+                                          const advisor_thresholds& t = {}) {
+  auto out = advise(history, t);
+  if (ranks.empty()) return out;
+  if (auto r = rule_straggler_rank(ranks, t)) out.push_back(std::move(*r));
   return out;
 }
 
@@ -356,7 +532,7 @@ inline std::vector<recommendation> advise(std::span<const epoch_observation> his
 inline constexpr const char* epoch_csv_header =
     "epoch,step_time_s,wait_fraction,utilisation,validation_loss,class_std,workers,prefetch_depth,"
     "worker_busy_fraction,rss_bytes,minor_faults,major_faults,drift_shift_sigma,bottleneck_stage,"
-    "bottleneck_share";
+    "bottleneck_share,comm_time_s";
 
 inline std::string to_csv_row(const epoch_observation& o) {
   std::string s = std::to_string(o.epoch);
@@ -370,6 +546,8 @@ inline std::string to_csv_row(const epoch_observation& o) {
   for (char c : o.bottleneck_stage) s += c == ',' || c == '\n' ? '_' : c;  // a stage name has neither
   s += ',';
   if (!std::isnan(o.bottleneck_share)) s += detail::num(o.bottleneck_share, "%.9g");
+  s += ',';
+  if (!std::isnan(o.comm_time_s)) s += detail::num(o.comm_time_s, "%.9g");
   return s;
 }
 
@@ -387,8 +565,9 @@ inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
     std::string cell;
     while (std::getline(ss, cell, ',')) cells.push_back(cell);
     if (!line.empty() && line.back() == ',') cells.emplace_back();
-    if (cells.size() != 13 && cells.size() != 15) {  // 13: recorded before the bottleneck columns
-      throw format_error(path, {.record = lineno}, "expected 15 (or 13) comma-separated fields, found " +
+    // 13: recorded before the bottleneck columns, 15: before comm_time_s
+    if (cells.size() != 13 && cells.size() != 15 && cells.size() != 16) {
+      throw format_error(path, {.record = lineno}, "expected 16 (or 15, 13) comma-separated fields, found " +
                                                        std::to_string(cells.size()));
     }
     auto val = [&](std::size_t i) {
@@ -407,10 +586,11 @@ inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
         &epoch_observation::rss_bytes, &epoch_observation::minor_faults,
         &epoch_observation::major_faults, &epoch_observation::drift_shift_sigma};
     for (std::size_t i = 0; i < 12; ++i) o.*fields[i] = val(i + 1);
-    if (cells.size() == 15) {
+    if (cells.size() >= 15) {
       o.bottleneck_stage = cells[13];
       o.bottleneck_share = val(14);
     }
+    if (cells.size() == 16) o.comm_time_s = val(15);
     out.push_back(o);
   }
   return out;

@@ -191,7 +191,25 @@ inline void to_json(json_writer& w, const epoch_observation& o) {
   w.key("bottleneck_stage");
   if (o.bottleneck_stage.empty()) w.null();
   else w.value(o.bottleneck_stage);
-  w.field("bottleneck_share", o.bottleneck_share).end_object();
+  w.field("bottleneck_share", o.bottleneck_share).field("comm_time_s", o.comm_time_s).end_object();
+}
+
+// One rank's epoch (diag/ranks.hpp), per-step figures in seconds as the advisor reads them.
+inline void to_json(json_writer& w, const rank_summary& r) {
+  w.begin_object()
+      .field("rank", r.rank).field("world", r.world).field("epoch", r.epoch).field("batches", r.batches)
+      .field("samples", r.samples).field("step_s", r.step_s()).field("wait_per_step_s", r.wait_per_step_s())
+      .field("stall_fraction", r.stall_fraction()).field("compute_per_step_s", r.compute_per_step_s())
+      .field("wait_p50_s", static_cast<double>(r.wait_p50_ns) / 1e9).field("wait_p95_s", static_cast<double>(r.wait_p95_ns) / 1e9);
+  w.key("comm_per_step_s");
+  if (r.comm_measured) w.value(r.comm_per_step_s());
+  else w.null();
+  w.field("produce_per_batch_s", r.produce_per_batch_s()).field("samples_per_second", r.samples_per_second())
+      .field("workers", r.workers);
+  w.key("bottleneck_stage");
+  if (r.stage().empty()) w.null();
+  else w.value(r.stage());
+  w.field("bottleneck_share", static_cast<double>(r.bottleneck_share_ppm) / 1e6).end_object();
 }
 
 // Queue depth, bytes in flight and the stall fraction so far as trace counters, at time `at`.
