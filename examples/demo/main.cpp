@@ -61,10 +61,13 @@ struct options {
   bool full = false;
   bool quick = false;
   bool plot = true;
-  std::string only;  // "uniform", "invlog", "balanced" or "deferred": run one
+  std::string only;  // "uniform", "invlog", "balanced", "deferred" or "loss_aware": run one
   long deferred = -1;  // > 0: a fourth run, uniform then class-balanced from this epoch (1-based);
                        // -1: epochs / 2 + 1 (none with --quick); 0: none
   long validation_per_class = -1;  // -1: 500 (100 with --quick)
+  long eval_every = -1;  // validation every N steps as well as at each epoch's end (-1: 50; --quick: 0, off)
+  double loss_share = 0.5;  // loss_aware run: share of the draws by recent loss (the rest uniform)
+  std::vector<double> targets{0.70, 0.75, 0.80};  // balanced validation accuracies to count steps to
 };
 
 [[noreturn]] void usage(int rc) {
@@ -83,8 +86,11 @@ struct options {
       "  --val-per-class N  validation images held out per class before the long tail is drawn\n"
       "                     (500; --quick: 100); model selection uses them, never the test set\n"
       "  --full             train on the whole balanced training set instead (one run, uniform)\n"
-      "  --only uniform|invlog|balanced|deferred   one of the runs (invlog: class weights\n"
-      "                     1/log(1+n); balanced: 1/n)\n"
+      "  --only uniform|invlog|balanced|deferred|loss_aware   one of the runs (invlog: class weights\n"
+      "                     1/log(1+n); balanced: 1/n; loss_aware: sluice::sample::loss_aware fed each\n"
+      "                     sample's loss by the trainer)\n"
+      "  --loss-share X     loss_aware: share of the draws by recent loss, the rest uniform (0.5)\n"
+      "  --eval-every N     also evaluate validation every N steps, for steps-to-target (50; --quick: 0)\n"
       "  --deferred E       run 'deferred': uniform, then class-balanced (1/n) from epoch E on\n"
       "                     (deferred re-sampling; default epochs/2+1, 0: not run); the drift\n"
       "                     monitor sees the switch\n"
@@ -120,6 +126,8 @@ options parse(int argc, char** argv) {
     else if (a == "--seed") o.seed = std::stoull(next());
     else if (a == "--deferred") o.deferred = std::stol(next());
     else if (a == "--val-per-class") o.validation_per_class = std::stol(next());
+    else if (a == "--eval-every") o.eval_every = std::stol(next());
+    else if (a == "--loss-share") o.loss_share = std::stod(next());
     else if (a == "--shift") o.shift = std::stol(next());
     else if (a == "--loader-delay-us") o.loader_delay_us = static_cast<unsigned>(std::stoul(next()));
     else if (a == "--keep-batches") o.keep_batches = true;
@@ -133,7 +141,7 @@ options parse(int argc, char** argv) {
     else if (a == "--no-plot") o.plot = false;
     else if (a == "--only") {
       o.only = next();
-      if (o.only != "uniform" && o.only != "invlog" && o.only != "balanced" && o.only != "deferred") usage(2);
+      if (o.only != "uniform" && o.only != "invlog" && o.only != "balanced" && o.only != "deferred" && o.only != "loss_aware") usage(2);
     } else if (a == "-h" || a == "--help") usage(0);
     else { std::fprintf(stderr, "sluice-demo: unknown option %s\n", a.c_str()); usage(2); }
   }
@@ -143,6 +151,7 @@ options parse(int argc, char** argv) {
   }
   if (o.shift < 0) o.shift = o.full ? 0 : 1;
   if (o.validation_per_class < 0) o.validation_per_class = o.quick ? 100 : 500;
+  if (o.eval_every < 0) o.eval_every = o.quick ? 0 : 50;
   if (o.deferred < 0) o.deferred = o.quick ? 0 : static_cast<long>(o.epochs / 2 + 1);
   if (o.validation_per_class == 0 || o.deferred > static_cast<long>(o.epochs)) usage(2);
   if (o.epochs == 0 || o.batch == 0 || o.workers == 0 || o.depth == 0) usage(2);
@@ -243,6 +252,17 @@ struct run_record {
   diag::noise_scale_verdict noise;
   std::vector<diag::drift_window> drift;
   double seconds = 0;
+  // Balanced validation accuracy against training steps: every --eval-every steps and at each
+  // epoch's end (for steps to a target accuracy).
+  std::vector<std::size_t> curve_steps;
+  std::vector<double> curve_accuracy;
+  std::size_t feedback_batches = 0;  // batches whose per-sample losses went back to the sampler
+  // The first step at which the curve reaches `target` (0: never).
+  [[nodiscard]] std::size_t steps_to(double target) const {
+    for (std::size_t i = 0; i < curve_steps.size(); ++i)
+      if (curve_accuracy[i] >= target) return curve_steps[i];
+    return 0;
+  }
 };
 
 void progress(bool tty, const std::string& run, std::size_t epoch, std::size_t done, std::size_t total, double loss) {
@@ -327,6 +347,13 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   const unsigned delay = o.loader_delay_us;
   const Sampler sampler_copy = sampler;
+  // A sampler that learns from the training signal (sluice::sample::loss_aware) gets each batch's
+  // per-sample losses; its copies share one state, so feeding this copy reaches the loader's.
+  Sampler feedback_handle = sampler;
+  constexpr bool takes_feedback = requires(Sampler& s, std::span<const std::uint64_t> ids, std::span<const float> l) {
+    s.feedback(ids, l);
+  };
+  std::size_t global_step = 0;
   auto loader = sluice::from(std::move(sampler)) | sluice::read(train) |
                 sluice::map([delay, shift = static_cast<int>(o.shift), rows = train.rows(), cols = train.cols(),
                              tr = &trace, bsz = o.batch, n = sampler_copy.size(0)](
@@ -385,6 +412,16 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
                                    static_cast<double>(o.epochs);
       const float lr = static_cast<float>(o.lr * 0.5 * (1 + std::cos(3.141592653589793 * progress_frac)));
       const float loss = model.train_step(x.data(), b.size(), y.data(), lr, o.momentum, o.weight_decay);
+      if constexpr (takes_feedback) {
+        feedback_handle.feedback(b.ids(), model.sample_losses());  // applies from the next epoch
+        ++run.feedback_batches;
+      }
+      ++global_step;
+      if (o.eval_every > 0 && global_step % static_cast<std::size_t>(o.eval_every) == 0 && steps + 1 < total_batches) {
+        auto s = trace.scope("evaluate validation");
+        run.curve_steps.push_back(global_step);
+        run.curve_accuracy.push_back(evaluate(model, validation).balanced_accuracy);
+      }
       if (o.keep_batches) kept_batches.emplace_back(x.begin(), x.end());
       loss_sum += loss;
       ++steps;
@@ -406,6 +443,8 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
       auto s = trace.scope("evaluate validation");
       rec.validation = evaluate(model, validation);
     }
+    run.curve_steps.push_back(global_step);
+    run.curve_accuracy.push_back(rec.validation.balanced_accuracy);
     // Model selection on the validation set: the validation set is balanced, so its accuracy is
     // its balanced accuracy.
     if (rec.validation.balanced_accuracy > best_validation) {
@@ -529,7 +568,14 @@ void write_report(const options& o, const demo::dataset_files& files, const demo
   w.key("runs").begin_array();
   for (const auto& r : runs) {
     w.begin_object().field("name", r.name).field("sampler", r.sampler).field("seconds", r.seconds)
-        .field("selected_epoch", r.selected_epoch).field("test_evaluations", r.test_evaluations);
+        .field("selected_epoch", r.selected_epoch).field("test_evaluations", r.test_evaluations)
+        .field("feedback_batches", r.feedback_batches)
+        .array("validation_curve_steps", r.curve_steps).array("validation_curve_balanced_accuracy", r.curve_accuracy);
+    {
+      std::vector<std::size_t> to;
+      for (double t : o.targets) to.push_back(r.steps_to(t));
+      w.array("steps_to_targets", o.targets).array("steps_to_target", to);  // 0: not reached
+    }
     w.key("test_selected");
     to_json(w, r.test_selected);
     w.key("test_last_epoch");
@@ -679,6 +725,19 @@ int main(int argc, char** argv) try {
                                                      at - 1),
                              train, validation, test, o, trace, epochs_csv));
   }
+  if (!o.full && wanted("loss_aware")) {
+    std::vector<std::uint64_t> kept_ids;
+    for (std::uint64_t i = 0; i < labels.size(); ++i)
+      if (labels[i] >= 0) kept_ids.push_back(i);
+    char share[32];
+    std::snprintf(share, sizeof share, "%.2f", o.loss_share);
+    runs.push_back(train_run("loss_aware",
+                             std::string("sluice::sample::loss_aware: draws ") + share +
+                                 " by each image's recent loss (fed back per batch), the rest uniform",
+                             sluice::sample::loss_aware(labels.size(), kept_ids,
+                                                        {.seed = o.seed, .uniform_share = 1 - o.loss_share}),
+                             train, validation, test, o, trace, epochs_csv));
+  }
   epochs_csv.close();
 
   // Each run's model is the epoch with the best validation accuracy ("sel."); the test set is
@@ -686,7 +745,8 @@ int main(int argc, char** argv) try {
   std::printf("\n%-9s %-12s %9s %9s | %9s %9s %9s %12s | %7s %10s %8s\n", "run", "class wt", "sel.epoch", "val acc",
               "test loss", "test acc", "bal.acc", "last ep. bal", "stall", "samples/s", "seconds");
   const auto weight_name = [](const std::string& run) {
-    return run == "uniform" ? "as data" : run == "invlog" ? "1/log(1+n)" : run == "balanced" ? "1/n" : "deferred 1/n";
+    return run == "uniform" ? "as data" : run == "invlog" ? "1/log(1+n)" : run == "balanced" ? "1/n"
+         : run == "loss_aware" ? "by loss" : "deferred 1/n";
   };
   for (const auto& r : runs) {
     double stall = 0, sps = 0;
@@ -716,6 +776,34 @@ int main(int argc, char** argv) try {
                 runs[i].name.c_str(), 100 * (b - u), u, b, files.stand_in ? " [stand-in data]" : "");
   }
   if (runs.size() >= 2 && !o.quick) std::printf("(the test set is balanced, 1,000 images a class: balanced accuracy equals accuracy)\n");
+  if (o.eval_every > 0 && !runs.empty()) {
+    // Steps (batches of --batch) until the balanced validation accuracy first reaches each target,
+    // measured every --eval-every steps and at each epoch's end; "-": never within the run.
+    std::printf("\nsteps to a balanced validation accuracy (validation every %ld steps and at each epoch's end)\n%-10s", o.eval_every, "run");
+    for (double t : o.targets) std::printf("    >= %.2f", t);
+    std::printf("\n");
+    for (const auto& r : runs) {
+      std::printf("%-10s", r.name.c_str());
+      for (double t : o.targets) {
+        if (const auto n = r.steps_to(t)) std::printf(" %10zu", n);
+        else std::printf(" %10s", "-");
+      }
+      std::printf("\n");
+    }
+    for (const auto& r : runs) {
+      if (r.name == "uniform" || r.name == "balanced") continue;
+      for (const auto& base : runs) {
+        if (base.name != "uniform" && base.name != "balanced") continue;
+        std::printf("%-10s steps vs %-8s:", r.name.c_str(), base.name.c_str());
+        for (double t : o.targets) {
+          const auto a = r.steps_to(t), b = base.steps_to(t);
+          if (a && b) std::printf("  %.2f: x%.2f", t, static_cast<double>(a) / static_cast<double>(b));
+          else std::printf("  %.2f: %s", t, a ? "only it" : b ? "only base" : "neither");
+        }
+        std::printf("  (< 1: fewer steps)\n");
+      }
+    }
+  }
 
   trace.write(o.out + "/trace.json");
   write_report(o, files, split, runs, trace);

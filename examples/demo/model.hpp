@@ -44,17 +44,24 @@ class model {
       dense(x, batch, in_, w1_.data(), b1_.data(), out_, p_.data());
     }
     double loss = 0;
+    if (labels) sample_loss_.resize(batch);
     for (std::size_t b = 0; b < batch; ++b) {
       float* z = p_.data() + b * out_;
       const float m = *std::max_element(z, z + out_);
       float s = 0;
       for (std::size_t k = 0; k < out_; ++k) { z[k] = std::exp(z[k] - m); s += z[k]; }
       for (std::size_t k = 0; k < out_; ++k) z[k] /= s;
-      if (labels) loss -= std::log(std::max(z[labels[b]], 1e-12f));
+      if (labels) {
+        sample_loss_[b] = -std::log(std::max(z[labels[b]], 1e-12f));
+        loss += sample_loss_[b];
+      }
     }
     return static_cast<float>(loss / static_cast<double>(batch));
   }
   [[nodiscard]] std::span<const float> probabilities(std::size_t batch) const { return {p_.data(), batch * out_}; }
+  // Each sample's cross-entropy in the batch last passed to forward() with labels (what a
+  // loss-aware sampler is fed back).
+  [[nodiscard]] std::span<const float> sample_losses() const { return sample_loss_; }
 
   // Gradient of the mean cross-entropy for the batch last passed to forward(); written to
   // g_w1_.. (kept for the gradient-noise-scale measurement). Returns its squared norm.
@@ -162,6 +169,7 @@ class model {
   std::vector<float> v_w1_, v_b1_, v_w2_, v_b2_;
   std::vector<float> g_w1_, g_b1_, g_w2_, g_b2_;
   std::vector<float> h_, dh_, p_, d_;
+  std::vector<float> sample_loss_;
 };
 
 }  // namespace demo

@@ -58,6 +58,7 @@
 #include "sluice/sample/shard_split.hpp"
 #include "sluice/sample/shuffle.hpp"
 #include "sluice/sample/length_bucket.hpp"
+#include "sluice/sample/loss_aware.hpp"
 #include "sluice/stage/cache.hpp"
 #include "sluice/stage/collate.hpp"
 #include "sluice/stage/decode.hpp"
