@@ -26,7 +26,8 @@
 //   consumer_busy_ns    time the trainer spent between receiving a batch and asking for the next
 //   stall_fraction      wait / (wait + busy), after the first batch of each epoch (warm-up apart)
 //   step_mean_ns/std    mean and standard deviation of (wait + busy) per step: the step jitter
-//   wait_p50/p95/max_ns distribution of the per-batch wait, warm-up batch included
+//   wait_p50/p95/max_ns distribution of the per-batch wait, warm-up batch included: p50 and p95
+//                       over the current (or last) epoch, max over the whole run
 //   worker_wait_ns      time workers spent blocked because the ring was full (back-pressure).
 //                       This is the only wait upstream of the consumer: per-sample stages are
 //                       fused into one function per sample, so no stage ever queues for another,
