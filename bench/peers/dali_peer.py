@@ -2,7 +2,7 @@
 
 Run by run.py with the interpreter given as --dali-python (DALI lives in its own venv, e.g.
 `/usr/bin/python3 -m venv --system-site-packages ENV && ENV/bin/pip install nvidia-dali-cuda130`):
-    ENV/bin/python bench/peers/dali_peer.py FILE_LIST NUM_THREADS SECONDS [BATCH]
+    ENV/bin/python bench/peers/dali_peer.py FILE_LIST NUM_THREADS SECONDS [BATCH [decode-only]]
 prints `samples_per_s <rate>` like the C++ peer programs; exits with status 3 when nvidia.dali
 cannot be imported (run.py then reports the rows as not measured).
 
@@ -17,6 +17,8 @@ bilinear, centred window). On the workload's 64x64 JPEGs both are the identity; 
 at scale 1, and DALI's resize and crop still run. Each batch is taken as one dense array
 (TensorList.as_tensor(), viewed by NumPy without a copy), as a trainer reading the outputs would.
 Rate: batch_size samples per pipeline run, over SECONDS after 3 warm-up batches.
+"decode-only" leaves out fn.resize and fn.crop (an extra: right only because every image of this
+workload is already 64x64; it shows what DALI's resize and crop operators cost).
 """
 
 import sys
@@ -24,11 +26,12 @@ import time
 
 
 def main():
-    if len(sys.argv) not in (4, 5):
+    if len(sys.argv) not in (4, 5, 6) or (len(sys.argv) == 6 and sys.argv[5] != "decode-only"):
         print(__doc__, file=sys.stderr)
         return 2
     file_list, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    batch = int(sys.argv[4]) if len(sys.argv) == 5 else 256
+    batch = int(sys.argv[4]) if len(sys.argv) >= 5 else 256
+    resize = len(sys.argv) < 6
     try:
         import numpy as np
         from nvidia.dali import fn, pipeline_def, types
@@ -40,9 +43,10 @@ def main():
     def jpeg_pipeline():
         jpegs, labels = fn.readers.file(file_list=file_list, shuffle_after_epoch=True, name="reader")
         images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-        images = fn.resize(images, size=[64, 64], mode="not_smaller", interp_type=types.INTERP_LINEAR,
-                           antialias=False)
-        images = fn.crop(images, crop=(64, 64))  # crop_pos_x = crop_pos_y = 0.5: centred
+        if resize:
+            images = fn.resize(images, size=[64, 64], mode="not_smaller", interp_type=types.INTERP_LINEAR,
+                               antialias=False)
+            images = fn.crop(images, crop=(64, 64))  # crop_pos_x = crop_pos_y = 0.5: centred
         return images, labels
 
     pipe = jpeg_pipeline()

@@ -519,6 +519,10 @@ def main():
                     [args.dali_python, dali_prog, filelist, str(t), secs, str(BATCH)]))))
             else:
                 not_measured[("jpeg", DALI_NAME, t)] = dali_missing
+        if dali:  # an extra: without fn.resize + fn.crop (the images are already 64x64)
+            for t in (1, 2):
+                jobs.append(("jpeg", DALI_NAME + ", decode only (extra)", t, (lambda t=t: run_program(
+                    [args.dali_python, dali_prog, filelist, str(t), secs, str(BATCH), "decode-only"]))))
         if have(sluice_prog):
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
@@ -626,6 +630,8 @@ def main():
             for w in (1, 2):
                 ratio(f"jpeg (extra, equal thread count): sluice workers={w} vs DALI num_threads={w}",
                       best_of(group, cxx, w), best_of(group, dali_peer, w), missing)
+            ratio(f"jpeg (extra): best sluice vs best DALI CPU pipeline without resize + crop ({cores} cores)", sl,
+                  best_of(group, lambda n: n.startswith(DALI_NAME) and "decode only" in n), missing)
             ratio(f"jpeg: best sluice vs best of DataLoader + decode_jpeg and DALI CPU pipeline (any workers, {cores} cores)",
                   sl, best_of(group, vs_best), missing)
             ratio(f"jpeg: best sluice from Python vs best DALI CPU pipeline ({cores} cores)",
