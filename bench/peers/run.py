@@ -5,7 +5,12 @@ Usage (from the repository root, after building the peer programs):
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
     cmake --build build -j2 --target sluice_peers libtorch_peer
     /usr/bin/python3 bench/peers/run.py --build build [--data /tmp/sluice-peers] [--seconds 3]
-(the "sluice (Python module)" rows need the module: cmake --build build --target sluice_python)
+(the "sluice (Python module)" rows need the module: cmake --build build --target sluice_python;
+the "DALI CPU pipeline" rows need NVIDIA DALI in an interpreter given as --dali-python, e.g.
+    /usr/bin/python3 -m venv --system-site-packages /work/venv-dali
+    /work/venv-dali/bin/pip install nvidia-dali-cuda130
+    ... run.py --build build --dali-python /work/venv-dali/bin/python
+ without it, or when it cannot import nvidia.dali, those rows say "not measured: DALI not installed")
 
 It needs Debian's python3-torch, python3-numpy and python3-pil (and python3-torchvision for
 torchvision.io.decode_jpeg), which install for /usr/bin/python3, not for a python3 found first on
@@ -21,6 +26,9 @@ Workload files (all little-endian, no header; the layout is the contract the C++
     images.offsets M+1 uint64 byte offsets into images.jpgpack: JPEG j is [off[j], off[j+1])
     images.labels  M int64 labels, same long-tailed distribution
     weights.f64    10^6 float64 sampling weights (for the weighted-sampler comparison)
+With --dali-python, also (DALI's file reader takes one file per image):
+    jpegs/<j>.jpg  JPEG j of the pack, byte for byte
+    images.filelist  DALI file list: "jpegs/<j>.jpg <label>" a line
 """
 
 import argparse
@@ -253,6 +261,45 @@ def sluice_module_jpeg_rate(module_dir, tar, workers, seconds):
     return module_loop_rate(ld, "image", seconds)
 
 
+def jpeg_files_from_pack(data):
+    """The packed JPEGs as one file each plus a DALI file list ("<path relative to the list> <label>"
+    a line), for DALI's fn.readers.file; written once next to the pack."""
+    import numpy as np
+    out = os.path.join(data, "images.filelist")
+    pack = os.path.join(data, "images.jpgpack")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(pack):
+        return out
+    offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
+    labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
+    raw = np.fromfile(pack, dtype=np.uint8)
+    os.makedirs(os.path.join(data, "jpegs"), exist_ok=True)
+    lines = []
+    for i in range(len(labels)):
+        name = f"jpegs/{i:07d}.jpg"
+        with open(os.path.join(data, name), "wb") as f:
+            f.write(raw[offsets[i]:offsets[i + 1]].tobytes())
+        lines.append(f"{name} {int(labels[i])}\n")
+    with open(out + ".partial", "w") as f:
+        f.writelines(lines)
+    os.replace(out + ".partial", out)
+    return out
+
+
+def dali_version(python):
+    """DALI's version as the interpreter `python` imports it, or (None, why not)."""
+    if not python:
+        return None, "DALI not installed (no --dali-python given)"
+    try:
+        out = subprocess.run([python, "-c", "import nvidia.dali; print(nvidia.dali.__version__)"],
+                             capture_output=True, text=True, timeout=120)
+    except OSError as e:
+        return None, f"DALI not installed ({python}: {e.strerror})"
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"DALI not installed ({python} cannot import nvidia.dali: {last})"
+    return out.stdout.strip(), None
+
+
 FIRST_BATCH = {
     "sluice module": "import time; t0 = time.perf_counter(); import sys; sys.path.insert(0, {mod!r}); import sluice, torch; "
                      "ld = sluice.loader('records', path={rec!r}, labels={lab!r}, record_bytes={rb}, batch_size={b}, workers=2); "
@@ -329,6 +376,9 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 
 # ---------------------------------------------------------------- C++ peers
 
+DALI_NAME = "DALI CPU pipeline"
+
+
 class NotBuilt(Exception):
     """The program was built without this mode (exit status 3): reported, not a failure."""
 
@@ -390,6 +440,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is reported")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted,startup")
+    ap.add_argument("--dali-python", default="", help="a Python interpreter that imports nvidia.dali "
+                    "(e.g. a venv's bin/python): NVIDIA DALI's CPU pipeline is measured in a subprocess "
+                    "with it; without it the DALI rows are reported as not measured")
     ap.add_argument("--cpus", default="", help="comma list of CPU numbers to confine every loader to "
                     "(this process, the peer programs and DataLoader workers inherit it), e.g. 0 for "
                     "an equal-cores comparison on one core; default: every CPU")
@@ -413,6 +466,10 @@ def main():
 
     # Each entry: (group, name, workers, thunk). Thunks are run round-robin in every round.
     jobs = []
+    # Rows that could not be measured on this machine: (group, name, workers) -> why. They are
+    # printed and written to the JSON with the reason, never dropped.
+    not_measured = {}
+    dali, dali_missing = dali_version(args.dali_python) if "jpeg" in groups else (None, None)
 
     def have(p):
         return os.access(p, os.X_OK)
@@ -454,6 +511,18 @@ def main():
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_jpeg_rate(module_dir, tar, w, args.seconds))))
+        dali_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dali_peer.py")
+        for t in (1, 2):  # DALI's num_threads: its CPU operators' thread pool
+            if dali:
+                filelist = jpeg_files_from_pack(d)
+                jobs.append(("jpeg", DALI_NAME, t, (lambda t=t: run_program(
+                    [args.dali_python, dali_prog, filelist, str(t), secs, str(BATCH)]))))
+            else:
+                not_measured[("jpeg", DALI_NAME, t)] = dali_missing
+        if dali:  # an extra: without fn.resize + fn.crop (the images are already 64x64)
+            for t in (1, 2):
+                jobs.append(("jpeg", DALI_NAME + ", decode only (extra)", t, (lambda t=t: run_program(
+                    [args.dali_python, dali_prog, filelist, str(t), secs, str(BATCH), "decode-only"]))))
         if have(sluice_prog):
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
@@ -478,9 +547,11 @@ def main():
             except NotBuilt as e:
                 if r == 0:
                     print(f"# {group} {name} workers={w}: not measured ({e})", file=sys.stderr)
+                not_measured[(group, name, w)] = str(e)
                 continue
             except Exception as e:  # a peer that fails is reported, not fatal
                 print(f"# {group} {name} workers={w}: failed: {e}", file=sys.stderr)
+                not_measured.setdefault((group, name, w), f"failed: {e}")
                 continue
             key = (group, name, w)
             best[key] = max(best.get(key, 0.0), rate)
@@ -505,6 +576,12 @@ def main():
         each = rounds[(group, name, w)]
         print(f"{group:8s} {name:40s} {w:7d} {rate:12.0f}  " + " / ".join(f"{x:.0f}" for x in each))
         results.append({"group": group, "loader": name, "workers": w, "samples_per_s": rate, "rounds": each})
+    for (group, name, w), why in sorted(not_measured.items()):
+        if (group, name, w) in best:
+            continue  # measured in another round
+        print(f"{group:8s} {name:40s} {w:7d} {'-':>12s}  not measured: {why}")
+        results.append({"group": group, "loader": name, "workers": w, "samples_per_s": None, "rounds": [],
+                        "not_measured": why})
 
     # Ratios, each of two rows of this run. "Best at any worker count": each loader at its fastest
     # measured setting. Every loader ran confined to the same `cores` CPUs, so that ratio is also the
@@ -513,10 +590,13 @@ def main():
     # num_workers = 0 decodes in the consumer).
     summary = []
 
-    def ratio(what, a, b):
+    def ratio(what, a, b, missing=None):
         if a[0] and b[0]:
             summary.append({"what": what, "sluice": a[0], "sluice_loader": a[1][1], "sluice_workers": a[1][2],
                             "peer": b[0], "peer_loader": b[1][1], "peer_workers": b[1][2], "ratio": a[0] / b[0]})
+        elif a[0] and missing:  # the peer side could not be measured: said so, not left out
+            summary.append({"what": what, "sluice": a[0], "sluice_loader": a[1][1], "sluice_workers": a[1][2],
+                            "peer": None, "ratio": None, "not_measured": missing})
 
     cxx = (lambda n: n.startswith("sluice") and "Python" not in n)
     module = (lambda n: n == "sluice (Python module)")
@@ -543,6 +623,28 @@ def main():
                   best_of(group, module), best_of(group, lambda n: n.endswith("decode_jpeg")))
             ratio(f"jpeg: best sluice from Python vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)",
                   best_of(group, module), best_of(group, lambda n: n.startswith("PyTorch")))
+            # NVIDIA DALI's CPU pipeline, and the goal's peer: the better of DataLoader + decode_jpeg
+            # and DALI, each at its best setting, all on the same `cores` CPUs (equal cores).
+            dali_peer = (lambda n: n == DALI_NAME)
+            vs_best = (lambda n: n.endswith("decode_jpeg") or n == DALI_NAME)
+            missing = dali_missing if dali is None else "DALI CPU pipeline: no round succeeded"
+            # The best of the two only when DALI was measured: against decode_jpeg alone it is not
+            # the goal's comparison, so it is reported as not measured rather than as a ratio.
+            dali_ran = best_of(group, dali_peer)[0] is not None
+            two = (lambda pick: pick if dali_ran else (None, None))
+            ratio(f"jpeg: best sluice vs best DALI CPU pipeline (num_threads 1 or 2, {cores} cores)", sl,
+                  best_of(group, dali_peer), missing)
+            for w in (1, 2):
+                ratio(f"jpeg (extra, equal thread count): sluice workers={w} vs DALI num_threads={w}",
+                      best_of(group, cxx, w), best_of(group, dali_peer, w), missing)
+            ratio(f"jpeg (extra): best sluice vs best DALI CPU pipeline without resize + crop ({cores} cores)", sl,
+                  best_of(group, lambda n: n.startswith(DALI_NAME) and "decode only" in n), missing)
+            ratio(f"jpeg: best sluice vs best of DataLoader + decode_jpeg and DALI CPU pipeline (any workers, {cores} cores)",
+                  sl, two(best_of(group, vs_best)), missing)
+            ratio(f"jpeg: best sluice from Python vs best DALI CPU pipeline ({cores} cores)",
+                  best_of(group, module), best_of(group, dali_peer), missing)
+            ratio(f"jpeg: best sluice from Python vs best of DataLoader + decode_jpeg and DALI CPU pipeline "
+                  f"(any workers, {cores} cores)", best_of(group, module), two(best_of(group, vs_best)), missing)
         else:
             for name in WEIGHTED_PEERS:
                 ratio(f"weighted: sluice alias draw_n (build included, 1 thread) vs {name}", sl,
@@ -551,6 +653,10 @@ def main():
                   best_of(group, lambda n: is_peer(n)))
     print()
     for x in summary:
+        if x["ratio"] is None:
+            print(f"{x['what']}: {x['sluice']:.0f}/s ({x['sluice_loader']}, workers={x['sluice_workers']}) vs "
+                  f"not measured: {x['not_measured']}")
+            continue
         print(f"{x['what']}: {x['sluice']:.0f}/s ({x['sluice_loader']}, workers={x['sluice_workers']}) vs "
               f"{x['peer']:.0f}/s ({x['peer_loader']}, workers={x['peer_workers']}) -> {x['ratio']:.2f}")
     st = {k[1]: 1.0 / v for k, v in best.items() if k[0] == "startup"}
@@ -558,6 +664,8 @@ def main():
         print("startup: seconds from interpreter start to the first batch (imports included), best round: " +
               ", ".join(f"{k} {v:.2f} s" for k, v in st.items()))
     v = versions(args.build)
+    if dali:
+        v["dali"] = dali
     v["cores_used"] = cores
     v["cpus"] = sorted(os.sched_getaffinity(0))
     v["torch_threads"] = torch.get_num_threads()
