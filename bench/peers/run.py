@@ -226,18 +226,24 @@ def sluice_module_rate(module_dir, data, workers, seconds):
     return module_loop_rate(ld, "data", seconds)
 
 
+def read_jpeg_pack(data):
+    """The JPEG pack's offsets, labels and bytes, as NumPy arrays."""
+    import numpy as np
+    offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
+    labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
+    raw = np.fromfile(os.path.join(data, "images.jpgpack"), dtype=np.uint8)
+    return offsets, labels, raw
+
+
 def wds_from_pack(data):
     """The packed JPEGs as one WebDataset shard (<i>.jpg + <i>.cls), for the Python module's "wds"
     source; written once next to the pack."""
     import tarfile
-    import numpy as np
     out = os.path.join(data, "images.tar")
     pack = os.path.join(data, "images.jpgpack")
     if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(pack):
         return out
-    offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
-    labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
-    raw = np.fromfile(pack, dtype=np.uint8)
+    offsets, labels, raw = read_jpeg_pack(data)
     with tarfile.open(out + ".partial", "w") as tar:
         for i in range(len(labels)):
             for name, blob in ((f"{i:07d}.jpg", raw[offsets[i]:offsets[i + 1]].tobytes()),
@@ -264,14 +270,11 @@ def sluice_module_jpeg_rate(module_dir, tar, workers, seconds):
 def jpeg_files_from_pack(data):
     """The packed JPEGs as one file each plus a DALI file list ("<path relative to the list> <label>"
     a line), for DALI's fn.readers.file; written once next to the pack."""
-    import numpy as np
     out = os.path.join(data, "images.filelist")
     pack = os.path.join(data, "images.jpgpack")
     if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(pack):
         return out
-    offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
-    labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
-    raw = np.fromfile(pack, dtype=np.uint8)
+    offsets, labels, raw = read_jpeg_pack(data)
     os.makedirs(os.path.join(data, "jpegs"), exist_ok=True)
     lines = []
     for i in range(len(labels)):
