@@ -299,7 +299,7 @@ TEST_CASE("loss_aware: a saved and restored sampler yields the same next epochs,
   CHECK_THROWS_AS(same.load(s3), usage_error);
 }
 
-TEST_CASE("loss_aware: feedback per batch while a 2-worker loader runs; each epoch draws its frozen weights") {
+TEST_CASE("loss_aware: feedback per batch while a 2-worker loader runs, and each epoch draws its frozen weights") {
   // Loss 5 for label 3, 0.1 for the rest, fed back per batch from the trainer thread while the
   // workers draw the prefetched batches. Run twice: the runs must match exactly.
   sluice_test::mem_reader r(2000, 16);
