@@ -57,14 +57,21 @@ inline void check_cpus(const std::vector<int>& cpus, const char* what) {
 }
 }  // namespace detail
 
+namespace detail {
+// Pins the calling thread to `cpu` (already checked); returns pthread_setaffinity_np's result.
+inline int set_thread_cpu(int cpu) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
+}
+}  // namespace detail
+
 // Pins the calling thread to `cpu`. usage_error if the CPU is not allowed; io-like failures of
 // the system call are reported as sluice::error with the errno text.
 inline void pin_current_thread(int cpu) {
   detail::check_cpus({cpu}, "pin_current_thread");
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (const int rc = ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set); rc != 0)
+  if (const int rc = detail::set_thread_cpu(cpu); rc != 0)
     throw error(std::string("sluice: pinning a thread to CPU ") + std::to_string(cpu) + ": " + std::strerror(rc));
 }
 

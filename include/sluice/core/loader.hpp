@@ -695,12 +695,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
 
   void worker_main(std::size_t w) {
-    if (!opt_.cpus.empty()) {  // checked at construction; a refusal now leaves the thread unpinned
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(opt_.cpus[w % opt_.cpus.size()], &set);
-      (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
-    }
+    // Checked at construction; a refusal now leaves the thread unpinned.
+    if (!opt_.cpus.empty()) (void)detail::set_thread_cpu(opt_.cpus[w % opt_.cpus.size()]);
     scratch_type& scratch = scratch_[w];
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);

@@ -1,16 +1,17 @@
 // sluice/io/page_warmer.hpp — a mapping's pages faulted in ahead of the first epoch, in the
 // background.
 //
-// A freshly mapped file costs its first epoch one page fault per page touched, even when every
-// page is already in the page cache (measured: 10–20 % of a 1-worker epoch of random 12 KiB
-// records, bench/core/bench_collate.cpp). MAP_POPULATE removes that but makes open() wait for
-// the whole file. The warmer does the same work off the critical path: one shared thread takes
+// A freshly mapped file costs its first epoch page faults even when every page is already in
+// the page cache (one per page, or per fault-around window or large folio, depending on the
+// kernel and file system). MAP_POPULATE removes them but makes open() wait for the whole file. The warmer does the same work off the critical path: one shared thread takes
 // the mappings queued by io::mapped_file (map_options::populate = populate_mode::background, the
 // default) and runs madvise(MADV_POPULATE_READ) over each, 8 MiB at a time, oldest file first,
 // while the loader already reads. A page the loader reaches first is simply faulted by it.
 //
-// Only a file of 1 MiB or more that fits in half the memory available (MemAvailable) is queued: populating more
-// would evict the pages it just brought in, or the trainer's. MADV_POPULATE_READ reports errors
+// Only a file of 1 MiB or more that fits in half the memory available (MemAvailable) is queued:
+// populating more would evict the pages it just brought in, or the trainer's. Measured on a
+// 2-vCPU VM (bench/core BM_first_epoch, bench/README.md): a fresh mapping's first epoch ran at
+// 0.69 of the second's rate with warming, 0.55 without. MADV_POPULATE_READ reports errors
 // instead of raising SIGBUS (a file truncated meanwhile stops its job with EFAULT); a kernel
 // without it (before Linux 5.14: EINVAL) turns the warmer off for the process. Either way the
 // data read is unaffected: warming is a hint.
