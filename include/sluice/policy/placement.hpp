@@ -27,10 +27,11 @@
 // min(n*a, device-only), so the split is never slower than the better of host-only and
 // device-only, up to one image of granularity.
 //
-// Neither side is starved of measurements: while both are useful, each keeps at least one image.
-// A side that is hopeless — one image on the device takes longer than the whole batch on the host,
-// or the reverse — gets none, except one image every `probe_every` batches so that a change (the
-// device freed by the trainer, a host that got busier) is noticed.
+// Neither side is starved of measurements: while both are useful, each keeps at least one image
+// (so a recovering side is measured every batch). A side that is hopeless — one image on the
+// device takes longer than the whole batch on the host, or the reverse — gets none, except one
+// image every `probe_every` batches so that a change (the device freed by the trainer, a host
+// that got busier) is noticed.
 //
 // The stall (the project's thesis: past the point where the loader stops being the bottleneck,
 // more loader speed buys nothing): decoding on the device takes device time from training. A
