@@ -266,9 +266,11 @@ class resident_dataset {
                         " channels, which do not divide record_bytes " + std::to_string(record_bytes));
     if (!o_.bytes && !o_.normalize)
       throw usage_error("sluice: resident_dataset: options gather nothing (bytes is false and no normalize)");
-    const auto* first = reinterpret_cast<const std::uint8_t*>(records.data());
-    records_.assign(first, first + records.size());
-    labels_.assign(labels.begin(), labels.end());
+    if (n_ > 0) {  // (an empty span's data() may be null: Thrust's copy would still touch it)
+      const auto* first = reinterpret_cast<const std::uint8_t*>(records.data());
+      records_.assign(first, first + records.size());
+      labels_.assign(labels.data(), labels.data() + labels.size());
+    }
     order_.resize(n_);
     const std::size_t cap = o_.batch < n_ ? o_.batch : n_;
     if (o_.bytes) bytes_.resize(cap * record_bytes);
