@@ -419,6 +419,12 @@ inline const std::uint64_t* resident_epoch::ids() const {
 inline std::vector<std::uint64_t> resident_epoch::ids_on_host() const {
   check_current();
   std::vector<std::uint64_t> out(samples_);
+#if SLUICE_RESIDENT_ON_CUDA
+  // The order was computed on the dataset's stream, which may be non-blocking: wait for it first.
+  if (const cudaError_t rc = cudaStreamSynchronize(ds_->o_.stream); rc != cudaSuccess)
+    throw error(std::string("sluice: resident_epoch::ids_on_host: cudaStreamSynchronize failed: ") +
+                cudaGetErrorString(rc));
+#endif
   thrust::copy(ds_->order_.begin(), ds_->order_.begin() + static_cast<std::ptrdiff_t>(samples_), out.begin());
   return out;
 }
