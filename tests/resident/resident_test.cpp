@@ -119,10 +119,14 @@ TEST_CASE("resident: drop_last leaves out the short batch, a batch above n gives
 
 TEST_CASE("resident: normalised floats equal sluice::normalize of the host batch, bit for bit") {
   data d(300, 12);
-  sluice::normalize_params p{3};
-  p.set(0, 123.7f, 58.4f).set(1, 116.3f, 57.1f).set(2, 103.5f, 57.4f);
+  sluice::normalize_params grey{1};
+  grey.set(0, 72.9f, 90.0f);
+  sluice::normalize_params rgb{3};
+  rgb.set(0, 123.7f, 58.4f).set(1, 116.3f, 57.1f).set(2, 103.5f, 57.4f);
   sluice::sample::shuffle s{300, {.seed = 9}};
+  for (const auto& p : {grey, rgb})
   for (bool bytes : {true, false}) {
+    INFO("channels=" << p.channels << " bytes=" << bytes);
     resident_dataset ds(d.bytes, d.rb, d.labels, {.batch = 128, .bytes = bytes, .normalize = p});
     std::size_t k = 0, mismatches = 0;
     for (const auto& b : ds.epoch(4, s)) {

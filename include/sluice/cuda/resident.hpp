@@ -181,10 +181,15 @@ struct gather_records {
     if (dst_f != nullptr) {
       float* out = dst_f + r * record_bytes;
       const int channels = p->channels;
-      int c = 0;
-      for (std::size_t b = 0; b < record_bytes; ++b) {
-        out[b] = resident_normalize(in[b], p->mean[c], p->inv_std[c]);
-        c = c + 1 == channels ? 0 : c + 1;
+      if (channels == 1) {  // the common grey case, a loop the compiler vectorises
+        const float mean = p->mean[0], inv_std = p->inv_std[0];
+        for (std::size_t b = 0; b < record_bytes; ++b) out[b] = resident_normalize(in[b], mean, inv_std);
+      } else {
+        int c = 0;
+        for (std::size_t b = 0; b < record_bytes; ++b) {
+          out[b] = resident_normalize(in[b], p->mean[c], p->inv_std[c]);
+          c = c + 1 == channels ? 0 : c + 1;
+        }
       }
     }
   }
