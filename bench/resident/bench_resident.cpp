@@ -6,6 +6,7 @@
 //                        memory, the epoch's order computed in one pass, each batch gathered (bytes
 //                        + labels) in the calling thread; ..._normalized also writes the floats
 //   BM_roofline_memcpy_gather  a plain loop: the same records, same order, memcpy'd into one buffer
+//   BM_roofline_order_first_gather  the same with the epoch's ids computed first, in one pass
 // On a GPU the resident dataset runs on Thrust's CUDA backend instead (bench/gpu/gpu_bench.cu);
 // here it shows what the same header costs as a host loader, and that it keeps up with the pipeline.
 //
@@ -118,8 +119,36 @@ void BM_roofline_memcpy_gather(benchmark::State& state) {
   }
   finish(state);
 }
+// The same loop with the epoch's ids computed first, in one pass (as resident_dataset does): the
+// Feistel rounds of many positions then overlap in the core instead of waiting between records.
+void BM_roofline_order_first_gather(benchmark::State& state) {
+  const auto& d = dataset();
+  const sluice::sample::shuffle order(records, {.seed = 1});
+  std::vector<std::uint8_t> buf(batch * record_bytes);
+  std::vector<std::int64_t> labels(batch);
+  std::vector<std::uint64_t> ids(records);
+  std::uint64_t epoch = 0;
+  for (auto _ : state) {
+    const sluice::feistel_permutation perm(records, sluice::mix_keys(order.seed(), epoch));
+    for (std::size_t p = 0; p < records; ++p) ids[p] = perm(p);
+    for (std::size_t k = 0; k * batch < records; ++k) {
+      const std::size_t count = std::min(batch, records - k * batch);
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t id = ids[k * batch + i];
+        std::memcpy(buf.data() + i * record_bytes, d.bytes.data() + id * record_bytes, record_bytes);
+        labels[i] = d.label_values[id];
+      }
+      benchmark::DoNotOptimize(buf.data());
+      benchmark::DoNotOptimize(labels.data());
+      benchmark::ClobberMemory();
+    }
+    ++epoch;
+  }
+  finish(state);
+}
 }  // namespace
 
+BENCHMARK(BM_roofline_order_first_gather)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_roofline_memcpy_gather)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_host_pipeline)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_resident_epoch)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
@@ -130,6 +159,8 @@ int main(int argc, char** argv) {
                                 {{"BM_resident_epoch", "BM_host_pipeline/1"},
                                  {"BM_resident_epoch", "BM_host_pipeline/2"},
                                  {"BM_resident_epoch", "BM_roofline_memcpy_gather"},
+                                 {"BM_resident_epoch", "BM_roofline_order_first_gather"},
+                                 {"BM_roofline_order_first_gather", "BM_roofline_memcpy_gather"},
                                  {"BM_resident_epoch_normalized", "BM_host_pipeline/1"},
                                  {"BM_host_pipeline/1", "BM_roofline_memcpy_gather"},
                                  {"BM_host_pipeline/2", "BM_roofline_memcpy_gather"}});
