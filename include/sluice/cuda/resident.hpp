@@ -34,19 +34,22 @@
 //   - The last batch holds the remainder (size < batch) unless drop_last, which leaves it out.
 //   - Memory: records + labels + one epoch's ids (8 B a sample) + one batch's buffers, allocated in
 //     the constructor; an epoch or a batch allocates nothing (Thrust's temporary storage aside: the
-//     algorithms used here, transform, gather and for_each, need none).
+//     algorithms used here, transform and for_each, need none).
 //   - One batch at a time: the views of a batch are valid until the next batch of this dataset is
-//     gathered (the iterator's next step, or batch(k)); an epoch's ids until the next epoch() call.
+//     gathered (the next iterator dereference, or batch(k)); an epoch's ids until the next epoch().
 //     Using an epoch after a later epoch() call throws usage_error. Not thread-safe: one consumer.
 //
-// Streams (CUDA backend). Every call is enqueued on options.stream (default: the legacy default
-// stream, which orders against all blocking streams) without a host synchronisation. Work that
+// Streams (CUDA backend). epoch() and every gather are enqueued on options.stream (default: the
+// legacy default stream, which orders against all blocking streams) without a host
+// synchronisation; only the constructor (the copy to the device) and ids_on_host() wait. Work that
 // reads a batch must be ordered before the next gather: enqueue it on ds.stream(), or synchronise.
 //
 // Errors: usage_error for record_bytes 0, a record buffer that is not a whole number of records,
 // a label count that differs from the record count, batch 0, normalize channels that do not divide
-// record_bytes, options that gather nothing, and a sampler whose size is not the dataset's. Device
-// allocation and copy failures surface as Thrust's exceptions (thrust::system_error, std::bad_alloc).
+// record_bytes, options that gather nothing, a sampler whose size is not the dataset's, batch(k)
+// past the epoch's end, and an epoch used after a later epoch() call; each message says which.
+// Device allocation and copy failures surface as Thrust's exceptions (thrust::system_error,
+// std::bad_alloc).
 #pragma once
 
 #include <thrust/detail/config.h>
