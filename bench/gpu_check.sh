@@ -5,10 +5,12 @@
 #   bash bench/gpu_check.sh            # from the repository root; about 1-3 minutes on one H200
 #
 # Needs only the CUDA toolkit (nvcc, cudart) and a C++20 host compiler; CMake is used when present
-# (with Ninja when present), otherwise nvcc builds the three executables directly. No test or
-# benchmark library, nothing fetched. Every step has a time limit, and the summary is written
-# even when a step fails. Exit status: 0 when every test passed and the benchmark ran; 77 when
-# there was no usable device (tests and benchmark report SKIPPED: nothing was checked); 1 otherwise.
+# (with Ninja when present), otherwise nvcc builds the four executables directly. No test or
+# benchmark library, nothing fetched. The benchmark's JSON (the summary's "bench") includes
+# "resident": a Fashion-MNIST-sized device-resident epoch against the host loader. Every step has
+# a time limit, and the summary is written even when a step fails. Exit status: 0 when every test
+# passed and the benchmark ran; 77 when there was no usable device (tests and benchmark report
+# SKIPPED: nothing was checked); 1 otherwise.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -103,7 +105,7 @@ write_summary() {
   if [[ "$BUILD_MODE" == "nvcc-direct" && -n "${STEP_RC[configure]:-}" ]]; then
     echo "  note: the CMake build failed (see $LOGS/configure.log, build.log); nvcc built the checks directly"
   fi
-  if [[ -s "$DEST/gpu_bench.txt" ]]; then grep -E '^(h2d|to_device|pipeline|overlap|normalize)' "$DEST/gpu_bench.txt" || true; fi
+  if [[ -s "$DEST/gpu_bench.txt" ]]; then grep -E '^(h2d|to_device|pipeline|overlap|normalize|resident)' "$DEST/gpu_bench.txt" || true; fi
   echo "overall: $overall   (summary: $f, logs: $LOGS)"
   echo "elapsed: $(( $(date +%s) - START )) s"
   case "$overall" in passed) return 0 ;; SKIPPED*) return 77 ;; *) return 1 ;; esac
@@ -148,10 +150,11 @@ if [[ -n "$CMAKE_BIN" ]]; then
     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90-real
   if [[ ${STEP_RC[configure]} -eq 0 ]]; then
     run_step build 300 "$CMAKE_BIN" --build "$BUILD/cmake" -j "$JOBS" \
-      --target sluice_gpu_test_transfer sluice_gpu_test_batch_ops sluice_gpu_bench
+      --target sluice_gpu_test_transfer sluice_gpu_test_batch_ops sluice_gpu_test_resident sluice_gpu_bench
     if [[ ${STEP_RC[build]} -eq 0 ]]; then
       built_ok=1; BUILD_MODE="cmake"
-      TEST_BINS=("$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_transfer" "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_batch_ops")
+      TEST_BINS=("$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_transfer" "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_batch_ops"
+                 "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_resident")
       BENCH_BIN="$BUILD/cmake/gpu_checks/bench/sluice_gpu_bench"
     fi
   fi
@@ -166,16 +169,18 @@ set -u
 '$NVCC' $FLAGS '$ROOT/tests/cuda/device/transfer_device_test.cpp' -o '$D/sluice_gpu_test_transfer' -lpthread & p1=\$!
 '$NVCC' $FLAGS '$ROOT/tests/cuda/device/batch_ops_device_test.cu' -o '$D/sluice_gpu_test_batch_ops' -lpthread & p2=\$!
 '$NVCC' $FLAGS '$ROOT/bench/gpu/gpu_bench.cu' -o '$D/sluice_gpu_bench' -lpthread & p3=\$!
+'$NVCC' $FLAGS '$ROOT/tests/cuda/device/resident_device_test.cu' -o '$D/sluice_gpu_test_resident' -lpthread & p4=\$!
 rc=0
 wait \$p1 || rc=1
 wait \$p2 || rc=1
 wait \$p3 || rc=1
+wait \$p4 || rc=1
 exit \$rc
 EOS
   run_step build_direct 300 bash "$D/build.sh"
   if [[ ${STEP_RC[build_direct]} -eq 0 ]]; then
     built_ok=1; BUILD_MODE="nvcc-direct"
-    TEST_BINS=("$D/sluice_gpu_test_transfer" "$D/sluice_gpu_test_batch_ops")
+    TEST_BINS=("$D/sluice_gpu_test_transfer" "$D/sluice_gpu_test_batch_ops" "$D/sluice_gpu_test_resident")
     BENCH_BIN="$D/sluice_gpu_bench"
   fi
 fi

@@ -54,6 +54,22 @@ if(CURL_FOUND)
   target_compile_definitions(sluice_curl INTERFACE SLUICE_WITH_CURL=1)
 endif()
 
+# Thrust's headers with its CPP (host) backend: sluice/cuda/resident.hpp built by a host compiler,
+# "device" memory being host memory. Needs only the CCCL headers (the CUDA toolkit ships them in
+# include/cccl), not nvcc or a GPU, so it exists in builds with SLUICE_ENABLE_CUDA=OFF too.
+find_path(SLUICE_CCCL_INCLUDE_DIR thrust/version.h
+  HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDA_HOME ENV CUDA_PATH
+  PATHS /usr/local/cuda /opt/cuda
+  PATH_SUFFIXES include/cccl cccl include
+  DOC "Directory holding thrust/version.h (CCCL: Thrust, CUB, libcu++)")
+if(SLUICE_CCCL_INCLUDE_DIR)
+  add_library(sluice_thrust_host INTERFACE)
+  add_library(sluice::thrust_host ALIAS sluice_thrust_host)
+  target_link_libraries(sluice_thrust_host INTERFACE sluice)
+  target_include_directories(sluice_thrust_host SYSTEM INTERFACE $<BUILD_INTERFACE:${SLUICE_CCCL_INCLUDE_DIR}>)
+  target_compile_definitions(sluice_thrust_host INTERFACE THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+endif()
+
 # CUDA: see cmake/SluiceCuda.cmake (added by the GPU path).
 if(SLUICE_ENABLE_CUDA AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/SluiceCuda.cmake)
   include(SluiceCuda)

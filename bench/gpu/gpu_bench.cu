@@ -7,6 +7,10 @@
 //              max(copy alone, compute alone) / (both together) (goal >= 0.9)
 //   normalize  uint8 -> float/fp16/bf16 bytes moved per second vs a device-to-device cudaMemcpy
 //              (read + write bytes) measured in the same run; a thrust::transform version beside
+//   resident   one shuffled epoch of Fashion-MNIST-sized data (60,000 x 784 B, batches of 256) from
+//              cuda::resident_dataset (order and gathers on the device; bytes + labels, and
+//              normalised floats) vs the host loader on the same data in memory (shuffle -> collate
+//              -> pin -> to_device, 8 workers): epoch times and host/resident
 // A plain executable (no benchmark library): `sluice_gpu_bench [out.json]`. Without a device it
 // prints SKIPPED and exits 77.
 #include <thrust/device_ptr.h>
@@ -24,8 +28,10 @@
 
 #include "sluice/core/pipeline.hpp"
 #include "sluice/cuda/batch_ops.cuh"
+#include "sluice/cuda/resident.hpp"
 #include "sluice/cuda/runtime.hpp"
 #include "sluice/sample/sequential.hpp"
+#include "sluice/sample/shuffle.hpp"
 #include "sluice/stage/collate.hpp"
 #include "sluice/stage/map.hpp"
 #include "sluice/stage/pin.hpp"
@@ -147,6 +153,69 @@ double run_spin(int batches, int iters, float* out, cudaStream_t s) {
   for (int k = 0; k < batches; ++k) spin_kernel<<<grid, 256, 0, s>>>(out, iters);
   check(cudaStreamSynchronize(s), "sync");
   return now_s() - t0;
+}
+
+// Fashion-MNIST-sized epochs: the device-resident dataset against the host loader, same data, same
+// order. Appends the "resident" object to the JSON.
+void bench_resident(cudaStream_t s, cudaStream_t consumer) {
+  constexpr std::size_t rb = 784, n = 60000, batch = 256;
+  std::vector<std::uint8_t> bytes(n * rb);
+  std::vector<std::int64_t> labels(n);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(sluice::splitmix64(i) >> 56);
+  for (std::size_t i = 0; i < n; ++i) labels[i] = static_cast<std::int64_t>(i % 10);
+  const sluice::sample::shuffle order(n, {.seed = 1});
+  sluice::normalize_params p{1};
+  p.set(0, 72.9f, 90.0f);
+
+  const double t_load = now_s();
+  sluice::cuda::resident_dataset ds(bytes, rb, labels, {.batch = batch, .stream = s});
+  check(cudaStreamSynchronize(s), "sync");
+  const double load_s = now_s() - t_load;
+  sluice::cuda::resident_dataset dsf(bytes, rb, labels, {.batch = batch, .bytes = false, .normalize = p, .stream = s});
+  auto epoch_ms = [&](sluice::cuda::resident_dataset& d) {
+    double best = 1e30;
+    for (std::uint64_t e = 0; e < 4; ++e) {  // epoch 0 warms up
+      const double t0 = now_s();
+      std::size_t got = 0;
+      for (const auto& b : d.epoch(e, order)) got += b.size;
+      check(cudaStreamSynchronize(s), "sync");
+      if (got != n) std::printf("resident epoch delivered %zu of %zu samples\n", got, n);
+      if (e > 0) best = std::min(best, (now_s() - t0) * 1e3);
+    }
+    return best;
+  };
+  const double res_ms = epoch_ms(ds), resf_ms = epoch_ms(dsf);
+
+  auto to_dev = sluice::to_device(consumer);
+  auto loader = sluice::from(order) |
+                sluice::map([&](sluice::sample_id id) {
+                  return sluice::record_view{id.value, std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()) + id.value * rb, rb),
+                                             labels[id.value], "memory"};
+                }) |
+                sluice::collate({.batch = batch}) | sluice::pin() | to_dev | sluice::prefetch(4, {.workers = 8});
+  double host_ms = 1e30;
+  for (std::uint64_t e = 0; e < 4; ++e) {
+    const double t0 = now_s();
+    std::size_t got = 0;
+    for (auto& b : loader.epoch(e)) got += b.size();
+    check(cudaStreamSynchronize(consumer), "sync");
+    if (got != n) std::printf("host epoch delivered %zu of %zu samples\n", got, n);
+    if (e > 0) host_ms = std::min(host_ms, (now_s() - t0) * 1e3);
+  }
+  std::printf("resident 60000x784 B epoch: %.2f ms (%.0f samples/s), normalised f32 %.2f ms; host loader (8 workers, "
+              "pin + to_device) %.2f ms; host/resident %.1fx; load to device %.1f ms\n",
+              res_ms, n / res_ms * 1e3, resf_ms, host_ms, host_ms / res_ms, load_s * 1e3);
+  json += "\"resident\": {";
+  put("records", static_cast<double>(n));
+  put("record_bytes", static_cast<double>(rb));
+  put("batch", static_cast<double>(batch));
+  put("load_ms", load_s * 1e3);
+  put("epoch_ms", res_ms);
+  put("samples_per_s", n / res_ms * 1e3);
+  put("normalized_epoch_ms", resf_ms);
+  put("host_loader_epoch_ms", host_ms);
+  put("host_over_resident", host_ms / res_ms, true);
+  json += "}, ";
 }
 
 }  // namespace
@@ -275,6 +344,8 @@ int main(int argc, char** argv) {
     check(cudaFreeHost(pinned[i]), "cudaFreeHost");
     check(cudaFree(dev[i]), "cudaFree");
   }
+
+  bench_resident(s.get(), consumer.get());
 
   // ---- normalize vs device-to-device copy bandwidth -----------------------------------------
   const std::size_t n = std::size_t{256} << 20;  // 256 Mi pixels

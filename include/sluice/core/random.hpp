@@ -63,6 +63,8 @@ class counter_rng {
 // with cycle walking to stay inside [0, n). Cycle walking needs < 4 rounds on average since the
 // domain is at most 4n. Six rounds of a splitmix-based round function mix well enough that
 // consecutive positions land far apart (tested for uniformity of position -> index).
+// Built on the host (the constructor uses std::bit_width); applying it, operator(), also runs on
+// the device: cuda/resident.hpp computes each epoch's order there with the host samplers' keys.
 class feistel_permutation {
  public:
   constexpr feistel_permutation() noexcept = default;
@@ -73,15 +75,15 @@ class feistel_permutation {
     half_bits_ = bits / 2;
     mask_ = (std::uint64_t{1} << half_bits_) - 1;
   }
-  [[nodiscard]] constexpr std::uint64_t size() const noexcept { return n_; }
-  [[nodiscard]] constexpr std::uint64_t operator()(std::uint64_t pos) const noexcept {
+  [[nodiscard]] SLUICE_HOST_DEVICE constexpr std::uint64_t size() const noexcept { return n_; }
+  [[nodiscard]] SLUICE_HOST_DEVICE constexpr std::uint64_t operator()(std::uint64_t pos) const noexcept {
     std::uint64_t x = pos;
     do { x = encrypt(x); } while (x >= n_);
     return x;
   }
 
  private:
-  [[nodiscard]] constexpr std::uint64_t encrypt(std::uint64_t x) const noexcept {
+  [[nodiscard]] SLUICE_HOST_DEVICE constexpr std::uint64_t encrypt(std::uint64_t x) const noexcept {
     std::uint64_t l = x >> half_bits_, r = x & mask_;
     for (std::uint64_t round = 0; round < 6; ++round) {
       std::uint64_t f = splitmix64(r ^ mix_keys(key_, round)) & mask_;
