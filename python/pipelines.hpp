@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "sluice/sample/alias.hpp"
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/distributed.hpp"
+#include "sluice/policy/workers.hpp"
 #include "sluice/sample/rank.hpp"
 
 namespace sluice_module {
@@ -44,6 +46,9 @@ struct options {
   std::uint64_t vocab = 0;
   double pad_value = 0;
   std::vector<double> sample_weights;
+  std::size_t max_workers = 0;  // above workers: the worker count is tuned
+  std::string depth = "fixed";
+  std::uint64_t ram_budget = 0;
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -62,10 +67,26 @@ inline sluice::collate_options collate_of(const options& o) {
 }
 
 inline sluice::loader_options loader_opts(const options& o) {
-  sluice::loader_options l{.workers = o.workers, .seed = o.seed};
+  sluice::loader_options l{.workers = o.workers, .max_workers = std::max(o.workers, o.max_workers), .seed = o.seed};
   if (o.errors == "skip") l.errors = sluice::on_error::skip;
   else if (o.errors != "raise") bad_value("errors", "'" + o.errors + "'", "'raise' or 'skip'");
   return l;
+}
+
+// The prefetch depth policy the keywords name (one loader type for all: depth::runtime).
+inline sluice::depth::runtime depth_of(const options& o) {
+  if (o.prefetch == 0) throw py::value_error("sluice.loader: prefetch must be at least 1");
+  if (o.max_workers != 0 && o.max_workers < o.workers)
+    throw py::value_error("sluice.loader: max_workers=" + std::to_string(o.max_workers) + " is below workers=" +
+                          std::to_string(o.workers) + "; use 0 (a fixed worker count) or at least workers");
+  auto p = sluice::depth::runtime::fixed(o.prefetch);
+  if (o.depth == "adaptive")
+    p = sluice::depth::runtime::adaptive(
+        {.initial = o.prefetch, .max = std::max<std::size_t>(16, o.prefetch), .ram_budget_bytes = o.ram_budget});
+  else if (o.depth != "fixed")
+    bad_value("depth", "'" + o.depth + "'", "'fixed' or 'adaptive'");
+  if (o.max_workers > o.workers) p.tune_workers({.min = 1, .max = o.max_workers});
+  return p;
 }
 
 inline sluice::sample::distributed_options rank_of(const options& o) {

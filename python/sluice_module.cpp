@@ -35,6 +35,11 @@
 //           default, or "inverse_frequency": 1/n), each split across ranks when distributed=True
 //           (rank and world from torchrun's or mpirun's environment; a single process is rank 0
 //           of 1).
+// Prefetch: prefetch= batches ahead (default 2); depth="adaptive" lets depth::adaptive move it
+//           (from prefetch= up to max(16, prefetch), within ram_budget= bytes when non-zero) to hold
+//           the stall under 4 %; max_workers= above workers= lets workers::autotune add and
+//           remove worker threads between 1 and max_workers (policy/workers.hpp). The batches
+//           are the same whatever these choose.
 // Output:   "uint8" as stored, or "float32" scaled by 1/255 then (x - mean) / std per channel;
 //           shape= the per-sample shape of "data" (default: flat).
 #include <pybind11/pybind11.h>
@@ -71,13 +76,14 @@ PYBIND11_MODULE(sluice, m) {
          std::vector<std::int64_t> shape, std::vector<float> mean, std::vector<float> std, std::string decode,
          std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout,
          std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
-         std::uint64_t vocab, double pad_value, std::vector<double> sample_weights) {
+         std::uint64_t vocab, double pad_value, std::vector<double> sample_weights, std::string depth,
+         std::size_t max_workers, std::uint64_t ram_budget) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
                   std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout),
                   std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value,
-                  std::move(sample_weights)};
+                  std::move(sample_weights), max_workers, std::move(depth), ram_budget};
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -91,6 +97,7 @@ PYBIND11_MODULE(sluice, m) {
       py::arg("size") = std::vector<int>{}, py::arg("random_resized_crop") = false, py::arg("flip") = false,
       py::arg("errors") = "raise", py::arg("layout") = "chw", py::arg("offsets") = "", py::arg("dtype") = "uint16",
       py::arg("collate") = "pack", py::arg("length") = 1024, py::arg("stride") = 0, py::arg("vocab") = 0,
-      py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{},
+      py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{}, py::arg("depth") = "fixed",
+      py::arg("max_workers") = 0, py::arg("ram_budget") = 0,
       "A loader of a common pipeline; see the module's documentation for the keywords.");
 }

@@ -57,14 +57,14 @@ loader_ptr image_classification(const options& o, Reader data, const std::vector
                                   sluice::decode<Img>(codec) |
                                   sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std},
                                                   sluice::stack<Lbl>{}) |
-                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   } else if (o.output == "uint8") {
     l = with_sampler(o, n, labels, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
                                   sluice::decode<Img>(codec) |
                                   sluice::collate(bo, sluice::stack<Img>{}, sluice::stack<Lbl>{}) |
-                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   } else {
     bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
@@ -106,7 +106,7 @@ loader_ptr shard_jpeg_loader(const options& o) {
   const std::size_t n = r.size();
   return with_sampler(o, n, labels, [&](auto s) {
     return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(r)) | sluice::decode(codec) |
-                                sluice::collate(collate_of(o)) | sluice::prefetch(o.prefetch, loader_opts(o)));
+                                sluice::collate(collate_of(o)) | sluice::prefetch(depth_of(o), loader_opts(o)));
   });
 }
 

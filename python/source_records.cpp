@@ -14,7 +14,7 @@ std::shared_ptr<sluice::python::py_loader> records_loader(const options& o, Read
   const std::size_t n = r.size();
   return with_sampler(o, n, labels, [&](auto s) {
     return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(r)) | sluice::collate(collate_of(o)) |
-                                sluice::prefetch(o.prefetch, loader_opts(o)));
+                                sluice::prefetch(depth_of(o), loader_opts(o)));
   });
 }
 

@@ -15,7 +15,7 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
     return with_order_sampler(o, n, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(w)) |
                                   sluice::collate(bo, sluice::stack<"input">{}, sluice::stack<"target">{}) |
-                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   }
   if (o.offsets.empty()) throw py::value_error("sluice.loader: source='documents' needs offsets= (n_docs + 1 uint64)");
@@ -25,14 +25,14 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
     return with_order_sampler(o, n, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(d)) |
                                   sluice::collate(bo, sluice::pack<"tokens">{.length = o.length, .value = o.pad_value}) |
-                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   if (o.collate == "pad")
     return with_order_sampler(o, n, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(d)) |
                                   sluice::collate(bo, sluice::pad<"tokens">{.value = o.pad_value, .length = o.length,
                                                                             .mask = true, .truncate = o.length != 0}) |
-                                  sluice::prefetch(o.prefetch, loader_opts(o)));
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   bad_value("collate", "'" + o.collate + "'", "'pack' (rows of length= with doc ids, positions, cu_seqlens) or 'pad'");
 }

@@ -475,3 +475,26 @@ def test_two_python_threads_share_one_loader(records):
         t.join()
     assert not errors
     assert sorted(seen) == list(range(N))      # every record once, whichever thread took it
+
+
+def epoch_ids(ld, epochs=3):
+    out = []
+    for e in range(epochs):
+        ld.set_epoch(e)
+        out.append([ids_of(b) for b in ld])
+    return out
+
+
+def test_adaptive_depth_and_worker_tuning_keep_the_batches(records):
+    want = epoch_ids(make(records, workers=1))
+    ld = make(records, workers=1, depth="adaptive", max_workers=3, ram_budget=1 << 20)
+    assert epoch_ids(ld) == want
+    s = ld.stats()
+    assert s["capacity"] == 16 + 3                    # max depth + max workers
+    assert 1 <= s["workers"] <= 3 and 1 <= s["depth"] <= 16
+    with pytest.raises(ValueError, match="depth='deep' is not accepted"):
+        make(records, depth="deep")
+    with pytest.raises(ValueError, match="max_workers=1 is below workers=2"):
+        make(records, workers=2, max_workers=1)
+    with pytest.raises(ValueError, match="prefetch must be at least 1"):
+        make(records, prefetch=0)

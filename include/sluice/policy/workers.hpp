@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "sluice/policy/depth.hpp"
@@ -102,5 +103,42 @@ struct with_workers {
 };
 template <class D, class W>
 with_workers(D, W) -> with_workers<D, W>;
+
+namespace depth {
+
+// A depth policy, and optionally the worker tuner, chosen at run time — for a command line or a
+// binding's keywords, where each choice being its own loader type would multiply the types to
+// compile. One branch per delivered batch, nothing per sample.
+//
+//   auto p = sluice::depth::runtime::fixed(2);                          // depth::fixed{2}
+//   auto p = sluice::depth::runtime::adaptive({.ram_budget_bytes = 1ull << 30})
+//                .tune_workers({.max = 8});                             // + workers::autotune
+//   | sluice::prefetch(p, {.workers = 2, .max_workers = 8})
+class runtime {
+ public:
+  static runtime fixed(std::size_t n) { return runtime(depth::fixed{n}); }
+  static runtime adaptive(adaptive_options o = {}) { return runtime(depth::adaptive(o)); }
+  runtime& tune_workers(workers::autotune_options o = {}) {
+    tuner_.emplace(o);
+    return *this;
+  }
+
+  [[nodiscard]] bool is_adaptive() const noexcept { return adaptive_.has_value(); }
+  [[nodiscard]] bool tunes_workers() const noexcept { return tuner_.has_value(); }
+  [[nodiscard]] std::size_t initial_depth() const { return adaptive_ ? adaptive_->initial_depth() : fixed_.initial_depth(); }
+  [[nodiscard]] std::size_t max_depth() const { return adaptive_ ? adaptive_->max_depth() : fixed_.max_depth(); }
+  std::size_t update(const depth_signal& s) { return adaptive_ ? adaptive_->update(s) : fixed_.update(s); }
+  // Without the tuner: the worker count stays as it is.
+  std::size_t update_workers(const depth_signal& s) { return tuner_ ? tuner_->update(s) : s.workers; }
+
+ private:
+  explicit runtime(depth::fixed f) : fixed_(f) {}
+  explicit runtime(depth::adaptive a) : adaptive_(std::move(a)) {}
+  depth::fixed fixed_{};
+  std::optional<depth::adaptive> adaptive_;
+  std::optional<workers::autotune> tuner_;
+};
+
+}  // namespace depth
 
 }  // namespace sluice
