@@ -467,6 +467,31 @@ TEST_CASE("worker autotune: adds workers while producer-bound, removes them when
   CHECK(h.changes() == 0);
 }
 
+TEST_CASE("depth::runtime: the chosen policy's depths, and the worker tuner only when asked") {
+  auto f = sluice::depth::runtime::fixed(3);
+  CHECK(!f.is_adaptive());
+  CHECK(f.initial_depth() == 3);
+  CHECK(f.max_depth() == 3);
+  std::size_t w = 2;
+  for (int i = 0; i < 80; ++i) {
+    CHECK(f.update(signal(2, 5, 10, 0, w)) == 3);
+    w = f.update_workers(signal(2, 5, 10, 0, w));
+  }
+  CHECK(w == 2);  // no tuner: the worker count stays
+  auto a = sluice::depth::runtime::adaptive({.initial = 2, .max = 6});
+  a.tune_workers({.min = 1, .max = 8, .window = 8});
+  CHECK(a.is_adaptive());
+  CHECK(a.tunes_workers());
+  CHECK(a.initial_depth() == 2);
+  CHECK(a.max_depth() == 6);
+  for (int i = 0; i < 80; ++i) w = a.update_workers(signal(2, 5, 10, 0, w));  // producer-bound: grows
+  CHECK(w == 8);
+  std::size_t d = 2;
+  for (int i = 0; i < 2000; ++i) d = a.update(signal(d, 5, 10, d, w));  // stalls with a full queue: deeper
+  CHECK(d > 2);
+  CHECK(d <= 6);
+}
+
 TEST_CASE("worker autotune in the simulated loader: utilisation lands near the band with few workers") {
   sluice_sim::scenario sc;
   sc.producer = {40, 0.5};  // one worker gives 25 % of what the consumer needs
