@@ -97,17 +97,25 @@ void resident(benchmark::State& state, bool normalized) {
 void BM_resident_epoch(benchmark::State& state) { resident(state, false); }
 void BM_resident_epoch_normalized(benchmark::State& state) { resident(state, true); }
 
-void BM_roofline_memcpy_gather(benchmark::State& state) {
+// A plain loop that gathers each batch with memcpy; `ids_first` computes the epoch's ids in one
+// pass before (as resident_dataset does): the Feistel rounds of many positions then overlap in the
+// core instead of waiting between records.
+void roofline(benchmark::State& state, bool ids_first) {
   const auto& d = dataset();
   const sluice::sample::shuffle order(records, {.seed = 1});
   std::vector<std::uint8_t> buf(batch * record_bytes);
   std::vector<std::int64_t> labels(batch);
+  std::vector<std::uint64_t> ids(ids_first ? records : 0);
   std::uint64_t epoch = 0;
   for (auto _ : state) {
+    if (ids_first) {
+      const sluice::feistel_permutation perm(records, sluice::mix_keys(order.seed(), epoch));
+      for (std::size_t p = 0; p < records; ++p) ids[p] = perm(p);
+    }
     for (std::size_t k = 0; k * batch < records; ++k) {
       const std::size_t count = std::min(batch, records - k * batch);
       for (std::size_t i = 0; i < count; ++i) {
-        const std::uint64_t id = order.at(epoch, k * batch + i);
+        const std::uint64_t id = ids_first ? ids[k * batch + i] : order.at(epoch, k * batch + i);
         std::memcpy(buf.data() + i * record_bytes, d.bytes.data() + id * record_bytes, record_bytes);
         labels[i] = d.label_values[id];
       }
@@ -119,33 +127,8 @@ void BM_roofline_memcpy_gather(benchmark::State& state) {
   }
   finish(state);
 }
-// The same loop with the epoch's ids computed first, in one pass (as resident_dataset does): the
-// Feistel rounds of many positions then overlap in the core instead of waiting between records.
-void BM_roofline_order_first_gather(benchmark::State& state) {
-  const auto& d = dataset();
-  const sluice::sample::shuffle order(records, {.seed = 1});
-  std::vector<std::uint8_t> buf(batch * record_bytes);
-  std::vector<std::int64_t> labels(batch);
-  std::vector<std::uint64_t> ids(records);
-  std::uint64_t epoch = 0;
-  for (auto _ : state) {
-    const sluice::feistel_permutation perm(records, sluice::mix_keys(order.seed(), epoch));
-    for (std::size_t p = 0; p < records; ++p) ids[p] = perm(p);
-    for (std::size_t k = 0; k * batch < records; ++k) {
-      const std::size_t count = std::min(batch, records - k * batch);
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::uint64_t id = ids[k * batch + i];
-        std::memcpy(buf.data() + i * record_bytes, d.bytes.data() + id * record_bytes, record_bytes);
-        labels[i] = d.label_values[id];
-      }
-      benchmark::DoNotOptimize(buf.data());
-      benchmark::DoNotOptimize(labels.data());
-      benchmark::ClobberMemory();
-    }
-    ++epoch;
-  }
-  finish(state);
-}
+void BM_roofline_memcpy_gather(benchmark::State& state) { roofline(state, false); }
+void BM_roofline_order_first_gather(benchmark::State& state) { roofline(state, true); }
 }  // namespace
 
 BENCHMARK(BM_roofline_order_first_gather)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);

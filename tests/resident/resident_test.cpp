@@ -11,6 +11,7 @@
 
 #include "sluice/core/batch_ops.hpp"
 #include "sluice/cuda/resident.hpp"
+#include "resident_data.hpp"
 #include "sluice/sample/distributed.hpp"
 #include "sluice/sample/sequential.hpp"
 #include "sluice/sample/shuffle.hpp"
@@ -19,15 +20,7 @@ namespace {
 
 using sluice::cuda::resident_dataset;
 
-struct data {
-  std::size_t n, rb;
-  std::vector<std::uint8_t> bytes;
-  std::vector<std::int64_t> labels;
-  data(std::size_t n_, std::size_t rb_) : n(n_), rb(rb_), bytes(n_ * rb_), labels(n_) {
-    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(sluice::splitmix64(i) >> 56);
-    for (std::size_t i = 0; i < n; ++i) labels[i] = static_cast<std::int64_t>(sluice::splitmix64(i + 77) % 10) - 1;
-  }
-};
+using sluice_resident_test::data;
 
 // The host reference: records `ids` one after another.
 std::vector<std::uint8_t> host_gather(const data& d, const std::uint64_t* ids, std::size_t count) {
