@@ -300,10 +300,10 @@ void bench_files(const options& o) {
   if (!o.plot) return;
   const bool has_xfs = std::any_of(t.rows.begin(), t.rows.end(), [](const auto& r) { return r[0] == "xfs"; });
   std::ostringstream g;
-  g << "set terminal pngcairo size 1500,520 font ',10'\nset output 'files.png'\n"
+  g << "set terminal pngcairo size 1500,640 font ',10'\nset output 'files.png'\n"
        "set multiplot layout 1,2 title 'Many small files vs one sluice shard (" << ext_type << (has_xfs ? " solid, XFS dashed" : "")
     << "), one shuffled pass; cold = fadvise(DONTNEED) first'\n"
-       "set logscale xy\nset grid\nset xlabel 'sample size (KiB)'\nset key top left font ',9'\n"
+       "set logscale xy\nset grid\nset xlabel 'sample size (KiB)'\nset key below font ',9' maxrows 4\n"
        "set title 'read throughput'\nset ylabel 'MB/s of samples'\n";
   auto series = [&](int block, const char* dash) {
     std::ostringstream s;
