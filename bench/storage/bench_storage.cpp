@@ -29,6 +29,8 @@
 //          the steady state after one sequential read() of the file has filled the page cache.
 //
 // Nothing here is a test: the figures depend on the machine, its load and its disk.
+// Measured figures, plots and what they mean: bench/README.md, "bench/storage"; raw output in
+// bench/results/storage/.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
