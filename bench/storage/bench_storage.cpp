@@ -119,8 +119,11 @@ class xfs_mount {
     m->image_ = base + "/xfs.img";
     m->mnt_ = base + "/xfs-mnt";
     fs::create_directories(m->mnt_);
-    if (::truncate(m->image_.c_str(), 0) != 0) { int fd = ::creat(m->image_.c_str(), 0644); if (fd >= 0) ::close(fd); }
-    if (::truncate(m->image_.c_str(), static_cast<off_t>(bytes)) != 0) { why = "cannot size " + m->image_; return nullptr; }
+    // A sparse image: only what XFS writes takes disk space.
+    const int fd = ::open(m->image_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const bool sized = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!sized) { why = "cannot create " + m->image_; return nullptr; }
     if (std::system(("mkfs.xfs -q -f '" + m->image_ + "' >/dev/null 2>&1").c_str()) != 0) { why = "mkfs.xfs failed"; return nullptr; }
     FILE* p = ::popen(("losetup --direct-io=on -f --show '" + m->image_ + "' 2>&1").c_str(), "r");
     char buf[256] = {};
