@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -127,6 +128,32 @@ TEST_CASE("mapped file: a mapping closed while it is being warmed cancels its jo
   // Every job ended one way or another; none is left behind.
   CHECK(after.files_done + after.files_cancelled + after.errors - (before.files_done + before.files_cancelled + before.errors) == 20);
   CHECK(after.files_cancelled > before.files_cancelled);
+}
+
+TEST_CASE("memory available: a memory cgroup's limit, v1 or v2, caps what the warmer and access::automatic count on") {
+  temp_dir d;
+  const std::string root = d.file("cg");
+  std::filesystem::create_directories(root + "/job/a");
+  std::filesystem::create_directories(root + "/memory/job/b");
+  sluice_test::write_file(root + "/job/a/memory.max", "536870912\n");          // v2: 512 MiB
+  sluice_test::write_file(root + "/job/a/memory.current", "134217728\n");      // 128 MiB used
+  sluice_test::write_file(root + "/memory/job/b/memory.limit_in_bytes", "1073741824\n");  // v1: 1 GiB
+  sluice_test::write_file(root + "/memory/job/b/memory.usage_in_bytes", "1073741825\n");  // over it
+  using io::detail::cgroup_headroom;
+  CHECK(cgroup_headroom("0::/job/a\n", root) == std::uint64_t{384} << 20);
+  CHECK(cgroup_headroom("12:cpu,cpuacct:/x\n7:memory:/job/b\n", root) == 0u);    // over: no room
+  CHECK(cgroup_headroom("7:memory:/job/b\n0::/job/a\n", root) == 0u);             // both: the least
+  sluice_test::write_file(root + "/job/a/memory.max", "max\n");
+  CHECK(!cgroup_headroom("0::/job/a\n", root).has_value());                        // no limit
+  sluice_test::write_file(root + "/memory/job/b/memory.limit_in_bytes", "9223372036854771712\n");
+  CHECK(!cgroup_headroom("7:memory:/job/b\n", root).has_value());                  // v1's "unlimited"
+  CHECK(!cgroup_headroom("0::/nowhere\n", root).has_value());                      // unreadable
+  CHECK(!cgroup_headroom("garbage", root).has_value());
+  // The choice access::automatic makes from it: read-around while the file fits in half of it.
+  CHECK(io::automatic_access(100, 200) == io::access::normal);
+  CHECK(io::automatic_access(101, 200) == io::access::random);
+  CHECK(io::automatic_access(1, 0) == io::access::random);  // unknown memory: no read-around
+  CHECK(io::detail::memory_available() > 0);
 }
 
 TEST_CASE("mapped file: a FIFO is refused as not a regular file, without waiting for a writer") {

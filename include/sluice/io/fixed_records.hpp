@@ -41,7 +41,7 @@ struct fixed_records_options {
   std::string labels_path{};            // empty: no labels (label(i) == -1)
   io::label_type label_type = label_type::i64;
   std::size_t header_bytes = 0;         // bytes to skip at the start of the data file
-  map_options map{.advice = access::random};
+  map_options map{.advice = access::automatic};
   io::bad_records bad_records = io::bad_records::fail;  // defer: a partial last record throws when read
 };
 

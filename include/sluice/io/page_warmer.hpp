@@ -8,8 +8,10 @@
 // default) and runs madvise(MADV_POPULATE_READ) over each, 8 MiB at a time, oldest file first,
 // while the loader already reads. A page the loader reaches first is simply faulted by it.
 //
-// Only a file of 1 MiB or more that fits in half the memory available (MemAvailable) is queued:
-// populating more would evict the pages it just brought in, or the trainer's. Measured on a
+// Only a file of 1 MiB or more that fits in half the memory available is queued: MemAvailable, or
+// the room left under the process's memory cgroup limit when that is less (a container's limit,
+// cgroup v2 memory.max or v1 memory.limit_in_bytes). Populating more would evict the pages it
+// just brought in, or the trainer's. Measured on a
 // 2-vCPU VM (bench/core BM_first_epoch, bench/README.md): a fresh mapping's first epoch ran at
 // 0.69 of the second's rate with warming, 0.55 without. MADV_POPULATE_READ reports errors
 // instead of raising SIGBUS (a file truncated meanwhile stops its job with EFAULT); a kernel
@@ -31,6 +33,8 @@
 #include <fstream>
 #include <list>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -50,7 +54,7 @@ struct page_warm_stats_t {
 namespace detail {
 
 // MemAvailable from /proc/meminfo in bytes (0 if unknown).
-inline std::uint64_t memory_available() {
+inline std::uint64_t meminfo_available() {
   std::ifstream f("/proc/meminfo");
   std::string key;
   std::uint64_t kb = 0;
@@ -58,6 +62,63 @@ inline std::uint64_t memory_available() {
   while (f >> key >> kb >> unit)
     if (key == "MemAvailable:") return kb * 1024;
   return 0;
+}
+
+// The first number in a file ("max" or unreadable: none).
+inline std::optional<std::uint64_t> read_number(const std::string& path) {
+  std::ifstream f(path);
+  std::string t;
+  if (!(f >> t) || t.empty() || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  try {
+    return std::stoull(t);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// What the memory cgroup of this process still lets it use: limit - usage, from the cgroup the
+// text of /proc/self/cgroup names under `root` (cgroup v2: "0::/path" -> root/path/memory.max and
+// memory.current; v1: "N:...memory...:/path" -> root/memory/path/memory.limit_in_bytes and
+// memory.usage_in_bytes). None when there is no limit ("max", or v1's huge "unlimited" value) or
+// nothing can be read. A container usually sees its own cgroup as "/", which then reads root's files.
+inline std::optional<std::uint64_t> cgroup_headroom(const std::string& proc_self_cgroup,
+                                                    const std::string& root = "/sys/fs/cgroup") {
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  std::optional<std::uint64_t> best;
+  auto consider = [&](const std::string& limit_file, const std::string& usage_file) {
+    const auto limit = read_number(limit_file);
+    if (!limit || *limit >= (std::uint64_t{1} << 60)) return;  // v1 writes ~2^63 for "unlimited"
+    const std::uint64_t used = read_number(usage_file).value_or(0);
+    const std::uint64_t room = *limit > used ? *limit - used : 0;
+    best = best ? std::min(*best, room) : room;
+  };
+  while (std::getline(lines, line)) {
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    const std::string dir = path == "/" ? "" : path;
+    if (controllers.empty()) {
+      consider(root + dir + "/memory.max", root + dir + "/memory.current");
+    } else {
+      std::istringstream cs(controllers);
+      std::string c;
+      while (std::getline(cs, c, ','))
+        if (c == "memory") consider(root + "/memory" + dir + "/memory.limit_in_bytes", root + "/memory" + dir + "/memory.usage_in_bytes");
+    }
+  }
+  return best;
+}
+
+// The memory this process may still fill: MemAvailable, or less when its memory cgroup has less
+// room (0 if unknown).
+inline std::uint64_t memory_available() {
+  std::uint64_t avail = meminfo_available();
+  std::ifstream f("/proc/self/cgroup");
+  std::stringstream text;
+  text << f.rdbuf();
+  if (const auto room = cgroup_headroom(text.str()); room) avail = avail == 0 ? *room : std::min(avail, *room);
+  return avail;
 }
 
 class page_warmer {

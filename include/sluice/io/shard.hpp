@@ -203,7 +203,7 @@ struct schema_fields<schema<F...>> {
 
 struct shard_options {
   bool verify = true;  // check each record's CRC-32C when it is read (if the shard has them)
-  map_options map{.advice = access::random};
+  map_options map{.advice = access::automatic};
 };
 
 class shard_reader {

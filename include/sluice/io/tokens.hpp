@@ -77,13 +77,13 @@ struct token_windows_options {
   std::size_t stride = 0;     // tokens between window starts; 0 = L (windows do not overlap)
   std::uint64_t vocab = 0;    // V: every token must be < V; 0 = no check
   io::vocab_check vocab_check = io::vocab_check::lazy;
-  map_options map{.advice = access::random};
+  map_options map{.advice = access::automatic};
 };
 
 struct token_documents_options {
   std::uint64_t vocab = 0;  // V: every token must be < V; 0 = no check
   io::vocab_check vocab_check = io::vocab_check::lazy;
-  map_options map{.advice = access::random};
+  map_options map{.advice = access::automatic};
 };
 
 namespace detail {
