@@ -274,7 +274,7 @@ class node_tier {
       if (f.name == keep) continue;
       const std::string lp = dir_ + "/.locks/" + f.name + ".lock";
       detail::unique_fd l(::open(lp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-      if (l.get() < 0 || ::flock(l.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use (or filling)
+      if (l.get() < 0 || ::flock(l.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use
       auto sz = size_of(path_of(f.name));  // re-read under its lock
       if (!sz || ::unlink(path_of(f.name).c_str()) != 0) continue;
       total -= std::min(total, *sz);
@@ -286,7 +286,7 @@ class node_tier {
     return freed;
   }
 
-  // Holding `name`'s lock exclusively: fill a partial file, check it, publish it. Returns its size.
+  // Holding `name`'s fill lock (and its use lock shared): fill a partial file, check it, publish it. Returns its size.
   std::uint64_t fill_locked(std::string_view name, const std::string& path, const fill_fn& fill,
                             const check_fn& check, std::uint64_t expected) {
     if (expected > 0) evict(name, expected, false);
