@@ -35,6 +35,19 @@
 // writes the checkpoint — one number, the global position start + world * (samples each rank
 // consumed) — to <dir>/checkpoint.<tag>.txt; a later run with --resume that file (any world size)
 // starts the epoch there. --tag names a run's files (ids.<tag>.w<world>.r<rank>.txt).
+//
+// Shards over HTTP (README.md): the same records as sluice shards behind one HTTP server, every
+// rank reading them through io::remote_shards_from_index into one node tier directory shared by
+// the ranks of the node (io/node_tier.hpp: each shard is downloaded once per node, whichever rank
+// needs it first; the others wait for it and read the same file):
+//   mpi_sharded --dir /tmp/run --pack-shards 8        (no MPI: writes the dataset, then
+//                 /tmp/run/shards/part-000.sluice .. part-007.sluice and shards/index.txt; serve that)
+//   mpirun -np 4 mpi_sharded --dir /tmp/run --url-index http://127.0.0.1:8080/index.txt --tier /tmp/tier
+// The samplers, files and checks are the local mode's (the records hold their index, the labels
+// are in <dir>/labels.i64 from --pack-shards). Each rank also writes its tier statistics to
+// <dir>/tier<tag>.w<world>.r<rank>.txt ("hits H misses M bytes_fetched B"), and rank 0 prints
+// their sums and the run's wall time. Needs libcurl (built with sluice::curl); without it
+// --url-index is refused.
 #include <mpi.h>
 
 #include <algorithm>
@@ -53,6 +66,12 @@
 #include "sluice/diag/advisor.hpp"
 #include "sluice/diag/ranks.hpp"
 #include "sluice/diag/report.hpp"
+#include "sluice/io/node_tier.hpp"
+#include "sluice/io/shard.hpp"
+#include "sluice/io/shard_index.hpp"
+#if SLUICE_WITH_CURL
+#include "sluice/io/remote.hpp"
+#endif
 #include "sluice/sample/rank.hpp"
 #include "sluice/sluice.hpp"
 
@@ -68,6 +87,8 @@ struct options {
   std::uint64_t epochs = 1, grad_floats = 0, comm_delay_us = 0, comm_delay_from = 0;
   std::int64_t slow_rank = -2;  // -2: none, -1: every rank
   std::uint64_t slow_us = 0, slow_from = 0;
+  std::uint64_t pack_shards = 0;     // write the dataset as this many shards and an index, then exit
+  std::string url_index, tier;       // read the shards over HTTP through a node tier
 };
 
 options parse(int argc, char** argv) {
@@ -91,12 +112,16 @@ options parse(int argc, char** argv) {
     else if (k == "--slow-rank") o.slow_rank = v == "none" ? -2 : v == "all" ? -1 : std::stoll(v);
     else if (k == "--slow-us") o.slow_us = std::stoull(v);
     else if (k == "--slow-from") o.slow_from = std::stoull(v);
+    else if (k == "--pack-shards") o.pack_shards = std::stoull(v);
+    else if (k == "--url-index") o.url_index = v;
+    else if (k == "--tier") o.tier = v;
     else throw sluice::usage_error("mpi_sharded: unknown option " + k);
   }
   if (o.dir.empty()) throw sluice::usage_error("mpi_sharded: --dir is required");
   if (o.epochs == 0) throw sluice::usage_error("mpi_sharded: --epochs must be at least 1");
   if (o.stop_after != 0 && o.epochs != 1) throw sluice::usage_error("mpi_sharded: --stop-after needs --epochs 1");
   if (o.slow_rank < -2) throw sluice::usage_error("mpi_sharded: --slow-rank takes none, all or a rank");
+  if (o.url_index.empty() != o.tier.empty()) throw sluice::usage_error("mpi_sharded: --url-index and --tier go together");
   return o;
 }
 
@@ -129,6 +154,33 @@ void write_dataset(const options& o) {
   l.close();
   fs::rename(data.string() + ".tmp", data);  // renamed into place: no rank sees half a file
   fs::rename(labels.string() + ".tmp", labels);
+}
+
+// The dataset of write_dataset as `count` sluice shards of consecutive records (record i holds i,
+// so the remote reader's record i is the local one's) in <dir>/shards, with shards/index.txt.
+void pack_shards(const options& o) {
+  namespace fs = std::filesystem;
+  if (o.pack_shards == 0 || o.pack_shards > o.records) throw sluice::usage_error("mpi_sharded: --pack-shards takes 1 .. --records");
+  write_dataset(o);
+  const sluice::io::fixed_records reader{o.dir + "/records.u8", {.record_bytes = 8, .labels_path = o.dir + "/labels.i64"}};
+  const std::string out = o.dir + "/shards";
+  fs::create_directories(out);
+  std::vector<std::string> paths;
+  for (std::uint64_t s = 0; s < o.pack_shards; ++s) {
+    char name[48];
+    std::snprintf(name, sizeof name, "/part-%03llu.sluice", static_cast<unsigned long long>(s));
+    paths.push_back(out + name);
+    sluice::io::shard_writer w(paths.back());
+    for (std::uint64_t i = s * o.records / o.pack_shards; i < (s + 1) * o.records / o.pack_shards; ++i)
+      w.add(reader.record(i), reader.label(i));
+    w.finish();
+  }
+  const auto entries = sluice::io::index_shards(paths);
+  sluice::io::write_shard_index(out + "/index.txt", entries);
+  std::uint64_t bytes = 0;
+  for (const auto& e : entries) bytes += e.bytes;
+  std::printf("packed %llu records into %zu shards (%llu bytes) and %s/index.txt\n",
+              static_cast<unsigned long long>(o.records), entries.size(), static_cast<unsigned long long>(bytes), out.c_str());
 }
 
 // Rank 0's per-epoch report: a line a rank, the job's line, and the rules that compare ranks (R6)
@@ -166,6 +218,10 @@ void report_epoch(const std::vector<sluice::diag::rank_summary>& ranks,
   std::fflush(stdout);
 }
 
+template <class Reader>
+int train(const options& o, const sluice::sample::rank_info& me, std::uint64_t start, const Reader& reader,
+          const sluice::io::node_tier* tier);
+
 int run(int argc, char** argv) {
   const options o = parse(argc, argv);
   int mpi_rank = 0, mpi_world = 1;
@@ -179,11 +235,6 @@ int run(int argc, char** argv) {
                               std::to_string(env.world) + ", MPI says " + std::to_string(me.rank) + " of " +
                               std::to_string(me.world));
 
-  if (me.is_main()) write_dataset(o);
-  MPI_Barrier(MPI_COMM_WORLD);
-
-  const std::string dir = o.dir;
-  const std::string tag = o.tag.empty() ? std::string() : "." + o.tag;
   std::uint64_t start = 0;
   if (!o.resume.empty()) {
     std::ifstream cp(o.resume);
@@ -191,7 +242,29 @@ int run(int argc, char** argv) {
     if (!(cp >> word >> start) || word != "global_position")
       throw sluice::format_error(o.resume, {.offset = 0}, "not a checkpoint (expected 'global_position N')");
   }
-  const sluice::io::fixed_records reader{dir + "/records.u8", {.record_bytes = 8, .labels_path = dir + "/labels.i64"}};
+  if (!o.url_index.empty()) {
+#if SLUICE_WITH_CURL
+    // One tier directory for the node: every rank opens it, the flocks inside make each shard's
+    // download happen once (the first rank to need it fetches, the others wait and read it).
+    sluice::io::node_tier tier{o.tier};
+    const auto reader = sluice::io::remote_shards_from_index(o.url_index, tier);
+    return train(o, me, start, reader, &tier);
+#else
+    throw sluice::usage_error("mpi_sharded: --url-index needs libcurl (this build has no sluice::curl)");
+#endif
+  }
+  if (me.is_main()) write_dataset(o);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const sluice::io::fixed_records reader{o.dir + "/records.u8", {.record_bytes = 8, .labels_path = o.dir + "/labels.i64"}};
+  return train(o, me, start, reader, nullptr);
+}
+
+// The run over `reader` (local records or remote shards); `tier`, when the shards are remote.
+template <class Reader>
+int train(const options& o, const sluice::sample::rank_info& me, std::uint64_t start, const Reader& reader,
+          const sluice::io::node_tier* tier) {
+  const std::string dir = o.dir;
+  const std::string tag = o.tag.empty() ? std::string() : "." + o.tag;
   // The data path's injected slowness: decided per sample from its epoch, so the workers read no
   // state the consumer changes.
   const bool slowed = o.slow_us > 0 && (o.slow_rank == -1 || (o.slow_rank >= 0 && static_cast<std::uint64_t>(o.slow_rank) == me.rank));
@@ -216,6 +289,8 @@ int run(int argc, char** argv) {
   std::vector<sluice::diag::rank_summary> ranks(me.world);
   sluice::diag::json_writer json;  // rank 0's report: <dir>/ranks<tag>.w<world>.json
   json.begin_object().key("epochs").begin_array();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t_start = MPI_Wtime();
   for (std::uint64_t n = 0; n < o.epochs; ++n) {
     const std::uint64_t e = o.epoch + n;
     const bool delayed = o.comm_delay_us > 0 && n >= o.comm_delay_from;
@@ -262,6 +337,7 @@ int run(int argc, char** argv) {
     MPI_Allgather(&mine, sizeof mine, MPI_BYTE, ranks.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
     if (me.is_main()) report_epoch(ranks, history, json);
   }
+  const double t_loop = MPI_Wtime() - t_start;
   if (me.is_main()) {
     std::printf("advice on the last epoch:\n");
     const auto advice = sluice::diag::advise(history, ranks);
@@ -283,6 +359,23 @@ int run(int argc, char** argv) {
   }
   ids << "batches " << batches << "\n" << lines;
   ids.close();
+  if (tier != nullptr) {
+    // Each rank's own downloads (misses) and the files it found ready (hits, including those another
+    // rank fetched while this one waited); summed over the ranks, bytes_fetched is what the node
+    // downloaded.
+    const auto ts = tier->stats();
+    std::ofstream(dir + "/tier" + tag + ".w" + std::to_string(me.world) + ".r" + std::to_string(me.rank) + ".txt")
+        << "hits " << ts.hits << " misses " << ts.misses << " bytes_fetched " << ts.bytes_fetched << "\n";
+    const std::uint64_t mine[3] = {ts.hits, ts.misses, ts.bytes_fetched};
+    std::uint64_t sum[3] = {0, 0, 0};
+    MPI_Allreduce(mine, sum, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    double t_max = 0;
+    MPI_Allreduce(&t_loop, &t_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (me.is_main())
+      std::printf("tier %s: %llu ranks fetched %llu bytes in %llu downloads, %llu hits; the epoch loop took %.3f s\n",
+                  tier->dir().c_str(), static_cast<unsigned long long>(me.world), static_cast<unsigned long long>(sum[2]),
+                  static_cast<unsigned long long>(sum[1]), static_cast<unsigned long long>(sum[0]), t_max);
+  }
 
   // The global view: histogram summed; batches min/max (equal when the shards are balanced);
   // consumer wait and busy time summed so the stall fraction is the whole job's.
@@ -322,6 +415,16 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (std::string(argv[i]) == "--pack-shards") {  // no MPI: a preparation step
+      try {
+        pack_shards(parse(argc, argv));
+        return 0;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "mpi_sharded: %s\n", e.what());
+        return 1;
+      }
+    }
   MPI_Init(&argc, &argv);
   int rc = 0;
   try {

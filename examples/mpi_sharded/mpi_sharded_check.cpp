@@ -13,8 +13,15 @@
 // every record is delivered exactly once across both, except padding in B (fewer than world_B
 // repeats, of B's first positions):
 //   mpi_sharded_check resume <dir> <records> <tagA> <worldA> <tagB> <worldB>
+//
+// The node tier of a remote run (or of a stopped run and its resume, which share it) downloaded
+// each shard exactly once: the ranks' tier files (<dir>/tier<tag>.w<world>.r<rank>.txt) sum to
+// one download (miss) per shard and to the bytes the index lists, and the tier directory holds
+// each shard of the index once, at its size, with no partial file left ("-" stands for no tag):
+//   mpi_sharded_check tier <dir> <index.txt> <tier-dir> <tag> <world> [<tag> <world>]...
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -98,9 +105,80 @@ int check_resume(const std::string& dir, std::uint64_t n, const std::string& tag
   return failures == 0 ? 0 : 1;
 }
 
+int check_tier(const std::string& dir, const std::string& index, const std::string& tier_dir,
+               const std::vector<std::pair<std::string, std::uint64_t>>& runs) {
+  struct entry {
+    std::string name;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<entry> shards;
+  std::uint64_t total = 0;
+  {
+    std::ifstream f(index);
+    for (std::string line; std::getline(f, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream ls(line);
+      entry e;
+      if (ls >> e.name >> e.bytes) shards.push_back(e), total += e.bytes;
+    }
+    expect(!shards.empty(), index + ": no shard listed");
+  }
+  std::uint64_t hits = 0, misses = 0, fetched = 0, ranks = 0;
+  for (const auto& [tag, world] : runs)
+    for (std::uint64_t r = 0; r < world; ++r) {
+      const std::string path = dir + "/tier" + (tag == "-" ? "" : "." + tag) + ".w" + std::to_string(world) + ".r" +
+                               std::to_string(r) + ".txt";
+      std::ifstream f(path);
+      std::string w1, w2, w3;
+      std::uint64_t h = 0, m = 0, b = 0;
+      if (!(f >> w1 >> h >> w2 >> m >> w3 >> b) || w1 != "hits" || w2 != "misses" || w3 != "bytes_fetched") {
+        expect(false, path + ": missing or malformed");
+        continue;
+      }
+      hits += h, misses += m, fetched += b, ++ranks;
+    }
+  expect(misses == shards.size(), std::to_string(ranks) + " ranks downloaded " + std::to_string(misses) +
+                                      " shards, the index lists " + std::to_string(shards.size()));
+  expect(fetched == total, std::to_string(ranks) + " ranks fetched " + std::to_string(fetched) +
+                               " bytes, the shards hold " + std::to_string(total));
+  std::map<std::string, std::uint64_t> files;  // the tier's published files and their sizes
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(tier_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.empty() || n[0] == '.' || !e.is_regular_file()) continue;
+    expect(n.find(".partial.") == std::string::npos, tier_dir + ": a partial file is left: " + n);
+    files[n] = e.file_size();
+  }
+  expect(!ec, tier_dir + ": cannot list the tier directory");
+  for (const auto& s : shards) {
+    int copies = 0;
+    for (const auto& [n, size] : files)
+      if (n.starts_with(s.name.substr(s.name.rfind('/') + 1) + "-")) {
+        ++copies;
+        expect(size == s.bytes, tier_dir + "/" + n + " holds " + std::to_string(size) + " bytes, the index says " +
+                                    std::to_string(s.bytes));
+      }
+    expect(copies == 1, tier_dir + " holds " + std::to_string(copies) + " copies of " + s.name);
+  }
+  expect(files.size() == shards.size(), tier_dir + " holds " + std::to_string(files.size()) + " files for " +
+                                            std::to_string(shards.size()) + " shards");
+  if (failures == 0)
+    std::printf("tier ok: %llu shards (%llu bytes) downloaded once for %llu ranks: %llu downloads, %llu bytes fetched, "
+                "%llu hits\n",
+                static_cast<unsigned long long>(shards.size()), static_cast<unsigned long long>(total),
+                static_cast<unsigned long long>(ranks), static_cast<unsigned long long>(misses),
+                static_cast<unsigned long long>(fetched), static_cast<unsigned long long>(hits));
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 7 && argc % 2 == 1 && std::string(argv[1]) == "tier") {
+    std::vector<std::pair<std::string, std::uint64_t>> runs;
+    for (int a = 5; a + 1 < argc; a += 2) runs.emplace_back(argv[a], std::stoull(argv[a + 1]));
+    return check_tier(argv[2], argv[3], argv[4], runs);
+  }
   if (argc == 8 && std::string(argv[1]) == "resume")
     return check_resume(argv[2], std::stoull(argv[3]), argv[4], std::stoull(argv[5]), argv[6], std::stoull(argv[7]));
   if (argc < 5) {

@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "remote_server.hpp"
@@ -450,6 +452,43 @@ TEST_CASE("tier: LRU eviction keeps the budget and never evicts a file in use") 
   CHECK(tier.stats().hits == 5);
   CHECK(tier.stats().misses == 6);
   CHECK(sluice_test::read_file(held.path()).size() == 1000);
+}
+
+// Readers keep their files for a whole run (remote_shards holds every shard it opened), as the
+// ranks of a node do. Several users that find a file absent at once: one fills it, the others must
+// get it as a hit while the first still holds it, not wait for it to be released (which here, as
+// in a job whose ranks meet at a barrier, would be never: each holder waits for the others).
+TEST_CASE("tier: users that find a file absent at once all get it while each keeps it") {
+  temp_dir d;
+  io::node_tier tier(d.path().string());
+  constexpr int users = 4, rounds = 12;
+  int stuck_rounds = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::string name = "s" + std::to_string(round);
+    std::atomic<int> ready{0}, holding{0};
+    std::atomic<bool> stuck{false};
+    std::vector<std::thread> ts;
+    for (int u = 0; u < users; ++u)
+      ts.emplace_back([&] {
+        ready.fetch_add(1);
+        while (ready.load() < users) std::this_thread::yield();  // start together
+        auto f = tier.acquire(name, [](int fd, const std::string&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          if (::write(fd, "0123456789", 10) != 10) throw std::runtime_error("cannot write the test file");
+        });
+        holding.fetch_add(1);
+        // Keep the file until every user has it (3 s at most: then this round failed).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        while (holding.load() < users && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (holding.load() < users) stuck.store(true);
+      });
+    for (auto& t : ts) t.join();
+    stuck_rounds += stuck.load() ? 1 : 0;
+  }
+  CHECK(stuck_rounds == 0);
+  CHECK(tier.stats().misses == rounds);
+  CHECK(tier.stats().hits == rounds * (users - 1));
 }
 
 TEST_CASE("tier: a process that dies mid-download does not wedge the others") {

@@ -4,10 +4,15 @@
 // Remote shards (io/remote.hpp) are downloaded here and then read through the same mmap readers
 // as local ones. The tier itself knows nothing of HTTP: acquire(name, fill, check) returns the
 // file `name` of the tier, calling `fill` to produce it when it is absent. Its guarantees:
-//   - One fill per file per node. Each file has a lock file `.locks/<name>.lock`; the filler holds
-//     flock(LOCK_EX) on it, readers hold LOCK_SH for as long as their tier_file lives. flock is
-//     released by the kernel when a process dies, so a process killed mid-download never wedges
-//     the others: the next one takes the lock, deletes the dead one's partial file and fetches.
+//   - One fill per file per node. Each file has two lock files: `.locks/<name>.lock`, which every
+//     user holds with flock(LOCK_SH) for as long as its tier_file lives (the file is not evicted
+//     while anyone holds it), and `.locks/<name>.fill`, which the filler holds with LOCK_EX while
+//     it fills; a process that finds the file absent waits for the fill lock, then finds it
+//     there (a hit) or fills it. Waiting on a lock that only fills hold means a late process is
+//     never stuck behind readers that keep the file for their whole run (as every rank of a node
+//     does). flock is released by the kernel when a process dies, so a process killed
+//     mid-download never wedges the others: the next one takes the fill lock, deletes the dead
+//     one's partial file and fetches.
 //   - Nothing partial is ever published. `fill` writes into `<name>.partial.<pid>.<n>` in the tier
 //     directory; the tier fsyncs it, runs `check` on it (io/remote.hpp verifies the shard's CRCs
 //     and a whole-file CRC-32C there), then renames it to `<name>` and fsyncs the directory. A
@@ -150,36 +155,33 @@ class node_tier {
     check_name(name);
     const std::string path = path_of(name);
     const std::string lock_path = dir_ + "/.locks/" + std::string(name) + ".lock";
-    for (int round = 0;; ++round) {
-      detail::unique_fd lk(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-      if (lk.get() < 0) throw io_error(lock_path, "cannot open the disk tier's lock file", errno);
-      detail::flock_or_throw(lk.get(), LOCK_SH, lock_path);
-      if (auto sz = size_of(path)) {
-        touch(lk.get());
-        hits_.fetch_add(1, std::memory_order_relaxed);
-        return tier_file(path, *sz, std::move(lk), true);
-      }
-      // Absent: take the lock exclusively (another process may be filling it: this waits).
-      detail::flock_or_throw(lk.get(), LOCK_EX, lock_path);
-      if (!size_of(path)) {
-        remove_partials(name);  // a dead filler's leftovers (a live one would hold the lock)
-        const std::uint64_t n = fill_locked(name, path, fill, check, expected_bytes);
-        misses_.fetch_add(1, std::memory_order_relaxed);
-        touch(lk.get());
-        // Shared again (flock converts by release + take: re-check the file is still there).
-        detail::flock_or_throw(lk.get(), LOCK_SH, lock_path);
-        if (size_of(path)) return tier_file(path, n, std::move(lk), false);
-        continue;
-      }
-      // Another process filled it while this one waited: a hit.
-      detail::flock_or_throw(lk.get(), LOCK_SH, lock_path);
-      if (auto sz = size_of(path)) {
-        touch(lk.get());
-        hits_.fetch_add(1, std::memory_order_relaxed);
-        return tier_file(path, *sz, std::move(lk), true);
-      }
-      if (round > 100) throw io_error(path, "the disk tier keeps evicting this file before it can be opened");
+    // The use lock, shared from here until the tier_file is dropped: while it is held no process
+    // evicts the file (eviction takes it exclusively, without waiting, and skips what it cannot).
+    detail::unique_fd lk(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (lk.get() < 0) throw io_error(lock_path, "cannot open the disk tier's lock file", errno);
+    detail::flock_or_throw(lk.get(), LOCK_SH, lock_path);
+    if (auto sz = size_of(path)) {
+      touch(lk.get());
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      return tier_file(path, *sz, std::move(lk), true);
     }
+    // Absent: fill it under the fill lock, a second lock file held exclusively only while a file
+    // is being filled. (Not the use lock taken exclusively: a process waiting for that would wait
+    // for as long as any reader keeps the file, and readers keep their shards for a whole run.)
+    const std::string fill_path = dir_ + "/.locks/" + std::string(name) + ".fill";
+    detail::unique_fd fl(::open(fill_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (fl.get() < 0) throw io_error(fill_path, "cannot open the disk tier's lock file", errno);
+    detail::flock_or_throw(fl.get(), LOCK_EX, fill_path);  // another process may be filling it: wait
+    if (auto sz = size_of(path)) {  // it did: a hit
+      touch(lk.get());
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      return tier_file(path, *sz, std::move(lk), true);
+    }
+    remove_partials(name);  // a dead filler's leftovers (a live one would hold the fill lock)
+    const std::uint64_t n = fill_locked(name, path, fill, check, expected_bytes);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    touch(lk.get());
+    return tier_file(path, n, std::move(lk), false);
   }
 
   [[nodiscard]] node_tier_stats stats() const noexcept {
@@ -272,7 +274,7 @@ class node_tier {
       if (f.name == keep) continue;
       const std::string lp = dir_ + "/.locks/" + f.name + ".lock";
       detail::unique_fd l(::open(lp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-      if (l.get() < 0 || ::flock(l.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use (or filling)
+      if (l.get() < 0 || ::flock(l.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use
       auto sz = size_of(path_of(f.name));  // re-read under its lock
       if (!sz || ::unlink(path_of(f.name).c_str()) != 0) continue;
       total -= std::min(total, *sz);
@@ -284,7 +286,7 @@ class node_tier {
     return freed;
   }
 
-  // Holding `name`'s lock exclusively: fill a partial file, check it, publish it. Returns its size.
+  // Holding `name`'s fill lock (and its use lock shared): fill a partial file, check it, publish it. Returns its size.
   std::uint64_t fill_locked(std::string_view name, const std::string& path, const fill_fn& fill,
                             const check_fn& check, std::uint64_t expected) {
     if (expected > 0) evict(name, expected, false);
