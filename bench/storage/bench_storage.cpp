@@ -237,7 +237,7 @@ void run_files_on(const std::string& fs_name, const std::string& base, const fil
     const sluice::sample::shuffle order(n, {.seed = 7});
     const sluice::io::shard_options plain{.verify = false, .map = {.advice = sluice::io::access::random, .populate = sluice::io::populate_mode::none}};
     const sluice::io::shard_options normal{.verify = false, .map = {.advice = sluice::io::access::normal, .populate = sluice::io::populate_mode::none}};
-    const sluice::io::shard_options defaults{.verify = false};  // MADV_RANDOM + background warming
+    const sluice::io::shard_options defaults{.verify = false};  // access::automatic + background warming
     // Warm: one untimed pass each, then the timed pass in another order.
     pass_files(paths, order, 0, buf);
     const double fw = pass_files(paths, order, 1, buf);
