@@ -20,7 +20,9 @@
 // a worker that reaches a device image waits for the job, then copies the image into the batch.
 // The device writes into the job's own buffer, never into the batch, so a batch abandoned mid-way
 // (an epoch cancelled, the loader destroyed, a sample skipped and the batch re-planned) leaves the
-// job nothing to corrupt: it finishes into memory it owns, or is cancelled before it starts.
+// job nothing to corrupt. Such a job is cancelled and waited for (at most the image the device is
+// decoding) when the workers let go of it, so the device never reads encoded bytes of a reader
+// that is gone, even while a copy of the device outlives the loader.
 //
 // Same output whatever the split: the device must produce the host codec's bytes for every image
 // (simulated_device below does, by construction). A real device decoder (nvJPEG) agrees within a
@@ -173,8 +175,24 @@ class split_decoded {
   template <class Schema>
   using outputs = std::tuple<sluice::output<Name, std::uint8_t>>;
 
-  struct scratch {
+  // The batch's job, as the workers hold it. When the last holder lets go (the next batch, a
+  // re-plan, the loader's destruction) a submitted job is cancelled and waited for: the device
+  // then no longer reads the batch's encoded bytes, which may belong to a reader about to go.
+  struct job_owner {
     std::shared_ptr<device_job> job;
+    explicit job_owner(std::shared_ptr<device_job> j) : job(std::move(j)) {}
+    job_owner(const job_owner&) = delete;
+    job_owner& operator=(const job_owner&) = delete;
+    ~job_owner() {
+      if (!job->submitted.load(std::memory_order_acquire)) return;  // the device never saw it
+      job->cancel();
+      job->wait();
+    }
+  };
+
+  struct scratch {
+    std::shared_ptr<job_owner> owner;
+    device_job* job = nullptr;
     const void* samples = nullptr;  // the batch's samples, as plan() saw them
     std::size_t n = 0, k = 0, offset = 0;
   };
@@ -217,7 +235,8 @@ class split_decoded {
     items.reserve(sc.k);
     for (std::size_t i = sc.n - sc.k; i < sc.n; ++i)
       items.push_back({samples[i].template bytes_of<Name>(), sample_context{.id = samples[i].id}});
-    sc.job = std::make_shared<device_job>(std::move(items), codec_.output_bytes());
+    sc.owner = std::make_shared<job_owner>(std::make_shared<device_job>(std::move(items), codec_.output_bytes()));
+    sc.job = sc.owner->job.get();
     sc.job->host_left.store(sc.n - sc.k, std::memory_order_relaxed);
     sc.job->writes_left.store(sc.n, std::memory_order_relaxed);
   }
@@ -225,7 +244,7 @@ class split_decoded {
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
     const std::span<std::byte> dst(base + sc.offset + i * codec_.output_bytes(), codec_.output_bytes());
-    device_job* job = sc.job.get();
+    device_job* job = sc.job;
     if (!job->submitted.exchange(true, std::memory_order_acq_rel)) submit(sc, ctx);
     if (i < sc.n - sc.k) {
       decode_on_host(s, dst, ctx);
@@ -253,19 +272,22 @@ class split_decoded {
 
  private:
   static void drop(scratch& sc) noexcept {
-    if (sc.job) sc.job->cancel();  // still queued: the device skips it; running: it ends into its own buffer
-    sc.job.reset();
+    sc.owner.reset();  // the last holder cancels a submitted job and waits for the device to let go
+    sc.job = nullptr;
     sc.n = sc.k = 0;
   }
 
   void submit(scratch& sc, const sample_context& ctx) const {
     device_job& job = *sc.job;
     job.submitted_ns = detail::now_ns();
-    if (job.size() == 0) return;
+    if (job.size() == 0) {  // nothing for the device: it never sees the job, so it is complete now
+      job.complete();
+      return;
+    }
     job.stamp(ctx.seed, ctx.epoch);  // plan() had the ids only
     counters_->batches.fetch_add(1, std::memory_order_relaxed);
     try {
-      device_.submit(sc.job);
+      device_.submit(sc.owner->job);
     } catch (const std::exception& e) {
       device_failed(job, e.what());
     } catch (...) {
