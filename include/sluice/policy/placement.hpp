@@ -188,12 +188,11 @@ class adaptive {
     double a = 0, b = 0;  // ns per image: host, device (0: not measured)
     std::uint64_t batches = 0;
     bool device_hopeless = false, host_hopeless = false;
-    int hopeless_side = 0;  // +1 the device, -1 the host
     std::uint64_t last_wait = 0, last_busy = 0;
     bool have_consumer = false;
     std::atomic<double> share{0.5}, a_pub{0}, b_pub{0};
     std::atomic<int> hopeless{0};
-    mutable std::atomic<std::uint64_t> ticket{1};
+    std::atomic<std::uint64_t> ticket{1};
 
     [[nodiscard]] bool budget_full() const noexcept { return budget_full_flag.load(std::memory_order_relaxed); }
     std::atomic<bool> budget_full_flag{true};
@@ -202,7 +201,7 @@ class adaptive {
       share.store(fraction * budget, std::memory_order_relaxed);
       a_pub.store(a, std::memory_order_relaxed);
       b_pub.store(b, std::memory_order_relaxed);
-      hopeless.store(hopeless_side, std::memory_order_relaxed);
+      hopeless.store(device_hopeless ? 1 : host_hopeless ? -1 : 0, std::memory_order_relaxed);  // +1 the device
       budget_full_flag.store(budget >= 1.0, std::memory_order_relaxed);
     }
 
@@ -220,8 +219,8 @@ class adaptive {
       // only a batch that gave it exactly one image says so (or says it no longer is).
       if (k == 1 && a > 0 && b_now > 0) device_hopeless = b_now > dn * a;
       if (h == 1 && b > 0 && a_now > 0) host_hopeless = a_now > dn * b;
-      hopeless_side = device_hopeless ? 1 : host_hopeless ? -1 : 0;
-      if (hopeless_side != 0) fraction = hopeless_side > 0 ? 0.0 : 1.0;
+      if (device_hopeless) fraction = 0.0;
+      else if (host_hopeless) fraction = 1.0;
       else if (a > 0 && b > 0) fraction += opt.gain * (a / (a + b) - fraction);
       publish();
     }
