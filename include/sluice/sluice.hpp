@@ -32,6 +32,7 @@
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/fixed_records.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/mds.hpp"
 #include "sluice/io/node_tier.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/record_index.hpp"

@@ -242,3 +242,31 @@ TEST_CASE("decode stage: a corrupt record names the file and the record") {
   CHECK(msg.find("record 9") != std::string::npos);
   CHECK(msg.find("JPEG") != std::string::npos);
 }
+
+TEST_CASE("decode stage: the JPEG column of a dataset written by Streaming's MDSWriter decodes in a loader") {
+  // tests/data/mds/plain (make_fixtures.py there): image i is (8 + i % 3) x 6, red channel i * 20
+  // everywhere, green a ramp of 10 a column.
+  using mds = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>>;
+  io::mds_dataset<mds> d(std::string(SLUICE_TEST_DATA_DIR) + "/mds/plain");
+  auto loader = sluice::from(sluice::sample::sequential(d.size())) | sluice::read(d) |
+                sluice::decode<"image">(jpeg({.width = 8, .height = 6})) |
+                sluice::collate({.batch = 4}, sluice::stack<"image">{}, sluice::stack<"label">{}) |
+                sluice::prefetch(2, {.workers = 2});
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) {
+    const auto img = b.get<"image">();
+    const auto label = b.get<"label">();
+    REQUIRE(img.shape().size() == 4);
+    CHECK(img.shape()[1] == 6);
+    CHECK(img.shape()[2] == 8);
+    CHECK(img.shape()[3] == 3);
+    for (std::size_t k = 0; k < b.size(); ++k, ++n) {
+      const std::uint64_t i = b.ids()[k];
+      CHECK(label[k] == static_cast<std::int64_t>(i * 7 % 10));
+      const std::uint8_t* px = img.data() + k * 6 * 8 * 3;
+      CAPTURE(i);
+      CHECK(std::abs(static_cast<int>(px[3 * 8 * 3 + 4 * 3]) - static_cast<int>(i * 20)) <= 12);  // red at (3, 4)
+    }
+  }
+  CHECK(n == 10);  // the last batch holds 2 (drop_last is off by default)
+}

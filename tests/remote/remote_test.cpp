@@ -201,6 +201,89 @@ TEST_CASE("nginx: 404 and 403 are errors naming the URL and the status, not retr
   CHECK(web.requests_for("/missing.sluice", 2) == 2);  // the failed shard is not fetched once per sample
 }
 
+TEST_CASE("nginx: an MDS dataset by URL reads sample for sample as the local one, fetching each shard when first read") {
+  // tests/data/mds/plain: written by Streaming's MDSWriter (5 shards of 2 samples).
+  using mds = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>, field<"arr", std::int32_t, variable>>;
+  const std::string fixture = std::string(SLUICE_TEST_DATA_DIR) + "/mds/plain";
+  temp_dir serve, tier_dir;
+  std::filesystem::copy(fixture, serve.path() / "train");
+  nginx_server web(serve.path().string());
+  io::node_tier tier(tier_dir.path().string(), {.budget_bytes = 1 << 30});
+  io::mds_dataset<mds> local(fixture);
+  {
+    auto data = io::remote_mds<mds>(web.url("train"), tier, {.fetch = {.http = quick()}});
+    REQUIRE(data.size() == 10);
+    CHECK(data.path() == web.url("train/index.json"));
+    CHECK(tier.stats().misses == 0);  // the index only, fetched into memory
+    const auto s7 = data.fields(7);
+    CHECK(s7.origin == web.url("train/shard.00003.mds"));
+    CHECK(tier.stats().misses == 1);
+    CHECK(web.requests_for("/train/shard.00000.mds", 0) == 0);
+    auto loader = from(sample::sequential(data.size())) | read(data)
+                | collate({.batch = 5}, ragged<"image">{}, stack<"label">{}, ragged<"arr">{}) | prefetch(2, {.workers = 2});
+    std::size_t n = 0;
+    for (auto& b : loader.epoch(0)) {
+      const auto img = b.get<"image">();
+      const auto off = b.get<"image.offsets">();
+      for (std::size_t k = 0; k < b.size(); ++k, ++n) {
+        const auto want = local.fields(b.ids()[k]);
+        const auto w = want.bytes_of<"image">();
+        REQUIRE(static_cast<std::size_t>(off[k + 1] - off[k]) == w.size());
+        CHECK(std::memcmp(img.data() + off[k], w.data(), w.size()) == 0);
+        CHECK(std::memcmp(&b.get<"label">()[k], want.bytes_of<"label">().data(), 8) == 0);
+      }
+    }
+    CHECK(n == 10);
+    CHECK(tier.stats().misses == 5);
+  }
+  // A second dataset on the node finds every shard in the tier.
+  auto again = io::remote_mds<mds>(web.url("train/index.json"), tier, {.fetch = {.http = quick()}});
+  for (std::size_t i = 0; i < again.size(); ++i) (void)again.fields(i);
+  CHECK(tier.stats().misses == 5);
+  CHECK(tier.stats().hits == 5);
+}
+
+TEST_CASE("nginx: MDS shards that do not match their index are rejected twice and named, a missing one is a 404") {
+  using mds = schema<field<"label", std::int64_t>>;
+  const std::string fixture = std::string(SLUICE_TEST_DATA_DIR) + "/mds/plain";
+  temp_dir serve, tier_dir;
+  std::filesystem::copy(fixture, serve.path());
+  // Shard 1 is served truncated by 5 bytes (its index says the full size), shard 3 is absent.
+  const auto s1 = sluice_test::read_file(serve.file("shard.00001.mds"));
+  sluice_test::write_file(serve.file("shard.00001.mds"), std::span(s1).first(s1.size() - 5));
+  std::filesystem::remove(serve.file("shard.00003.mds"));
+  // Shard 2 keeps its size, but its offset table points past the file: the MDS check rejects it.
+  auto s2 = sluice_test::read_file(serve.file("shard.00002.mds"));
+  s2[10] = std::byte{0x7f};  // entry 1's third byte
+  sluice_test::write_file(serve.file("shard.00002.mds"), s2);
+  nginx_server web(serve.path().string());
+  io::node_tier tier(tier_dir.path().string());
+  auto data = io::remote_mds<mds>(web.url(""), tier, {.fetch = {.http = quick()}});
+  const auto e = sluice_test::expect_format_error([&] { (void)data.fields(2); });
+  CHECK(e.file() == web.url("shard.00001.mds"));
+  CHECK(contains(e.cause(), "size mismatch: the index says " + std::to_string(s1.size())));
+  CHECK(contains(e.cause(), "2 downloads"));
+  const auto e2 = sluice_test::expect_format_error([&] { (void)data.fields(5); });
+  CHECK(e2.file() == web.url("shard.00002.mds"));
+  CHECK(contains(e2.cause(), "downloaded shard rejected: offset table entry 1"));
+  try {
+    (void)data.fields(6);
+    FAIL("no error");
+  } catch (const io::http_error& ex) {
+    CHECK(ex.status() == 404);
+    CHECK(contains(ex.what(), web.url("shard.00003.mds")));
+  }
+  // Under skip: the 4 good samples arrive, the 6 of the three bad shards are counted.
+  auto loader = from(sample::sequential(data.size())) | read(data) | collate({.batch = 2}, stack<"label">{}) |
+                prefetch(1, {.errors = on_error::skip});
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) n += b.size();
+  CHECK(n == 4);
+  CHECK(loader.stats().skipped == 6);
+  for (const auto& name : tier_files(tier_dir.path().string())) CHECK_FALSE(contains(name, ".partial."));
+  CHECK(web.requests_for("/shard.00001.mds", 2) == 2);  // not fetched again per sample
+}
+
 TEST_CASE("nginx: a dataset opened from its shard index fetches nothing until read and checks each download against it") {
   temp_dir serve, tier_dir;
   std::filesystem::create_directories(serve.path() / "train");

@@ -108,6 +108,19 @@ struct replace_field<schema<Fields...>, NewField> {
 template <class Schema, class NewField>
 using replace_field_t = typename detail::replace_field<Schema, NewField>::type;
 
+namespace detail {
+template <class S>
+struct schema_tuple;
+template <class... Fs>
+struct schema_tuple<schema<Fs...>> {
+  using type = std::tuple<Fs...>;
+};
+}  // namespace detail
+
+// The K-th field type of a schema (readers that walk a schema's fields by position).
+template <class Schema, std::size_t K>
+using schema_field_t = std::tuple_element_t<K, typename detail::schema_tuple<Schema>::type>;
+
 // The shape (per sample, without the batch dimension) and layout a producer wrote, when it knows
 // them (an image codec does). Collators use it for the batch's shape and to check claims.
 struct field_geometry {

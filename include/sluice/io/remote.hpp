@@ -37,6 +37,8 @@
 //     format_error names the URL and the mismatch. Nothing partial or unchecked is ever read.
 //   - One download per shard per node, LRU within the tier's byte budget, hit rate and bytes
 //     fetched/evicted: io/node_tier.hpp.
+// MDS datasets (MosaicML Streaming's format, io/mds.hpp) by URL: remote_mds<Schema>(url, tier) at
+// the end of this file, each shard fetched the same way and checked against index.json.
 // Traffic: http:// and https:// only (other schemes are refused by URL); redirects are followed
 // (at most 5) within those schemes. S3 (SigV4) is not here yet.
 #pragma once
@@ -52,6 +54,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,6 +70,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/mds.hpp"
 #include "sluice/io/node_tier.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/shard_index.hpp"
@@ -319,6 +323,9 @@ struct fetch_options {
   bool check_shard = true;                 // open it as a sluice shard and check every CRC
   int downloads = 2;                       // a file failing a check is fetched again, up to this
   std::uint64_t expected_bytes = 0;        // its size, if known (checked; room is made before the fetch)
+  // A check of another format's file (MDS: remote_mds), run on the complete download before it is
+  // published; a format_error from it rejects the download like a failed CRC.
+  std::function<void(const std::string& path)> check{};
 };
 
 // Checks a complete download before it is published; a format_error names the URL.
@@ -338,6 +345,13 @@ inline void check_download(const std::string& url, const std::string& path, cons
       std::snprintf(msg, sizeof msg, "whole-file CRC-32C mismatch: the index says %08x, the download (%zu bytes) has %08x",
                     static_cast<unsigned>(*o.crc32c), f.bytes().size(), static_cast<unsigned>(got));
       throw format_error(url, {}, msg);
+    }
+  }
+  if (o.check) {
+    try {
+      o.check(path);
+    } catch (const format_error& e) {
+      throw format_error(url, {.record = e.record(), .offset = e.offset()}, "downloaded shard rejected: " + e.cause());
     }
   }
   if (o.check_shard) {
@@ -527,6 +541,53 @@ inline remote_shards remote_shards_from_index(const std::string& index_url, node
     o.bytes.push_back(e.bytes);
   }
   return remote_shards(std::move(urls), tier, std::move(o));
+}
+
+// ---- MDS (MosaicML Streaming) datasets by URL ----
+
+struct remote_mds_options {
+  fetch_options fetch{};  // retries and timeouts (fetch.http); the shard checks are MDS's own
+  mds_options mds{};
+};
+
+// An MDS dataset served over HTTP: `url` is its directory or its index.json. The index is fetched
+// now; each shard when its first sample is read (by the worker preparing the batch that needs it),
+// into the tier, with its size and offset table checked against the index before it is published
+// (a download that fails them is fetched once more, then a format_error names the URL). Errors
+// name the shard's URL. Compressed shards are refused here (io/mds.hpp). Keep `tier` alive while
+// the dataset is used; an opened shard stays held in the tier until the dataset is destroyed.
+//   auto data = sluice::io::remote_mds<schema>("http://store:8080/imagenet-mds/train", tier);
+template <class Schema>
+mds_dataset<Schema> remote_mds(const std::string& url, node_tier& tier, remote_mds_options o = {}) {
+  std::string index_url = url;
+  if (!index_url.ends_with(".json")) {
+    while (index_url.ends_with("/")) index_url.pop_back();
+    index_url += "/index.json";
+  }
+  const std::string base = index_url.substr(0, index_url.rfind('/') + 1);
+  auto shards = parse_mds_index(http_get_text(index_url, o.fetch.http), index_url);
+  for (std::size_t s = 0; s < shards.size(); ++s)
+    if (!shards[s].compression.empty())
+      throw format_error(index_url, {}, "shard " + std::to_string(s) + " (" + shards[s].zip_basename + ") is compressed (" +
+                                            shards[s].compression +
+                                            "): sluice reads uncompressed MDS shards; write them with compression=None");
+  fetch_options fetch = o.fetch;
+  fetch.check_shard = false;
+  fetch.crc32c.reset();
+  const map_options map = o.mds.map;
+  auto open = [base, fetch, map, &tier](const mds_shard_info& info, std::size_t) {
+    std::string shard_url = base + info.basename;
+    fetch_options f = fetch;
+    f.expected_bytes = info.bytes;
+    f.check = [&info, &shard_url](const std::string& tmp) {
+      const mapped_file m(tmp, {.advice = access::sequential, .populate = populate_mode::none});
+      detail::check_mds_shard(m.bytes(), info, shard_url);
+    };
+    auto held = std::make_shared<tier_file>(fetch_shard(tier, shard_url, f));
+    mapped_file m(held->path(), map);
+    return mds_shard_file{std::move(shard_url), std::move(m), std::move(held)};
+  };
+  return mds_dataset<Schema>(std::move(shards), index_url, std::move(open), o.mds);
 }
 
 }  // namespace sluice::io

@@ -201,15 +201,6 @@ wds_field_rule rule_for() {
 
 inline bool is_npy_ext(std::string_view ext) noexcept { return ext == "npy" || ext.ends_with(".npy"); }
 
-template <class S>
-struct schema_tuple;
-template <class... Fs>
-struct schema_tuple<schema<Fs...>> {
-  using type = std::tuple<Fs...>;
-};
-template <class S, std::size_t K>
-using schema_field_t = std::tuple_element_t<K, typename schema_tuple<S>::type>;
-
 }  // namespace detail
 
 template <class Schema>
@@ -221,7 +212,7 @@ class wds_dataset {
   static constexpr std::int64_t problem_mask = 0xffffff;
   static_assert(F >= 1 && F <= 39, "sluice: wds_dataset: a schema of 1 to 39 fields");
   template <std::size_t K>
-  using field_k = detail::schema_field_t<Schema, K>;
+  using field_k = schema_field_t<Schema, K>;
 
  public:
   using reader_concept = reader_tag;
