@@ -57,6 +57,7 @@
 #include "sluice/sample/distributed.hpp"
 #include "sluice/sample/rank.hpp"
 #include "sluice/sample/sequential.hpp"
+#include "sluice/sample/shard_shuffle.hpp"
 #include "sluice/sample/shard_split.hpp"
 #include "sluice/sample/shuffle.hpp"
 #include "sluice/sample/length_bucket.hpp"

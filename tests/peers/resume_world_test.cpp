@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "sluice/sluice.hpp"
@@ -136,4 +137,158 @@ TEST_CASE("loaders: four ranks stop mid-epoch, two ranks finish it, every record
   for (std::uint64_t r = 0; r < 2; ++r) run_rank(r, 2, checkpoint, UINT64_MAX);
   CHECK(seen.size() == n);  // (n - checkpoint) is even: nothing dropped
   for (auto& [id, k] : seen) CHECK(k == 1);
+}
+
+// ---- shard_shuffle: a two-level shuffle whose order does not depend on the world size ----
+
+namespace {
+
+using sluice::sample::shard_shuffle;
+using ranges_t = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+ranges_t shards_of(const std::vector<std::uint64_t>& sizes) {
+  ranges_t r;
+  std::uint64_t at = 0;
+  for (auto s : sizes) {
+    r.emplace_back(at, at + s);
+    at += s;
+  }
+  return r;
+}
+std::size_t shard_of(const ranges_t& r, std::uint64_t id) {
+  for (std::size_t s = 0; s < r.size(); ++s)
+    if (id >= r[s].first && id < r[s].second) return s;
+  return r.size();
+}
+std::vector<std::uint64_t> global_order(shard_shuffle s, std::uint64_t epoch) {
+  s.prepare(epoch);
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t p = 0; p < s.size(epoch); ++p) out.push_back(s.at(epoch, p));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("shard_shuffle: each epoch is a permutation leaving out fewer than `partitions` samples, with empty and uneven shards") {
+  const ranges_t r = shards_of({0, 5, 17, 0, 3, 40, 1, 9, 0, 26, 13, 2});
+  const std::uint64_t n = r.back().second;
+  for (std::uint64_t window : {1u, 2u, 4u, 64u}) {
+    for (std::uint64_t parts : {1u, 3u, 8u}) {
+      const shard_shuffle s(r, {.seed = 5, .window = window, .partitions = parts});
+      CAPTURE(window);
+      CAPTURE(parts);
+      CHECK(s.size(0) == n - n % parts);
+      CHECK(s.left_out() == n % parts);
+      for (std::uint64_t epoch : {0u, 1u}) {
+        const auto o = global_order(s, epoch);
+        std::vector<std::uint64_t> sorted = o;
+        std::sort(sorted.begin(), sorted.end());
+        CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+        CHECK(sorted.back() < n);
+      }
+      CHECK(global_order(s, 0) != global_order(s, 1));
+      CHECK(global_order(s, 1) == global_order(shard_shuffle(r, {.seed = 5, .window = window, .partitions = parts}), 1));
+    }
+  }
+  CHECK_THROWS_AS(shard_shuffle(r, {.window = 0}), sluice::usage_error);
+  CHECK_THROWS_AS(shard_shuffle(r, {.partitions = 0}), sluice::usage_error);
+  shard_shuffle s(r, {});
+  CHECK_THROWS_AS((void)s.at(0, 0), sluice::usage_error);  // not prepared
+  s.prepare(0);
+  CHECK_THROWS_AS((void)s.at(0, s.size(0)), sluice::usage_error);
+}
+
+TEST_CASE("shard_shuffle: a window's samples come from its shards only, and partitions read disjoint shards") {
+  // 64 shards of 100: 8 partitions of 800 samples cut at shard boundaries.
+  const ranges_t r = shards_of(std::vector<std::uint64_t>(64, 100));
+  for (std::uint64_t window : {1u, 4u}) {
+    shard_shuffle s(r, {.seed = 9, .window = window, .partitions = 8});
+    s.prepare(3);
+    std::vector<std::set<std::size_t>> by_partition(8);
+    for (std::uint64_t p = 0; p < s.size(3); ++p) {
+      const std::uint64_t id = s.at(3, p);
+      const auto [c, k] = s.window_at(3, p);
+      CHECK(c == p % 8);
+      const auto ws = s.window_shards(3, c, k);
+      CHECK(ws.size() == window);
+      CHECK(std::find(ws.begin(), ws.end(), shard_of(r, id)) != ws.end());
+      by_partition[c].insert(shard_of(r, id));
+    }
+    std::set<std::size_t> all;
+    for (const auto& part : by_partition) {
+      CHECK(part.size() == 8);
+      all.insert(part.begin(), part.end());
+    }
+    CHECK(all.size() == 64);
+    CHECK(s.window_count(3, 0) == 8 / window);
+  }
+  // Shards cut by the partition boundaries: only the cut shards are shared, at most partitions - 1.
+  const ranges_t uneven = shards_of({37, 101, 5, 64, 90, 13, 77, 250, 8, 99, 120, 44});
+  shard_shuffle s(uneven, {.seed = 2, .window = 2, .partitions = 4});
+  s.prepare(0);
+  std::vector<std::set<std::size_t>> by_partition(4);
+  for (std::uint64_t p = 0; p < s.size(0); ++p) by_partition[p % 4].insert(shard_of(uneven, s.at(0, p)));
+  std::size_t shared = 0;
+  for (std::size_t a = 0; a < 4; ++a)
+    for (std::size_t b = a + 1; b < 4; ++b)
+      for (auto x : by_partition[a]) shared += by_partition[b].count(x);
+  CHECK(shared <= 3);
+}
+
+TEST_CASE("shard_shuffle: the same order on 1, 2, 4 and 8 ranks, each rank on its own shards, resumed from 4 ranks at 2") {
+  const ranges_t r = shards_of(std::vector<std::uint64_t>(32, 50));  // 1600 samples, partitions of 4 whole shards
+  const shard_shuffle order(r, {.seed = 17, .window = 2, .partitions = 8});
+  const std::uint64_t epoch = 4;
+  const auto one = global_order(order, epoch);
+  REQUIRE(one.size() == 1600);
+  for (std::uint64_t world : {2u, 4u, 8u}) {
+    std::vector<std::uint64_t> global(one.size(), UINT64_MAX);
+    std::vector<std::set<std::size_t>> shards(world);
+    for (std::uint64_t rank = 0; rank < world; ++rank) {
+      distributed d{order, {.rank = rank, .world = world, .tail = tail::drop}};
+      d.prepare(epoch);
+      for (std::uint64_t j = 0; j < d.size(epoch); ++j) {
+        global[rank + j * world] = d.at(epoch, j);
+        shards[rank].insert(shard_of(r, d.at(epoch, j)));
+      }
+    }
+    CHECK(global == one);
+    std::set<std::size_t> all;
+    std::size_t total = 0;
+    for (const auto& s : shards) {
+      total += s.size();
+      all.insert(s.begin(), s.end());
+    }
+    CHECK(total == 32);  // no shard read by two ranks
+    CHECK(all.size() == 32);
+  }
+  // World 4 stops at global position 4 * 150; world 2 resumes there: every sample exactly once.
+  std::map<std::uint64_t, int> seen;
+  const std::uint64_t checkpoint = 4 * 150;
+  for (std::uint64_t rank = 0; rank < 4; ++rank) {
+    distributed d{order, {.rank = rank, .world = 4, .tail = tail::drop}};
+    d.prepare(epoch);
+    for (std::uint64_t j = 0; j < 150; ++j) ++seen[d.at(epoch, j)];
+  }
+  for (std::uint64_t rank = 0; rank < 2; ++rank) {
+    distributed d{order, {.rank = rank, .world = 2, .tail = tail::drop, .start = checkpoint}};
+    d.prepare(epoch);
+    for (std::uint64_t j = 0; j < d.size(epoch); ++j) ++seen[d.at(epoch, j)];
+  }
+  CHECK(seen.size() == 1600);
+  for (const auto& [id, k] : seen) CHECK(k == 1);
+}
+
+TEST_CASE("shard_shuffle: under a loader, a rank's batches are its ids of the global order") {
+  sluice_test::mem_reader reader(600, 8);
+  const ranges_t r = shards_of(std::vector<std::uint64_t>(12, 50));
+  const shard_shuffle order(r, {.seed = 3, .window = 2, .partitions = 4});
+  const auto one = global_order(order, 1);
+  auto loader = sluice::from(distributed{order, {.rank = 1, .world = 2}}) | sluice::read(reader) |
+                sluice::collate({.batch = 16}) | sluice::prefetch(2, {.workers = 2});
+  std::vector<std::uint64_t> got;
+  for (auto& b : loader.epoch(1))
+    for (std::size_t i = 0; i < b.size(); ++i) got.push_back(b.ids()[i]);
+  REQUIRE(got.size() == 300);  // the last batch holds 300 % 16 (drop_last is off)
+  for (std::size_t j = 0; j < got.size(); ++j) CHECK(got[j] == one[1 + 2 * j]);
 }
