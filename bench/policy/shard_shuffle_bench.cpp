@@ -13,18 +13,26 @@
 //                 `footprint` shards per rank: 1.0 = each shard fetched once an epoch
 //   amp_tier32    the same under an LRU tier of 32 shards per rank
 //   displacement  mean |position - storage position| / (n / 3) (1.0 for a random permutation)
-// Args: window (0: the full permutation), partitions, world.
+// Args: window, partitions, world.
+//
+// Resuming mid-epoch at another world size (the "time to resume"): a loader over
+// distributed{shard_shuffle} stopped by 8 ranks at half the epoch is rebuilt for rank 0 of 4 at
+// that global position; the time is from building the loader to holding its first batch.
+//   BM_first_batch_fresh   the same loader from the epoch's start (the floor: threads, prepare)
+//   BM_resume_at_position  from the checkpoint: the sampler starts there, nothing is replayed
+//   BM_resume_by_replay    what a loader without random-access order must do: start at 0 and
+//                          discard batches up to the checkpoint (the rank's share of it)
+// Records are 64 bytes in memory, batch 256, prefetch(2, 2 workers).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <list>
 #include <unordered_map>
 #include <vector>
 
-#include "sluice/sample/distributed.hpp"
-#include "sluice/sample/shard_shuffle.hpp"
-#include "sluice/sample/shuffle.hpp"
+#include "sluice/sluice.hpp"
 
 namespace {
 
@@ -130,8 +138,52 @@ void BM_full_shuffle(benchmark::State& state) {
 
 }  // namespace
 
+// 102,400 records of 64 bytes in memory (record i's first 8 bytes: i).
+struct memory_records {
+  using reader_concept = sluice::reader_tag;
+  std::vector<std::byte> data = std::vector<std::byte>(n * 64);
+  memory_records() {
+    for (std::uint64_t i = 0; i < n; ++i) std::memcpy(data.data() + i * 64, &i, 8);
+  }
+  std::size_t size() const { return n; }
+  std::span<const std::byte> record(std::size_t i) const { return {data.data() + i * 64, 64}; }
+  std::int64_t label(std::size_t i) const { return static_cast<std::int64_t>(class_of(i)); }
+  std::string_view path() const { return "memory"; }
+};
+const memory_records& records() {
+  static const memory_records r;
+  return r;
+}
+
+// Rank 0 of `world` from global position `start`; discards `skip` batches, then takes one.
+std::uint64_t first_batch(std::uint64_t world, std::uint64_t start, std::uint64_t skip) {
+  const sluice::sample::shard_shuffle order(ranges(), {.seed = 7, .window = 16, .partitions = 8});
+  auto loader = sluice::from(sluice::sample::distributed{order, {.rank = 0, .world = world, .start = start}}) |
+                sluice::read(records()) | sluice::collate({.batch = batch}) | sluice::prefetch(2, {.workers = 2});
+  std::uint64_t seen = 0, id = 0;
+  for (auto& b : loader.epoch(1)) {
+    id = b.ids()[0];
+    if (seen++ == skip) break;
+  }
+  return id;
+}
+constexpr std::uint64_t checkpoint = n / 2;  // 8 ranks stopped here: 6,400 samples each
+
+void BM_first_batch_fresh(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(first_batch(4, 0, 0));
+}
+void BM_resume_at_position(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(first_batch(4, checkpoint, 0));
+}
+void BM_resume_by_replay(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(first_batch(4, 0, checkpoint / 4 / batch));
+}
+
 BENCHMARK(BM_shard_shuffle)
     ->ArgNames({"window", "partitions", "world"})
     ->ArgsProduct({{1, 4, 16, 64}, {8}, {1, 8}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_full_shuffle)->ArgNames({"world"})->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_first_batch_fresh)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_resume_at_position)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_resume_by_replay)->Unit(benchmark::kMicrosecond);
