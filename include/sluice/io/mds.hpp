@@ -55,17 +55,14 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -79,6 +76,7 @@
 #include "sluice/core/half.hpp"
 #include "sluice/core/schema.hpp"
 #include "sluice/io/json.hpp"
+#include "sluice/io/lazy_open.hpp"
 #include "sluice/io/mapped_file.hpp"
 
 namespace sluice::io {
@@ -374,33 +372,24 @@ class mds_dataset {
   mds_dataset(mds_dataset&&) noexcept = default;
   mds_dataset& operator=(mds_dataset&&) noexcept = default;
 
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(first_.back()); }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
   // The index's path or URL (each sample's origin is its shard).
   [[nodiscard]] std::string_view path() const noexcept { return name_; }
 
   [[nodiscard]] std::size_t shard_count() const noexcept { return info_.size(); }
   [[nodiscard]] const mds_shard_info& shard_info(std::size_t s) const { return info_.at(s); }
-  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return static_cast<std::size_t>(info_.at(s).samples); }
-  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const {
-    return {first_.at(s), first_.at(s + 1)};
-  }
-  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const {
-    check_index(i);
-    return static_cast<std::size_t>(std::upper_bound(first_.begin() + 1, first_.end(), i) - first_.begin() - 1);
-  }
-  [[nodiscard]] std::vector<std::size_t> sizes() const {
-    std::vector<std::size_t> out(info_.size());
-    for (std::size_t s = 0; s < out.size(); ++s) out[s] = shard_size(s);
-    return out;
-  }
-  [[nodiscard]] bool is_open(std::size_t s) const { return shards_.at(s)->ready.load(std::memory_order_acquire) != nullptr; }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return table_.size_of(s); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return table_.range(s); }
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return table_.shard_of(i, name_); }
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return table_.sizes(); }
+  [[nodiscard]] bool is_open(std::size_t s) const { return shards_.at(s)->ready(); }
 
   // Sample i: its fields as views into its shard's mapping; format_error for a bad sample.
   [[nodiscard]] sample_type fields(std::size_t i) const {
     const std::size_t s = shard_of(i);
     const shard_state& sh = open(s);
     if (sluice::detail::file_registry::instance().flagged() != 0) [[unlikely]] sh.file.file.throw_if_changed();
-    const std::uint64_t local = i - first_[s];
+    const std::uint64_t local = i - table_.first[s];
     const auto f = sh.file.file.bytes();
     const std::uint64_t begin = detail::load_u32(f.data() + 4 + 4 * local);
     const std::uint64_t end = detail::load_u32(f.data() + 8 + 4 * local);
@@ -442,12 +431,7 @@ class mds_dataset {
   struct shard_state {
     mds_shard_file file;
   };
-  struct lazy_shard {
-    std::mutex m;
-    std::unique_ptr<shard_state> owned;
-    std::exception_ptr failed;
-    std::atomic<const shard_state*> ready{nullptr};
-  };
+  using lazy_shard = detail::lazy_open<shard_state>;
 
   static std::string read_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -460,10 +444,10 @@ class mds_dataset {
   void init(std::vector<mds_shard_info> shards) {
     info_ = std::move(shards);
     if (info_.empty()) throw format_error(name_, {}, "the index lists no shards");
-    first_.reserve(info_.size() + 1);
+    table_.first.reserve(info_.size() + 1);
     for (std::size_t s = 0; s < info_.size(); ++s) {
       plans_.push_back(make_plan(s));
-      first_.push_back(first_.back() + info_[s].samples);
+      table_.add(info_[s].samples);
       shards_.push_back(std::make_unique<lazy_shard>());
     }
   }
@@ -515,30 +499,16 @@ class mds_dataset {
     return p;
   }
 
-  void check_index(std::uint64_t i) const {
-    if (i >= first_.back())
-      throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + name_ + "' (" +
-                        std::to_string(first_.back()) + " samples)");
-  }
-
   // Opens shard s once; a shard that failed keeps failing with the same error.
   const shard_state& open(std::size_t s) const {
-    lazy_shard& l = *shards_[s];
-    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) [[likely]] return *r;
-    std::lock_guard lk(l.m);
-    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) return *r;
-    if (l.failed) std::rethrow_exception(l.failed);
-    try {
-      auto st = std::make_unique<shard_state>();
-      st->file = opener_(info_[s], s);
-      detail::check_mds_shard(st->file.file.bytes(), info_[s], st->file.path);
-      l.owned = std::move(st);
-    } catch (const error&) {
-      l.failed = std::current_exception();
-      throw;
-    }
-    l.ready.store(l.owned.get(), std::memory_order_release);
-    return *l.owned;
+    return shards_[s]->get(
+        [&] {
+          auto st = std::make_unique<shard_state>();
+          st->file = opener_(info_[s], s);
+          detail::check_mds_shard(st->file.file.bytes(), info_[s], st->file.path);
+          return st;
+        },
+        detail::on_failure::remember);
   }
 
   [[noreturn]] void bad(const shard_state& sh, std::uint64_t local, std::uint64_t offset, const std::string& why) const {
@@ -593,7 +563,7 @@ class mds_dataset {
   std::vector<mds_shard_info> info_;
   std::vector<plan> plans_;
   std::vector<std::unique_ptr<lazy_shard>> shards_;
-  std::vector<std::uint64_t> first_{0};
+  detail::shard_table table_;
 };
 
 }  // namespace sluice::io

@@ -69,6 +69,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/crc32c.hpp"
+#include "sluice/io/lazy_open.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/mds.hpp"
 #include "sluice/io/node_tier.hpp"
@@ -450,7 +451,7 @@ class remote_shards {
   }
   // Whether shard s has been fetched and opened by this reader.
   [[nodiscard]] bool is_open(std::size_t s) const {
-    return shards_.at(s)->ready.load(std::memory_order_acquire) != nullptr;
+    return shards_.at(s)->state.ready();
   }
   // Shard s's local file in the tier (fetching it if needed) and its reader.
   [[nodiscard]] const std::string& local_path(std::size_t s) const { return open(s).file.path(); }
@@ -464,35 +465,25 @@ class remote_shards {
   };
   struct lazy_shard {
     std::string url;
-    std::mutex m;
-    std::unique_ptr<shard_state> owned;
-    std::exception_ptr failed;
-    std::atomic<const shard_state*> ready{nullptr};
+    detail::lazy_open<shard_state> state;
   };
 
   const shard_state& open(std::size_t s) const {
     lazy_shard& l = *shards_[s];
-    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) [[likely]] return *r;
-    std::lock_guard lk(l.m);
-    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) return *r;
-    if (l.failed) std::rethrow_exception(l.failed);
-    try {
-      fetch_options fo = opt_.fetch;
-      if (!opt_.crc32c.empty()) fo.crc32c = opt_.crc32c[s];
-      if (!opt_.bytes.empty()) fo.expected_bytes = opt_.bytes[s];
-      tier_file f = fetch_shard(*tier_, l.url, fo);
-      shard_reader r(f.path(), opt_.shard);
-      if (!opt_.sizes.empty() && r.size() != opt_.sizes[s])
-        throw format_error(l.url, {}, "the shard holds " + std::to_string(r.size()) +
-                                          " records, but remote_shards_options::sizes says " +
-                                          std::to_string(opt_.sizes[s]) + " (shard " + std::to_string(s) + ")");
-      l.owned = std::make_unique<shard_state>(shard_state{std::move(f), std::move(r)});
-    } catch (...) {
-      l.failed = std::current_exception();
-      throw;
-    }
-    l.ready.store(l.owned.get(), std::memory_order_release);
-    return *l.owned;
+    return l.state.get(
+        [&] {
+          fetch_options fo = opt_.fetch;
+          if (!opt_.crc32c.empty()) fo.crc32c = opt_.crc32c[s];
+          if (!opt_.bytes.empty()) fo.expected_bytes = opt_.bytes[s];
+          tier_file f = fetch_shard(*tier_, l.url, fo);
+          shard_reader r(f.path(), opt_.shard);
+          if (!opt_.sizes.empty() && r.size() != opt_.sizes[s])
+            throw format_error(l.url, {}, "the shard holds " + std::to_string(r.size()) +
+                                              " records, but remote_shards_options::sizes says " +
+                                              std::to_string(opt_.sizes[s]) + " (shard " + std::to_string(s) + ")");
+          return std::make_unique<shard_state>(shard_state{std::move(f), std::move(r)});
+        },
+        detail::on_failure::remember);
   }
 
   node_tier* tier_;

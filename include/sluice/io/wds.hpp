@@ -85,6 +85,7 @@
 #include "sluice/core/file_guard.hpp"
 #include "sluice/core/half.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/io/lazy_open.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/record_index.hpp"
@@ -234,33 +235,22 @@ class wds_dataset {
   wds_dataset(wds_dataset&&) noexcept = default;
   wds_dataset& operator=(wds_dataset&&) noexcept = default;
 
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(first_.back()); }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
   // The pattern, or a description of the list (for messages; each sample's origin is its shard).
   [[nodiscard]] std::string_view path() const noexcept { return name_; }
 
   [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
   [[nodiscard]] const std::string& shard_path(std::size_t s) const { return shards_.at(s)->path; }
-  [[nodiscard]] std::size_t shard_size(std::size_t s) const {
-    return static_cast<std::size_t>(first_.at(s + 1) - first_.at(s));
-  }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return table_.size_of(s); }
   // Global sample indices [first, second) of shard s.
-  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const {
-    return {first_.at(s), first_.at(s + 1)};
-  }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return table_.range(s); }
   // The shard holding global sample i.
-  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const {
-    check_index(i);
-    return static_cast<std::size_t>(std::upper_bound(first_.begin() + 1, first_.end(), i) - first_.begin() - 1);
-  }
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return table_.shard_of(i, name_); }
   // Samples per shard (keep them to open this dataset lazily next time: `.sizes = d.sizes()`).
-  [[nodiscard]] std::vector<std::size_t> sizes() const {
-    std::vector<std::size_t> out(shards_.size());
-    for (std::size_t s = 0; s < out.size(); ++s) out[s] = shard_size(s);
-    return out;
-  }
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return table_.sizes(); }
   // Whether shard s has been opened (mapped, and scanned or its index loaded) yet.
   [[nodiscard]] bool is_open(std::size_t s) const {
-    return shards_.at(s)->ready.load(std::memory_order_acquire) != nullptr;
+    return shards_.at(s)->state.ready();
   }
 
   // Sample i: its fields as views into its shard's mapping (numbers parsed at the scan: views
@@ -269,7 +259,7 @@ class wds_dataset {
     const std::size_t s = shard_of(i);
     const shard_state& sh = open(s);
     if (sluice::detail::file_registry::instance().flagged() != 0) [[unlikely]] sh.file.throw_if_changed();
-    const std::size_t local = static_cast<std::size_t>(i - first_[s]);
+    const std::size_t local = static_cast<std::size_t>(i - table_.first[s]);
     const record_entry* e = sh.entries.data() + local * stride;
     if ((e[0].label & problem_mask) != 0) [[unlikely]] raise(sh, local);
     sample_type out{.id = i, .origin = sh.path};
@@ -280,7 +270,7 @@ class wds_dataset {
   [[nodiscard]] std::string key(std::size_t i) const {
     const std::size_t s = shard_of(i);
     const shard_state& sh = open(s);
-    return key_at(sh, sh.entries[static_cast<std::size_t>(i - first_[s]) * stride].offset);
+    return key_at(sh, sh.entries[static_cast<std::size_t>(i - table_.first[s]) * stride].offset);
   }
 
  private:
@@ -291,9 +281,7 @@ class wds_dataset {
   };
   struct lazy_shard {
     std::string path;
-    std::mutex m;
-    std::unique_ptr<shard_state> owned;
-    std::atomic<const shard_state*> ready{nullptr};
+    detail::lazy_open<shard_state> state;
   };
 
   wds_dataset(std::vector<std::string> shards, wds_dataset_options o, std::string pattern) : opt_(std::move(o)) {
@@ -313,10 +301,10 @@ class wds_dataset {
     kind_ = "wdsg:v" + std::to_string(detail::wds_group_scan_version) + ".t" + std::to_string(detail::wds_scan_version);
     kind_names(std::make_index_sequence<F>{});
     if (opt_.ignore_zeros) kind_ += ":ignore_zeros";
-    first_.reserve(shards_.size() + 1);
+    table_.first.reserve(shards_.size() + 1);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
       const std::size_t n = opt_.sizes.empty() ? open(s).entries.size() / stride : opt_.sizes[s];
-      first_.push_back(first_.back() + n);
+      table_.add(n);
     }
   }
 
@@ -337,32 +325,26 @@ class wds_dataset {
      ...);
   }
 
-  void check_index(std::uint64_t i) const {
-    if (i >= first_.back())
-      throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + name_ + "' (" +
-                        std::to_string(first_.back()) + " samples)");
-  }
-
   // Opens shard s once (maps it, loads its saved index or scans it); later calls are one load.
   const shard_state& open(std::size_t s) const {
     lazy_shard& l = *shards_[s];
-    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) [[likely]] return *r;
-    std::lock_guard lk(l.m);
-    if (const shard_state* r = l.ready.load(std::memory_order_acquire)) return *r;
-    auto st = std::make_unique<shard_state>();
-    st->path = l.path;
-    st->file = mapped_file(l.path, opt_.map);  // io_error naming the shard if it is missing
-    st->entries = detail::indexed(st->path, kind_, opt_.index, [&] { return scan(st->file.bytes(), st->path); });
-    if (st->entries.size() % stride != 0)
-      throw format_error(st->path, {}, "its saved index (" + detail::index_path_for(st->path) +
-                                           ") does not hold whole samples; delete it to rescan");
-    const std::size_t n = st->entries.size() / stride;
-    if (!opt_.sizes.empty() && n != opt_.sizes[s])
-      throw format_error(st->path, {}, "the shard holds " + std::to_string(n) + " samples, but wds_dataset_options::sizes says " +
-                                           std::to_string(opt_.sizes[s]) + " (shard " + std::to_string(s) + ")");
-    l.owned = std::move(st);
-    l.ready.store(l.owned.get(), std::memory_order_release);
-    return *l.owned;
+    return l.state.get(
+        [&] {
+          auto st = std::make_unique<shard_state>();
+          st->path = l.path;
+          st->file = mapped_file(l.path, opt_.map);  // io_error naming the shard if it is missing
+          st->entries = detail::indexed(st->path, kind_, opt_.index, [&] { return scan(st->file.bytes(), st->path); });
+          if (st->entries.size() % stride != 0)
+            throw format_error(st->path, {}, "its saved index (" + detail::index_path_for(st->path) +
+                                                 ") does not hold whole samples; delete it to rescan");
+          const std::size_t n = st->entries.size() / stride;
+          if (!opt_.sizes.empty() && n != opt_.sizes[s])
+            throw format_error(st->path, {}, "the shard holds " + std::to_string(n) +
+                                                 " samples, but wds_dataset_options::sizes says " +
+                                                 std::to_string(opt_.sizes[s]) + " (shard " + std::to_string(s) + ")");
+          return st;
+        },
+        detail::on_failure::retry);
   }
 
   // The grouped scan: per sample, one entry {first header offset, 0, problem} and one per field
@@ -543,7 +525,7 @@ class wds_dataset {
   std::string name_;
   std::string kind_;
   std::vector<std::unique_ptr<lazy_shard>> shards_;
-  std::vector<std::uint64_t> first_{0};
+  detail::shard_table table_;
   std::array<detail::wds_field_rule, F> rules_{};
 };
 

@@ -48,6 +48,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
+#include "sluice/sample/shard_split.hpp"
 
 namespace sluice::sample {
 
@@ -75,12 +76,8 @@ class shard_shuffle {
     per_partition_ = n_ / o_.partitions;
   }
   // From a reader that knows its shards (io::wds_dataset, io::mds_dataset, io::remote_shards).
-  template <class R>
-    requires requires(const R& r, std::size_t s) {
-      { r.shard_count() } -> std::convertible_to<std::size_t>;
-      { r.shard_range(s) } -> std::convertible_to<std::pair<std::uint64_t, std::uint64_t>>;
-    }
-  shard_shuffle(const R& reader, shard_shuffle_options o) : shard_shuffle(ranges_of(reader), o) {}
+  template <sharded_reader R>
+  shard_shuffle(const R& reader, shard_shuffle_options o) : shard_shuffle(shard_ranges(reader), o) {}
 
   [[nodiscard]] std::size_t size(std::uint64_t) const noexcept {
     return static_cast<std::size_t>(per_partition_ * o_.partitions);
@@ -155,12 +152,6 @@ class shard_shuffle {
   [[nodiscard]] std::uint64_t left_out() const noexcept { return n_ - per_partition_ * o_.partitions; }
 
  private:
-  template <class R>
-  static std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges_of(const R& r) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> out(r.shard_count());
-    for (std::size_t s = 0; s < out.size(); ++s) out[s] = r.shard_range(s);
-    return out;
-  }
   void check(std::uint64_t epoch, std::uint64_t p) const {
     if (epoch != prepared_ || p >= size(epoch))
       throw usage_error("sluice: shard_shuffle: at(" + std::to_string(epoch) + ", " + std::to_string(p) +

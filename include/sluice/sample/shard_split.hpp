@@ -36,6 +36,21 @@
 
 namespace sluice::sample {
 
+// A reader that knows its shards: shard_count() and shard_range(s) ([first, last) global ids).
+template <class R>
+concept sharded_reader = requires(const R& r, std::size_t s) {
+  { r.shard_count() } -> std::convertible_to<std::size_t>;
+  { r.shard_range(s) } -> std::convertible_to<std::pair<std::uint64_t, std::uint64_t>>;
+};
+
+// Every shard's [first, last) global ids, in shard order.
+template <sharded_reader R>
+std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const R& r) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out(r.shard_count());
+  for (std::size_t s = 0; s < out.size(); ++s) out[s] = r.shard_range(s);
+  return out;
+}
+
 struct shard_split_options {
   std::uint64_t rank = 0;
   std::uint64_t world = 1;
@@ -69,12 +84,8 @@ class shard_split {
     size_ = *std::min_element(per_rank.begin(), per_rank.end());
   }
   // From a reader that knows its shards (io::wds_dataset).
-  template <class R>
-    requires requires(const R& r, std::size_t s) {
-      { r.shard_count() } -> std::convertible_to<std::size_t>;
-      { r.shard_range(s) } -> std::convertible_to<std::pair<std::uint64_t, std::uint64_t>>;
-    }
-  shard_split(const R& reader, shard_split_options o) : shard_split(ranges_of(reader), o) {}
+  template <sharded_reader R>
+  shard_split(const R& reader, shard_split_options o) : shard_split(shard_ranges(reader), o) {}
 
   [[nodiscard]] std::size_t size(std::uint64_t) const noexcept { return static_cast<std::size_t>(size_); }
   [[nodiscard]] std::uint64_t at(std::uint64_t epoch, std::uint64_t pos) const noexcept {
@@ -87,12 +98,6 @@ class shard_split {
   [[nodiscard]] const shard_split_options& options() const noexcept { return o_; }
 
  private:
-  template <class R>
-  static std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges_of(const R& r) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> out(r.shard_count());
-    for (std::size_t s = 0; s < out.size(); ++s) out[s] = r.shard_range(s);
-    return out;
-  }
   shard_split_options o_;
   std::vector<std::uint64_t> mine_;    // first global id of each non-empty shard of this rank
   std::vector<std::uint64_t> starts_;  // its first position among the rank's samples
