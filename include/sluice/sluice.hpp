@@ -55,6 +55,7 @@
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/class_weights.hpp"
 #include "sluice/sample/distributed.hpp"
+#include "sluice/sample/fetch_ahead.hpp"
 #include "sluice/sample/rank.hpp"
 #include "sluice/sample/sequential.hpp"
 #include "sluice/sample/shard_shuffle.hpp"

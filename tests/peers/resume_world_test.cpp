@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -291,4 +292,46 @@ TEST_CASE("shard_shuffle: under a loader, a rank's batches are its ids of the gl
     for (std::size_t i = 0; i < b.size(); ++i) got.push_back(b.ids()[i]);
   REQUIRE(got.size() == 300);  // the last batch holds 300 % 16 (drop_last is off)
   for (std::size_t j = 0; j < got.size(); ++j) CHECK(got[j] == one[1 + 2 * j]);
+}
+
+namespace {
+// A sharded reader that records what fetch_ahead asks it to prefetch.
+struct prefetch_log {
+  mutable std::mutex m;
+  mutable std::vector<std::size_t> asked;
+  void prefetch(std::size_t s) const {
+    std::lock_guard lk(m);
+    asked.push_back(s);
+  }
+};
+}  // namespace
+
+TEST_CASE("fetch_ahead: the shards of the next window of each partition are asked for once, before the rank reads them") {
+  const ranges_t r = shards_of(std::vector<std::uint64_t>(24, 10));  // 240 samples
+  const shard_shuffle order(r, {.seed = 4, .window = 3, .partitions = 2});
+  for (std::uint64_t world : {1u, 2u}) {
+    prefetch_log log;
+    sluice::sample::fetch_ahead ahead{distributed{order, {.rank = 0, .world = world}}, log, {.windows = 1}};
+    ahead.prepare(2);
+    const auto& inner = ahead.order().inner();
+    std::set<std::size_t> read;
+    for (std::uint64_t j = 0; j < ahead.size(2); ++j) {
+      const std::uint64_t id = ahead.at(2, j);
+      const std::uint64_t g = j * world;
+      CHECK(id == inner.at(2, g));  // the same ids as the order itself
+      const std::size_t shard = shard_of(r, id);
+      read.insert(shard);
+      const auto [c, k] = inner.window_at(2, g);
+      std::lock_guard lk(log.m);
+      // Every shard read so far was asked for, and so were the next window's of this partition.
+      CHECK(std::find(log.asked.begin(), log.asked.end(), shard) != log.asked.end());
+      if (k + 1 < inner.window_count(2, c))
+        for (std::size_t s : inner.window_shards(2, c, k + 1)) CHECK(std::find(log.asked.begin(), log.asked.end(), s) != log.asked.end());
+    }
+    // Each shard asked for once, and only the rank's own (world 2: partition 0's).
+    std::vector<std::size_t> sorted = log.asked;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+    CHECK(std::set<std::size_t>(sorted.begin(), sorted.end()) == read);
+  }
 }

@@ -284,6 +284,54 @@ TEST_CASE("nginx: MDS shards that do not match their index are rejected twice an
   CHECK(web.requests_for("/shard.00001.mds", 2) == 2);  // not fetched again per sample
 }
 
+TEST_CASE("nginx: fetch_ahead downloads the next window's shards while the loader reads the current one, same ids") {
+  temp_dir serve, tier_a, tier_b;
+  std::vector<std::string> urls;
+  for (int s = 0; s < 12; ++s) write_shard(serve.file("s" + std::to_string(s) + ".sluice"), 40, 32, static_cast<unsigned>(s));
+  nginx_server web(serve.path().string());
+  for (int s = 0; s < 12; ++s) urls.push_back(web.url("s" + std::to_string(s) + ".sluice"));
+  const std::vector<std::size_t> sizes(12, 40);
+  io::node_tier ta(tier_a.path().string()), tb(tier_b.path().string());
+  io::remote_shards with(urls, ta, {.sizes = sizes, .fetch = {.http = quick()}});
+  io::remote_shards without(urls, tb, {.sizes = sizes, .fetch = {.http = quick()}});
+  const sample::shard_shuffle order(with, {.seed = 6, .window = 2, .partitions = 2});
+  auto next_window_open = [&](const io::remote_shards& d) {
+    sample::shard_shuffle o = order;
+    o.prepare(0);
+    for (std::uint64_t c = 0; c < 2; ++c)
+      for (std::size_t s : o.window_shards(0, c, 1))
+        if (!d.is_open(s)) return false;
+    return true;
+  };
+  auto ids_of = [](auto& loader, auto&& after_first) {
+    std::vector<std::uint64_t> ids;
+    for (auto& b : loader.epoch(0)) {
+      for (std::size_t i = 0; i < b.size(); ++i) ids.push_back(b.ids()[i]);
+      if (ids.size() == b.size()) after_first();
+    }
+    return ids;
+  };
+  bool ahead_open = false, plain_open = true;
+  auto la = from(sample::fetch_ahead{sample::distributed{order, {}}, with, {.windows = 1}}) | read(with) |
+            collate({.batch = 8}) | prefetch(1, {.workers = 1});
+  const auto a = ids_of(la, [&] {
+    for (int i = 0; i < 500 && !ahead_open; ++i) {  // up to 10 s for the background fetches
+      ahead_open = next_window_open(with);
+      if (!ahead_open) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto lb = from(sample::distributed{order, {}}) | read(without) | collate({.batch = 8}) | prefetch(1, {.workers = 1});
+  const auto b = ids_of(lb, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    plain_open = next_window_open(without);
+  });
+  CHECK(ahead_open);     // window 1 was fetched while the loader was still in window 0
+  CHECK_FALSE(plain_open);  // without fetch_ahead nothing fetches it before a worker needs it
+  CHECK(a == b);
+  CHECK(a.size() == 480);
+  CHECK(ta.stats().misses == 12);  // each shard fetched once
+}
+
 TEST_CASE("nginx: a dataset opened from its shard index fetches nothing until read and checks each download against it") {
   temp_dir serve, tier_dir;
   std::filesystem::create_directories(serve.path() / "train");

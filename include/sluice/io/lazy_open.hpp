@@ -11,11 +11,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -73,6 +77,84 @@ struct shard_table {
     for (std::size_t s = 0; s < out.size(); ++s) out[s] = size_of(s);
     return out;
   }
+};
+
+// One thread opening shards ahead of the workers, for a sharded reader's prefetch(s). Jobs run in
+// the order posted; a job's exception is dropped (the shard's lazy_open remembers a failure and the
+// read that needs the shard reports it). The thread starts with the first job. stop() drops the
+// jobs not started and waits for the one running (a download finishes or fails by its timeouts).
+// A reader holds it as its first member and stops it in its destructor and when it is moved from
+// (opener_handle), so no job outlives the members it uses.
+class background_opener {
+ public:
+  background_opener() = default;
+  background_opener(const background_opener&) = delete;
+  background_opener& operator=(const background_opener&) = delete;
+  ~background_opener() { stop(); }
+
+  void post(std::function<void()> job) {
+    std::lock_guard lk(m_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(job));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    cv_.notify_one();
+  }
+  void stop() noexcept {
+    {
+      std::lock_guard lk(m_);
+      stopping_ = true;
+      jobs_.clear();
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    while (true) {
+      std::function<void()> job;
+      {
+        std::unique_lock lk(m_);
+        cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      try {
+        job();
+      } catch (...) {  // remembered by the shard's lazy_open, reported by the read that needs it
+      }
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// A reader's background_opener, made on first use; moving a reader stops the source's thread.
+class opener_handle {
+ public:
+  opener_handle() = default;
+  opener_handle(opener_handle&& o) noexcept { o.stop(); }
+  opener_handle& operator=(opener_handle&& o) noexcept {
+    stop();
+    o.stop();
+    return *this;
+  }
+  ~opener_handle() = default;
+  void post(std::function<void()> job) {
+    if (!p_) p_ = std::make_unique<background_opener>();
+    p_->post(std::move(job));
+  }
+  void stop() noexcept {
+    if (p_) p_->stop();
+    p_.reset();
+  }
+
+ private:
+  std::unique_ptr<background_opener> p_;
 };
 
 }  // namespace sluice::io::detail

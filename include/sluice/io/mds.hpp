@@ -371,6 +371,15 @@ class mds_dataset {
 
   mds_dataset(mds_dataset&&) noexcept = default;
   mds_dataset& operator=(mds_dataset&&) noexcept = default;
+  ~mds_dataset() { ahead_.stop(); }
+
+  // Opens shard s on a background thread (for a remote dataset: fetches it into the tier) so the
+  // worker that reads it later does not wait; returns at once. A failure is reported by the read
+  // that needs the shard. sample::fetch_ahead calls it for the windows ahead of the loader.
+  void prefetch(std::size_t s) const {
+    if (s >= shards_.size() || shards_[s]->ready()) return;
+    ahead_.post([this, s] { (void)open(s); });
+  }
 
   [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
   // The index's path or URL (each sample's origin is its shard).
@@ -556,6 +565,7 @@ class mds_dataset {
     return v.subspan(at);
   }
 
+  mutable detail::opener_handle ahead_;  // first: moved (stopping the source's thread) before the rest
   mds_options opt_;
   std::string name_;
   std::string dir_;

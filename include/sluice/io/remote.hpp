@@ -19,8 +19,10 @@
 // batch that needed it: under on_error::skip those samples are skipped and counted.
 // A shard once opened stays open (mapped, and held in the tier so it is not evicted) until the
 // remote_shards is destroyed: the tier's budget must hold the shards one reader opens in its life
-// (a rank's share, with shard_split). Releasing shards behind a window of shards in flight, and
-// fetching the next ones ahead, is not here yet; neither are ranged (chunked) fetches of one file.
+// (a rank's share, with shard_split). prefetch(s) fetches a shard on a background thread;
+// sample::fetch_ahead (sample/fetch_ahead.hpp) calls it for the windows of sample::shard_shuffle
+// ahead of the loader. Releasing shards behind the windows in flight (so one reader's life can
+// read more than the tier holds) is not here yet; neither are ranged (chunked) fetches of one file.
 //
 // What a fetch guarantees (http_get and fetch_shard below):
 //   - Retries with exponential backoff and jitter (a wait drawn from [d/2, d], d doubling from
@@ -422,6 +424,10 @@ class remote_shards {
       first_.push_back(first_.back() + (opt_.sizes.empty() ? open(s).reader.size() : opt_.sizes[s]));
   }
 
+  remote_shards(remote_shards&&) noexcept = default;
+  remote_shards& operator=(remote_shards&&) noexcept = default;
+  ~remote_shards() { ahead_.stop(); }
+
   [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(first_.back()); }
   [[nodiscard]] std::string_view path() const noexcept { return name_; }
   [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
@@ -453,6 +459,13 @@ class remote_shards {
   [[nodiscard]] bool is_open(std::size_t s) const {
     return shards_.at(s)->state.ready();
   }
+  // Fetches shard s into the tier and opens it on a background thread; returns at once (see
+  // mds_dataset::prefetch). sample::fetch_ahead calls it for the windows ahead of the loader.
+  void prefetch(std::size_t s) const {
+    if (s >= shards_.size() || shards_[s]->state.ready()) return;
+    ahead_.post([this, s] { (void)open(s); });
+  }
+
   // Shard s's local file in the tier (fetching it if needed) and its reader.
   [[nodiscard]] const std::string& local_path(std::size_t s) const { return open(s).file.path(); }
   [[nodiscard]] const shard_reader& shard(std::size_t s) const { return open(s).reader; }
@@ -486,6 +499,7 @@ class remote_shards {
         detail::on_failure::remember);
   }
 
+  mutable detail::opener_handle ahead_;  // first: moved (stopping the source's thread) before the rest
   node_tier* tier_;
   remote_shards_options opt_;
   std::vector<std::unique_ptr<lazy_shard>> shards_;

@@ -36,7 +36,8 @@
 // per batch, read amplification under an LRU tier) for windows 1, 4, 16 and 64.
 // prepare(epoch) lays out the epoch (O(shards), on the loader's thread); at() for an epoch not
 // prepared is a usage_error. window_at / window_shards name the shards of a window and of the
-// ones after it, for fetching them ahead.
+// ones after it; sample::fetch_ahead (sample/fetch_ahead.hpp) uses them to fetch the next windows'
+// shards on the reader's background thread before the loader reaches them.
 #pragma once
 
 #include <algorithm>
