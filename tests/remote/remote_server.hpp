@@ -6,6 +6,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -151,6 +153,78 @@ class nginx_server {
   sluice_test::temp_dir dir_;
   int port_ = 0;
   pid_t pid_ = -1;
+};
+
+#ifndef SLUICE_TEST_VENV_DIR  // tests/remote/CMakeLists.txt sets both
+#define SLUICE_TEST_VENV_DIR "build/test-venv"
+#endif
+#ifndef SLUICE_TEST_MOTO_SETUP
+#define SLUICE_TEST_MOTO_SETUP "tests/remote/moto_setup.py"
+#endif
+
+// moto's S3 server (PyPI: moto[server], installed by .ci/test into build/test-venv) on 127.0.0.1,
+// started with signature checking on: moto_setup.py (beside this file) makes an IAM user and key,
+// a bucket, and uploads `dir` under `prefix` with that key. Skips the case (exit 77) when moto is
+// not installed. SLUICE_TEST_VENV names another virtual environment holding it.
+class moto_server {
+ public:
+  moto_server(const std::string& bucket, const std::string& prefix, const std::string& dir) {
+    const std::string venv = std::getenv("SLUICE_TEST_VENV") ? std::getenv("SLUICE_TEST_VENV") : SLUICE_TEST_VENV_DIR;
+    const std::string exe = venv + "/bin/moto_server", python = venv + "/bin/python3";
+    if (::access(exe.c_str(), X_OK) != 0)
+      sluice_test::skip("moto is not installed in " + venv + " (.ci/test installs it: python3 -m venv " + venv +
+                        " && " + venv + "/bin/pip install 'moto[server]')");
+    port_ = free_port();
+    const std::string port = std::to_string(port_);
+    std::vector<std::string> args = {exe, "-H", "127.0.0.1", "-p", port};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s = {"INITIAL_NO_AUTH_ACTION_COUNT=3"};
+    for (char** e = environ; *e; ++e)
+      if (!std::string_view(*e).starts_with("INITIAL_NO_AUTH_ACTION_COUNT=")) env_s.emplace_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const std::string log = dir_.path().string() + "/moto.log";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw std::runtime_error("cannot start moto_server");
+    for (int i = 0; i < 1500 && !port_answers(port_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!port_answers(port_)) throw std::runtime_error("moto_server did not listen within 30 s");
+    const std::string cmd = python + " " + std::string(SLUICE_TEST_MOTO_SETUP) + " " + endpoint() + " " + bucket + " '" +
+                            prefix + "' '" + dir + "' 2>>" + log;
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) throw std::runtime_error("cannot run moto_setup.py");
+    char key[256] = {}, secret[256] = {};
+    const int got = std::fscanf(p, "%255s %255s", key, secret);
+    const int st = ::pclose(p);
+    if (got != 2 || st != 0) throw std::runtime_error("moto_setup.py failed: see " + log);
+    access_key_ = key;
+    secret_key_ = secret;
+  }
+  moto_server(const moto_server&) = delete;
+  moto_server& operator=(const moto_server&) = delete;
+  ~moto_server() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+    }
+  }
+  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  [[nodiscard]] const std::string& access_key() const noexcept { return access_key_; }
+  [[nodiscard]] const std::string& secret_key() const noexcept { return secret_key_; }
+
+ private:
+  sluice_test::temp_dir dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  std::string access_key_, secret_key_;
 };
 
 enum class fault { ok, status_503, status_404, cut_mid_body, short_body, corrupt, ignore_range, stall };

@@ -41,8 +41,12 @@
 //     fetched/evicted: io/node_tier.hpp.
 // MDS datasets (MosaicML Streaming's format, io/mds.hpp) by URL: remote_mds<Schema>(url, tier) at
 // the end of this file, each shard fetched the same way and checked against index.json.
-// Traffic: http:// and https:// only (other schemes are refused by URL); redirects are followed
-// (at most 5) within those schemes. S3 (SigV4) is not here yet.
+// s3://bucket/key URLs (S3 or an S3-compatible server) go through the same client, signed with
+// SigV4 by libcurl; endpoint, region and credentials come from the usual AWS environment variables
+// and files (resolve_s3 below). A 403 names the URL, the status and S3's error code
+// (SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied); a missing object is a 404 (NoSuchKey).
+// Traffic: http://, https:// and s3:// only (other schemes are refused by URL); redirects are
+// followed (at most 5) within http(s), never for a signed S3 request.
 #pragma once
 
 #include <curl/curl.h>
@@ -52,6 +56,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -216,13 +221,131 @@ inline std::chrono::milliseconds backoff_for(const http_options& o, int retry) {
 
 }  // namespace detail
 
+// ---- s3:// URLs: an S3 (or S3-compatible) GET signed with SigV4 by libcurl ----
+
+// Where an s3://bucket/key URL goes and how it is signed, from the usual AWS settings:
+//   credentials  AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), else the profile
+//                AWS_PROFILE (default "default") of AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials);
+//                none: the request goes unsigned (public buckets)
+//   region       AWS_REGION, AWS_DEFAULT_REGION, the profile's `region` in AWS_CONFIG_FILE
+//                (~/.aws/config), else us-east-1
+//   endpoint     AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (an S3-compatible server: path-style
+//                <endpoint>/<bucket>/<key>), else https://<bucket>.s3.<region>.amazonaws.com/<key>
+struct s3_target {
+  std::string http_url;
+  std::string region;
+  std::string access_key, secret_key, session_token;
+  [[nodiscard]] bool signed_request() const noexcept { return !access_key.empty(); }
+};
+
+namespace detail {
+
+inline std::string env_or(const char* name, std::string fallback = {}) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// `key` of [section] in an INI file (the AWS shared files), or empty.
+inline std::string ini_value(const std::string& path, const std::string& section, const std::string& key) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return {};
+  std::string cur, out;
+  char line[1024];
+  auto trim = [](std::string t) {
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+    std::size_t b = 0;
+    while (b < t.size() && std::isspace(static_cast<unsigned char>(t[b]))) ++b;
+    return t.substr(b);
+  };
+  while (std::fgets(line, sizeof line, f)) {
+    const std::string l = trim(line);
+    if (l.empty() || l[0] == '#' || l[0] == ';') continue;
+    if (l.front() == '[' && l.back() == ']') {
+      cur = trim(l.substr(1, l.size() - 2));
+      continue;
+    }
+    const auto eq = l.find('=');
+    if (cur == section && eq != std::string::npos && trim(l.substr(0, eq)) == key) {
+      out = trim(l.substr(eq + 1));
+      break;
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// Percent-encodes an S3 key for the URL path (RFC 3986 unreserved and '/' kept), as SigV4's
+// canonical URI expects.
+inline std::string s3_encode_key(std::string_view key) {
+  std::string out;
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+// The S3 error code of an error response body (<Code>SignatureDoesNotMatch</Code>), or empty.
+inline std::string s3_error_code(std::string_view body) {
+  const auto a = body.find("<Code>");
+  if (a == std::string_view::npos) return {};
+  const auto b = body.find("</Code>", a);
+  return b == std::string_view::npos ? std::string() : std::string(body.substr(a + 6, b - a - 6));
+}
+
+}  // namespace detail
+
+// Resolves an s3://bucket/key URL (usage-checked: a bucket and a key) with the settings above.
+inline s3_target resolve_s3(const std::string& url) {
+  std::string_view rest = std::string_view(url).substr(5);  // after "s3://"
+  const auto slash = rest.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 >= rest.size())
+    throw http_error(url, 0, 0, "not an s3://bucket/key URL:");
+  const std::string bucket(rest.substr(0, slash));
+  const std::string key = detail::s3_encode_key(rest.substr(slash + 1));
+  s3_target t;
+  const std::string home = detail::env_or("HOME");
+  const std::string profile = detail::env_or("AWS_PROFILE", "default");
+  t.access_key = detail::env_or("AWS_ACCESS_KEY_ID");
+  t.secret_key = detail::env_or("AWS_SECRET_ACCESS_KEY");
+  t.session_token = detail::env_or("AWS_SESSION_TOKEN");
+  if (t.access_key.empty() || t.secret_key.empty()) {
+    const std::string creds = detail::env_or("AWS_SHARED_CREDENTIALS_FILE", home + "/.aws/credentials");
+    t.access_key = detail::ini_value(creds, profile, "aws_access_key_id");
+    t.secret_key = detail::ini_value(creds, profile, "aws_secret_access_key");
+    t.session_token = detail::ini_value(creds, profile, "aws_session_token");
+    if (t.secret_key.empty()) t.access_key.clear();
+  }
+  t.region = detail::env_or("AWS_REGION", detail::env_or("AWS_DEFAULT_REGION"));
+  if (t.region.empty()) {
+    const std::string config = detail::env_or("AWS_CONFIG_FILE", home + "/.aws/config");
+    t.region = detail::ini_value(config, profile == "default" ? "default" : "profile " + profile, "region");
+  }
+  if (t.region.empty()) t.region = "us-east-1";
+  std::string endpoint = detail::env_or("AWS_ENDPOINT_URL_S3", detail::env_or("AWS_ENDPOINT_URL"));
+  while (endpoint.ends_with("/")) endpoint.pop_back();
+  t.http_url = endpoint.empty() ? "https://" + bucket + ".s3." + t.region + ".amazonaws.com/" + key
+                                : endpoint + "/" + bucket + "/" + key;
+  return t;
+}
+
 // Downloads `url` whole into `fd` (a regular file, truncated or overwritten from offset 0),
 // retrying as the header says. Throws http_error (status, attempts, URL), or io_error carrying the
 // errno of a failed write (ENOSPC on a full file system).
 inline http_result http_get(const std::string& url, int fd, const http_options& o = {}) {
   detail::curl_init_once();
-  if (!(url.starts_with("http://") || url.starts_with("https://")))
-    throw http_error(url, 0, 0, "not an http:// or https:// URL:");
+  const bool s3 = url.starts_with("s3://");
+  if (!(url.starts_with("http://") || url.starts_with("https://") || s3))
+    throw http_error(url, 0, 0, "not an http://, https:// or s3:// URL:");
+  const s3_target target = s3 ? resolve_s3(url) : s3_target{};
+  const std::string& fetch_url = s3 ? target.http_url : url;
+  const std::string sigv4 = "aws:amz:" + target.region + ":s3";
+  const std::string userpwd = target.access_key + ":" + target.secret_key;
   http_result res;
   std::uint64_t have = 0;  // bytes of the file already in fd, from the start
   std::string last = "no attempt";
@@ -238,10 +361,20 @@ inline http_result http_get(const std::string& url, int fd, const http_options& 
     if (t.range_from == 0 && ::ftruncate(fd, 0) != 0) throw io_error(url, "cannot truncate the download file of", errno);
     char err[CURL_ERROR_SIZE] = {};
     const std::string range = std::to_string(t.range_from) + "-";
-    curl_easy_setopt(c.get(), CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c.get(), CURLOPT_URL, fetch_url.c_str());
     curl_easy_setopt(c.get(), CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c.get(), CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c.get(), CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c.get(), CURLOPT_FOLLOWLOCATION, s3 ? 0L : 1L);  // a signed request is not re-sent elsewhere
+    std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(nullptr, &curl_slist_free_all);
+    if (s3 && target.signed_request()) {
+      // SigV4 by libcurl (7.75+); S3 also wants the payload's hash (a GET's is the empty one's).
+      curl_easy_setopt(c.get(), CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(c.get(), CURLOPT_USERPWD, userpwd.c_str());
+      curl_slist* h = curl_slist_append(nullptr, "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+      if (h && !target.session_token.empty()) h = curl_slist_append(h, ("x-amz-security-token: " + target.session_token).c_str());
+      headers.reset(h);
+      curl_easy_setopt(c.get(), CURLOPT_HTTPHEADER, headers.get());
+    }
     curl_easy_setopt(c.get(), CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(c.get(), CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c.get(), CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes (default 16 KiB)
@@ -287,8 +420,15 @@ inline http_result http_get(const std::string& url, int fd, const http_options& 
         continue;
       }
       if (!detail::retryable_status(status)) {
-        std::string what = "HTTP " + std::to_string(status) + " (not retried) from";
-        throw http_error(url, status, attempt, what);
+        std::string what = "HTTP " + std::to_string(status);
+        if (s3) {
+          const std::string code = detail::s3_error_code(t.body_head);
+          if (!code.empty()) what += " " + code;
+          if (!target.signed_request() && (status == 401 || status == 403))
+            what += ", sent unsigned: no AWS credentials were found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)";
+          what += ", from " + fetch_url + ",";
+        }
+        throw http_error(url, status, attempt, what + " (not retried) from");
       }
       last = "HTTP " + std::to_string(status);
       continue;
