@@ -49,6 +49,7 @@ struct options {
   std::size_t max_workers = 0;  // above workers: the worker count is tuned
   std::string depth = "fixed";
   std::uint64_t ram_budget = 0;
+  std::string image_column = "image", label_column = "label";  // source="mds"
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {

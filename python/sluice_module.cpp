@@ -25,6 +25,10 @@
 //                      (default) or "hwc"; <key>.cls the label. Batches {"image", "label"}.
 //           "tfrecord" path= a TFRecord file of tf.train.Example in the ImageNet convention:
 //                      "image/encoded" decoded like "wds", "image/class/label" the label.
+//           "mds"      path= a MosaicML Streaming (MDS) dataset: its directory or index.json, as
+//                      MDSWriter wrote it; the image_column= (default "image": jpeg, png or bytes)
+//                      decoded like "wds", the label_column= (default "label": int or int64)
+//                      the label. Batches {"image", "label"}.
 //           "tokens"   path= a flat token file (dtype= "uint16" or "uint32", as numpy tofile writes),
 //                      windows of length= (stride=, vocab= checked): {"input", "target"}
 //           "documents" path= tokens + offsets= (n_docs + 1 uint64): collate="pack" rows of length=
@@ -58,9 +62,9 @@ loader_ptr make_loader(const options& o) {
   if (o.workers == 0) throw py::value_error("sluice.loader: workers must be at least 1");
   if (o.source == "idx" || o.source == "records" || o.source == "npy" || (o.source == "shard" && o.decode.empty()))
     return make_records_loader(o);
-  if (o.source == "shard" || o.source == "wds" || o.source == "tfrecord") return make_image_loader(o);
+  if (o.source == "shard" || o.source == "wds" || o.source == "tfrecord" || o.source == "mds") return make_image_loader(o);
   if (o.source == "tokens" || o.source == "documents") return make_token_loader(o);
-  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'npy', 'shard', 'wds', 'tfrecord', 'tokens' or 'documents'");
+  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'npy', 'shard', 'wds', 'tfrecord', 'mds', 'tokens' or 'documents'");
 }
 
 }  // namespace
@@ -77,13 +81,14 @@ PYBIND11_MODULE(sluice, m) {
          std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout,
          std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
          std::uint64_t vocab, double pad_value, std::vector<double> sample_weights, std::string depth,
-         std::size_t max_workers, std::uint64_t ram_budget) {
+         std::size_t max_workers, std::uint64_t ram_budget, std::string image_column, std::string label_column) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
                   std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout),
                   std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value,
-                  std::move(sample_weights), max_workers, std::move(depth), ram_budget};
+                  std::move(sample_weights), max_workers, std::move(depth), ram_budget, std::move(image_column),
+                  std::move(label_column)};
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -98,6 +103,7 @@ PYBIND11_MODULE(sluice, m) {
       py::arg("errors") = "raise", py::arg("layout") = "chw", py::arg("offsets") = "", py::arg("dtype") = "uint16",
       py::arg("collate") = "pack", py::arg("length") = 1024, py::arg("stride") = 0, py::arg("vocab") = 0,
       py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{}, py::arg("depth") = "fixed",
-      py::arg("max_workers") = 0, py::arg("ram_budget") = 0,
+      py::arg("max_workers") = 0, py::arg("ram_budget") = 0, py::arg("image_column") = "image",
+      py::arg("label_column") = "label",
       "A loader of a common pipeline; see the module's documentation for the keywords.");
 }

@@ -1,5 +1,5 @@
-// The Python module's image sources: sluice shards of JPEGs, WebDataset image classification, and
-// TFRecord files of tf.train.Example in the ImageNet convention. Each is decoded (JPEG, or JPEG and
+// The Python module's image sources: sluice shards of JPEGs, WebDataset image classification,
+// TFRecord files of tf.train.Example in the ImageNet convention, and MDS datasets. Each is decoded (JPEG, or JPEG and
 // PNG by the first bytes where libpng is built in) to size=(h, w) with random_resized_crop= and
 // flip=, in layout= CHW or HWC, and collated to uint8 or normalised float32.
 #include "pipelines.hpp"
@@ -8,6 +8,7 @@
 
 #if SLUICE_WITH_TURBOJPEG
 #include "sluice/codec/jpeg.hpp"
+#include "sluice/io/mds.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/tf_example.hpp"
 #include "sluice/io/wds.hpp"
@@ -97,6 +98,23 @@ loader_ptr tfrecord_loader(const options& o) {
   return image_classification<"image/encoded", "image/class/label">(o, std::move(r), labels);
 }
 
+// An MDS dataset (MosaicML Streaming): the image and label columns named at run time.
+using mds_classes = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>, sluice::field<"label", std::int64_t>>;
+
+loader_ptr mds_loader(const options& o) {
+  sluice::io::mds_dataset<mds_classes> data(o.path, {.columns = {{"image", o.image_column}, {"label", o.label_column}}});
+  std::vector<std::int64_t> labels(data.size(), -1);  // -1: unreadable, never drawn by class_balanced
+  if (o.sampler == "class_balanced") {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      try {
+        std::memcpy(&labels[i], data.fields(i).bytes_of<"label">().data(), sizeof(std::int64_t));
+      } catch (const sluice::error&) {
+      }
+    }
+  }
+  return image_classification<"image", "label">(o, std::move(data), labels);
+}
+
 // A sluice shard of encoded images (sluice-pack imagefolder): records + labels, classic collate.
 loader_ptr shard_jpeg_loader(const options& o) {
   if (o.decode != "jpeg") bad_value("decode", "'" + o.decode + "'", "'jpeg' (or leave it out: records as stored)");
@@ -118,6 +136,7 @@ loader_ptr make_image_loader(const options& o) {
   if (o.path.empty()) throw py::value_error("sluice.loader: source='" + o.source + "' needs path=");
   if (o.source == "wds") return wds_loader(o);
   if (o.source == "tfrecord") return tfrecord_loader(o);
+  if (o.source == "mds") return mds_loader(o);
   return shard_jpeg_loader(o);
 #else
   throw py::value_error("sluice.loader: source='" + o.source + "' with image decoding needs a module built with TurboJPEG");

@@ -458,3 +458,13 @@ TEST_CASE("json: values, escapes, numbers, and errors with their byte offset") {
         std::string::npos);
   CHECK(io::parse_json(std::string(64, '[') + std::string(64, ']'), "d.json").is_array());
 }
+
+TEST_CASE("mds: columns named at run time through mds_options::columns") {
+  using fixed = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>>;
+  io::mds_dataset<fixed> d(fixtures + "/plain", {.columns = {{"image", "mask"}, {"label", "label"}}});
+  CHECK(text(d.fields(2).bytes_of<"image">().first(4)) == "\x89PNG");  // the png column
+  const auto e = sluice_test::expect_format_error(
+      [&] { io::mds_dataset<fixed> bad(fixtures + "/plain", {.columns = {{"image", "picture"}}}); });
+  CHECK(e.cause().find("field 'image' (column 'picture'): no column of that name") != std::string::npos);
+  CHECK_THROWS_AS(io::mds_dataset<fixed>(fixtures + "/plain", {.columns = {{"imgae", "image"}}}), usage_error);
+}

@@ -498,3 +498,33 @@ def test_adaptive_depth_and_worker_tuning_keep_the_batches(records):
         make(records, workers=2, max_workers=1)
     with pytest.raises(ValueError, match="prefetch must be at least 1"):
         make(records, prefetch=0)
+
+
+def test_mds_dataset_written_by_streaming(tmp_path):
+    # tests/data/mds/plain: written by MosaicML Streaming's MDSWriter (make_fixtures.py there):
+    # image i is a JPEG whose red channel is i * 20, label i * 7 % 10.
+    plain = os.path.join(os.environ.get("SLUICE_TEST_DATA_DIR", ""), "mds", "plain")
+    if not os.path.isdir(plain):
+        pytest.skip("SLUICE_TEST_DATA_DIR/mds/plain not found")
+    ld = sluice.loader("mds", path=plain, batch_size=5, size=[6, 8], layout="hwc", sampler="sequential", workers=2)
+    assert len(ld) == 2
+    ids = 0
+    for b in ld:
+        img = np.from_dlpack(b["image"])
+        assert img.shape == (5, 6, 8, 3)
+        labels = np.from_dlpack(b["label"]).tolist()
+        for k in range(5):
+            i = ids + k
+            assert labels[k] == i * 7 % 10
+            assert abs(int(img[k, 3, 4, 0]) - i * 20) <= 12
+        ids += 5
+    # Columns chosen at run time; a column that is not there names what is.
+    with pytest.raises(sluice.FormatError) as e:
+        sluice.loader("mds", path=plain, image_column="picture", size=[6, 8])
+    assert "no column of that name" in str(e.value) and "picture" in str(e.value)
+    with pytest.raises(sluice.FormatError) as e:
+        sluice.loader("mds", path=plain, label_column="name", size=[6, 8])  # a str column for an int64 label
+    assert "'str'" in str(e.value)
+    balanced = sluice.loader("mds", path=plain, batch_size=4, size=[6, 8], sampler="class_balanced", seed=2)
+    got = [label for b in balanced for label in np.from_dlpack(b["label"]).tolist()]
+    assert len(got) == 10 and set(got) <= set(range(10))  # drawn by class weight, with replacement

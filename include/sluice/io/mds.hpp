@@ -179,6 +179,9 @@ using mds_opener = std::function<mds_shard_file(const mds_shard_info& info, std:
 
 struct mds_options {
   map_options map{.advice = access::automatic};
+  // Field name -> column name, for a schema fixed at compile time over columns named at run time
+  // (the Python module's image_column=); a field not listed takes the column of its own name.
+  std::vector<std::pair<std::string, std::string>> columns{};
 };
 
 namespace detail {
@@ -451,6 +454,9 @@ class mds_dataset {
   }
 
   void init(std::vector<mds_shard_info> shards) {
+    for (const auto& [f, c] : opt_.columns)
+      if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
+        throw usage_error("sluice: mds_dataset: mds_options::columns names field '" + f + "', which the schema does not have");
     info_ = std::move(shards);
     if (info_.empty()) throw format_error(name_, {}, "the index lists no shards");
     table_.first.reserve(info_.size() + 1);
@@ -469,13 +475,18 @@ class mds_dataset {
       if (!c.size) ++p.variable;
     }
     auto where = [&](std::size_t k) {
-      return "shard " + std::to_string(s) + " (" + info.basename + "), field '" + std::string(Schema::names[k]) + "': ";
+      std::string w = "shard " + std::to_string(s) + " (" + info.basename + "), field '" + std::string(Schema::names[k]) + "'";
+      for (const auto& [f, c] : opt_.columns)
+        if (f == Schema::names[k]) w += " (column '" + c + "')";
+      return w + ": ";
     };
     [&]<std::size_t... K>(std::index_sequence<K...>) {
       (([&] {
          using Fk = field_k<K>;
          using T = typename Fk::value_type;
-         const std::string_view want = Fk::name.view();
+         std::string_view want = Fk::name.view();
+         for (const auto& [f, c] : opt_.columns)
+           if (f == want) want = c;
          std::size_t c = 0;
          while (c < info.columns.size() && info.columns[c].name != want) ++c;
          if (c == info.columns.size()) {
