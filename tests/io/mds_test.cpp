@@ -288,6 +288,12 @@ TEST_CASE("mds: a dataset written from the documented format round-trips through
   CHECK(run(3) == one);
   CHECK(std::set<std::uint64_t>(one.begin(), one.end()).size() == 23);
   CHECK(d.is_open(5));
+  // release_all (between epochs): every shard closed; reading opens it again.
+  d.prefetch(2);
+  d.release_all();
+  for (std::size_t s = 0; s < d.shard_count(); ++s) CHECK_FALSE(d.is_open(s));
+  CHECK(scalar<std::int64_t>(d.fields(22).bytes_of<"label">()) == 22);
+  CHECK(d.is_open(5));
 }
 
 TEST_CASE("mds: bad index files name the file and the problem") {

@@ -335,3 +335,29 @@ TEST_CASE("fetch_ahead: the shards of the next window of each partition are aske
     CHECK(std::set<std::size_t>(sorted.begin(), sorted.end()) == read);
   }
 }
+
+namespace {
+struct releasing_log : prefetch_log {
+  mutable int releases = 0;
+  void release_all() const { ++releases; }
+};
+}  // namespace
+
+TEST_CASE("fetch_ahead: the reader's shards are released when a new epoch is prepared, not when the same one is") {
+  const ranges_t r = shards_of(std::vector<std::uint64_t>(8, 10));
+  const shard_shuffle order(r, {.seed = 1, .window = 2, .partitions = 2});
+  releasing_log log;
+  sluice::sample::fetch_ahead ahead{distributed{order, {}}, log};
+  ahead.prepare(0);
+  CHECK(log.releases == 0);  // nothing was open before the first epoch
+  (void)ahead.at(0, 0);
+  ahead.prepare(0);  // the same epoch again (a resume): nothing released
+  CHECK(log.releases == 0);
+  ahead.prepare(1);
+  CHECK(log.releases == 1);
+  releasing_log kept;
+  sluice::sample::fetch_ahead keep{distributed{order, {}}, kept, {.release_between_epochs = false}};
+  keep.prepare(0);
+  keep.prepare(1);
+  CHECK(kept.releases == 0);
+}

@@ -284,7 +284,7 @@ TEST_CASE("nginx: MDS shards that do not match their index are rejected twice an
   CHECK(web.requests_for("/shard.00001.mds", 2) == 2);  // not fetched again per sample
 }
 
-TEST_CASE("nginx: fetch_ahead downloads the next window's shards while the loader reads the current one, same ids") {
+TEST_CASE("nginx: fetch_ahead downloads the next window's shards while the loader reads the current one, same ids, and releases them at a new epoch") {
   temp_dir serve, tier_a, tier_b;
   std::vector<std::string> urls;
   for (int s = 0; s < 12; ++s) write_shard(serve.file("s" + std::to_string(s) + ".sluice"), 40, 32, static_cast<unsigned>(s));
@@ -325,6 +325,16 @@ TEST_CASE("nginx: fetch_ahead downloads the next window's shards while the loade
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     plain_open = next_window_open(without);
   });
+  // A new epoch releases the last one's shards (their tier files become evictable); reading
+  // again finds them in the tier.
+  CHECK(with.is_open(0));
+  auto again = sample::fetch_ahead{sample::distributed{order, {}}, with, {.windows = 1}};
+  again.prepare(0);
+  again.prepare(1);
+  for (std::size_t s = 0; s < 12; ++s) CHECK_FALSE(with.is_open(s));
+  const auto hits = ta.stats().hits;
+  CHECK(std::memcmp(with.record(5).data(), without.record(5).data(), 32) == 0);
+  CHECK(ta.stats().hits == hits + 1);
   CHECK(ahead_open);     // window 1 was fetched while the loader was still in window 0
   CHECK_FALSE(plain_open);  // without fetch_ahead nothing fetches it before a worker needs it
   CHECK(a == b);

@@ -50,6 +50,15 @@ class lazy_open {
     return *owned_;
   }
 
+  // Drops the state (and a remembered failure): the next get() makes it again. Only while no
+  // thread uses the state or calls get() (a reader's release_all(), between epochs).
+  void reset() {
+    std::lock_guard lk(m_);
+    ready_.store(nullptr, std::memory_order_release);
+    owned_.reset();
+    failed_ = nullptr;
+  }
+
  private:
   std::mutex m_;
   std::unique_ptr<State> owned_;

@@ -396,6 +396,13 @@ class mds_dataset {
   [[nodiscard]] std::vector<std::size_t> sizes() const { return table_.sizes(); }
   [[nodiscard]] bool is_open(std::size_t s) const { return shards_.at(s)->ready(); }
 
+  // Closes every open shard and forgets failures (see remote_shards::release_all): only while
+  // nothing reads from this dataset; sample::fetch_ahead calls it between epochs.
+  void release_all() const {
+    ahead_.stop();
+    for (const auto& l : shards_) l->reset();
+  }
+
   // Sample i: its fields as views into its shard's mapping; format_error for a bad sample.
   [[nodiscard]] sample_type fields(std::size_t i) const {
     const std::size_t s = shard_of(i);

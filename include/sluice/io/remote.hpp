@@ -19,10 +19,11 @@
 // batch that needed it: under on_error::skip those samples are skipped and counted.
 // A shard once opened stays open (mapped, and held in the tier so it is not evicted) until the
 // remote_shards is destroyed: the tier's budget must hold the shards one reader opens in its life
-// (a rank's share, with shard_split). prefetch(s) fetches a shard on a background thread;
-// sample::fetch_ahead (sample/fetch_ahead.hpp) calls it for the windows of sample::shard_shuffle
-// ahead of the loader. Releasing shards behind the windows in flight (so one reader's life can
-// read more than the tier holds) is not here yet; neither are ranged (chunked) fetches of one file.
+// (a rank's share, with shard_split) or until release_all(). prefetch(s) fetches a shard on a
+// background thread; sample::fetch_ahead (sample/fetch_ahead.hpp) calls it for the windows of
+// sample::shard_shuffle ahead of the loader, and release_all() between epochs, so a rank holds at
+// most one epoch's shards. Releasing shards behind the windows in flight within an epoch is not
+// here yet (a rank's share of one epoch must fit the tier); neither are ranged fetches of one file.
 //
 // What a fetch guarantees (http_get and fetch_shard below):
 //   - Retries with exponential backoff and jitter (a wait drawn from [d/2, d], d doubling from
@@ -604,6 +605,15 @@ class remote_shards {
   void prefetch(std::size_t s) const {
     if (s >= shards_.size() || shards_[s]->state.ready()) return;
     ahead_.post([this, s] { (void)open(s); });
+  }
+
+  // Closes every open shard (unmaps it and lets go of its tier file, which the tier may then
+  // evict; a shard read again is fetched again, or found in the tier), and forgets failures. Only
+  // while nothing reads from this dataset: sample::fetch_ahead calls it between epochs, when the
+  // loader's workers are idle. Waits for a background prefetch in progress.
+  void release_all() const {
+    ahead_.stop();
+    for (const auto& l : shards_) l->state.reset();
   }
 
   // Shard s's local file in the tier (fetching it if needed) and its reader.

@@ -12,10 +12,12 @@
 //   sluice::sample::fetch_ahead ahead{sluice::sample::distributed{order, {.rank = r, .world = w}}, data, {.windows = 1}};
 //   auto loader = sluice::from(ahead) | sluice::read(data) | ...;
 //
-// The disk tier must hold the windows in flight plus those fetched ahead: (partitions / world) ×
-// (window × (1 + windows) + 1) shards a rank. The reader must outlive the loader (as read(data)
-// requires anyway). at() is thread-safe; the bookkeeping is one atomic load a sample once a
-// window's successors are posted.
+// Between epochs (prepare of a new epoch, when the loader's workers are idle) the reader's
+// release_all() closes the last epoch's shards so the tier may evict them: a rank holds at most
+// one epoch's share (shards are not released within an epoch yet). Fetching ahead needs room for
+// the windows in flight plus those ahead: (partitions / world) × (window × (1 + windows) + 1)
+// shards a rank. The reader must outlive the loader (as read(data) requires anyway). at() is
+// thread-safe; the bookkeeping is one atomic load a sample once a window's successors are posted.
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,9 @@ namespace sluice::sample {
 
 struct fetch_ahead_options {
   std::uint64_t windows = 1;  // windows of each partition fetched ahead of the one being read
+  // At each new epoch, the reader's release_all() (when it has one): the last epoch's shards are
+  // closed and their tier files become evictable, so a rank holds at most one epoch's share.
+  bool release_between_epochs = true;
 };
 
 template <class Reader>
@@ -47,10 +52,14 @@ class fetch_ahead {
     if (order_.inner().shard_count() == 0) throw usage_error("sluice: fetch_ahead: no shards");
   }
 
+  // Called by the loader before an epoch, with its workers idle (nothing reads the reader then).
   void prepare(std::uint64_t epoch) {
     order_.prepare(epoch);
     const std::uint64_t parts = order_.inner().options().partitions;
     std::lock_guard lk(state_->m);
+    if constexpr (requires { reader_->release_all(); }) {
+      if (o_.release_between_epochs && state_->posted && state_->epoch != epoch) reader_->release_all();
+    }
     state_->epoch = epoch;
     state_->posted = std::make_unique<std::atomic<std::uint64_t>[]>(parts);
     for (std::uint64_t c = 0; c < parts; ++c) state_->posted[c].store(0, std::memory_order_relaxed);  // windows posted: [0, v)
