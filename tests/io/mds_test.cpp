@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/io/json.hpp"
@@ -288,6 +289,15 @@ TEST_CASE("mds: a dataset written from the documented format round-trips through
   CHECK(run(3) == one);
   CHECK(std::set<std::uint64_t>(one.begin(), one.end()).size() == 23);
   CHECK(d.is_open(5));
+  // prefetch from several threads at once (a const method): every shard opens once, reads agree.
+  d.release_all();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (std::size_t s = 0; s < d.shard_count(); ++s) d.prefetch(s);
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < d.size(); ++i) CHECK(scalar<std::int64_t>(d.fields(i).bytes_of<"label">()) == static_cast<std::int64_t>(i));
   // release_all (between epochs): every shard closed; reading opens it again.
   d.prefetch(2);
   d.release_all();

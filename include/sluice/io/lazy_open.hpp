@@ -143,6 +143,7 @@ class background_opener {
 };
 
 // A reader's background_opener, made on first use; moving a reader stops the source's thread.
+// post() and stop() may be called from several threads (prefetch(s) is a const reader method).
 class opener_handle {
  public:
   opener_handle() = default;
@@ -154,15 +155,18 @@ class opener_handle {
   }
   ~opener_handle() = default;
   void post(std::function<void()> job) {
+    std::lock_guard lk(m_);
     if (!p_) p_ = std::make_unique<background_opener>();
     p_->post(std::move(job));
   }
   void stop() noexcept {
+    std::lock_guard lk(m_);
     if (p_) p_->stop();
     p_.reset();
   }
 
  private:
+  std::mutex m_;  // not moved: each handle has its own
   std::unique_ptr<background_opener> p_;
 };
 

@@ -17,7 +17,8 @@
 // one epoch's share (shards are not released within an epoch yet). Fetching ahead needs room for
 // the windows in flight plus those ahead: (partitions / world) × (window × (1 + windows) + 1)
 // shards a rank. The reader must outlive the loader (as read(data) requires anyway). at() is
-// thread-safe; the bookkeeping is one atomic load a sample once a window's successors are posted.
+// thread-safe; its bookkeeping per sample is the window lookup (a binary search over the
+// partition's windows) and one atomic load once that window's successors are posted.
 #pragma once
 
 #include <atomic>
