@@ -34,7 +34,7 @@ struct options {
   std::uint64_t seed = 0;
   bool distributed = false, drop_last = false;
   std::size_t workers = 2, prefetch = 2;
-  std::string output = "uint8";
+  std::string output;  // empty: the source's own ("uint8" for records and images, the stored type for tokens)
   std::vector<std::int64_t> shape;
   std::vector<float> mean, std;
   std::vector<int> size;
@@ -49,7 +49,7 @@ struct options {
   std::size_t max_workers = 0;  // above workers: the worker count is tuned
   std::string depth = "fixed";
   std::uint64_t ram_budget = 0;
-  std::string image_column = "image", label_column = "label";  // source="mds"
+  std::string image_field, label_field;  // image sources; empty: the source's convention"
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -59,7 +59,7 @@ struct options {
 inline sluice::collate_options collate_of(const options& o) {
   sluice::collate_options c{.batch = o.batch_size, .drop_last = o.drop_last};
   if (o.output == "float32") c.output = sluice::dtype::f32;
-  else if (o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  else if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
   c.mean = o.mean;
   c.std = o.std;
   c.shape = o.shape;

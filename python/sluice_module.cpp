@@ -18,17 +18,22 @@
 //           "shard"    path= a sluice shard (sluice-pack's output); records as stored (they must all
 //                      be the same size within a batch), or decode="jpeg" with size=(h, w),
 //                      random_resized_crop=, flip=, layout=: decoded (JPEG, or PNG too where libpng
-//                      is built in), then collated as "data"/"label"
+//                      is built in), then collated as "data"/"label". A shard with fields
+//                      (sluice-pack --fields/--features) with decode="jpeg": the field
+//                      image_field= (default "jpg") decoded, the shard's label of each record (or
+//                      the field label_field=, one integer) the label; batches {"image", "label"}
 //           "wds"      path= WebDataset shards (a list or "train-{000000..000127}.tar") for image
-//                      classification: <key>.jpg/.jpeg/.png decoded (JPEG or PNG by the first
-//                      bytes) to size=(h, w) with random_resized_crop=, flip=, in layout= "chw"
-//                      (default) or "hwc"; <key>.cls the label. Batches {"image", "label"}.
-//           "tfrecord" path= a TFRecord file of tf.train.Example in the ImageNet convention:
-//                      "image/encoded" decoded like "wds", "image/class/label" the label.
+//                      classification: <key>.<image_field> (default "jpg;jpeg;png": any of them)
+//                      decoded (JPEG or PNG by the first bytes) to size=(h, w) with
+//                      random_resized_crop=, flip=, in layout= "chw" (default) or "hwc";
+//                      <key>.<label_field> (default "cls") the label. Batches {"image", "label"}.
+//           "tfrecord" path= a TFRecord file of tf.train.Example: the feature image_field= (default
+//                      "image/encoded", ImageNet's convention) decoded like "wds", label_field=
+//                      (default "image/class/label") the label.
 //           "mds"      path= a MosaicML Streaming (MDS) dataset: its directory or index.json, as
-//                      MDSWriter wrote it; the image_column= (default "image": jpeg, png or bytes)
-//                      decoded like "wds", the label_column= (default "label": int or int64)
-//                      the label. Batches {"image", "label"}.
+//                      MDSWriter wrote it; the column image_field= (default "image": jpeg, png or
+//                      bytes) decoded like "wds", the column label_field= (default "label": int or
+//                      int64) the label. Batches {"image", "label"}.
 //           "tokens"   path= a flat token file (dtype= "uint16" or "uint32", as numpy tofile writes),
 //                      windows of length= (stride=, vocab= checked): {"input", "target"}
 //           "documents" path= tokens + offsets= (n_docs + 1 uint64): collate="pack" rows of length=
@@ -44,8 +49,11 @@
 //           the stall under 4 %; max_workers= above workers= lets workers::autotune add and
 //           remove worker threads between 1 and max_workers (policy/workers.hpp). The batches
 //           are the same whatever these choose.
-// Output:   "uint8" as stored, or "float32" scaled by 1/255 then (x - mean) / std per channel;
-//           shape= the per-sample shape of "data" (default: flat).
+// Output:   records and images: "uint8" as stored (the default), or "float32" scaled by 1/255 then
+//           (x - mean) / std per channel; shape= the per-sample shape of "data" (default: flat).
+//           Tokens: the file's dtype (the default), or "int64": every token tensor widened to
+//           int64 while it is written into the batch (PyTorch before 2.3 has no uint16/uint32
+//           tensors; embeddings take int64 ids).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -81,14 +89,14 @@ PYBIND11_MODULE(sluice, m) {
          std::vector<int> size, bool random_resized_crop, bool flip, std::string errors, std::string layout,
          std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
          std::uint64_t vocab, double pad_value, std::vector<double> sample_weights, std::string depth,
-         std::size_t max_workers, std::uint64_t ram_budget, std::string image_column, std::string label_column) {
+         std::size_t max_workers, std::uint64_t ram_budget, std::string image_field, std::string label_field) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
                   std::move(size), random_resized_crop, flip, std::move(errors), std::move(layout),
                   std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value,
-                  std::move(sample_weights), max_workers, std::move(depth), ram_budget, std::move(image_column),
-                  std::move(label_column)};
+                  std::move(sample_weights), max_workers, std::move(depth), ram_budget, std::move(image_field),
+                  std::move(label_field)};
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -97,13 +105,13 @@ PYBIND11_MODULE(sluice, m) {
       py::arg("record_bytes") = 0, py::arg("header_bytes") = 0, py::arg("batch_size") = 64,
       py::arg("sampler") = "shuffle", py::arg("weights") = "inverse_log", py::arg("seed") = 0,
       py::arg("distributed") = false, py::arg("drop_last") = false, py::arg("workers") = 2, py::arg("prefetch") = 2,
-      py::arg("output") = "uint8", py::arg("shape") = std::vector<std::int64_t>{},
+      py::arg("output") = "", py::arg("shape") = std::vector<std::int64_t>{},
       py::arg("mean") = std::vector<float>{}, py::arg("std") = std::vector<float>{}, py::arg("decode") = "",
       py::arg("size") = std::vector<int>{}, py::arg("random_resized_crop") = false, py::arg("flip") = false,
       py::arg("errors") = "raise", py::arg("layout") = "chw", py::arg("offsets") = "", py::arg("dtype") = "uint16",
       py::arg("collate") = "pack", py::arg("length") = 1024, py::arg("stride") = 0, py::arg("vocab") = 0,
       py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{}, py::arg("depth") = "fixed",
-      py::arg("max_workers") = 0, py::arg("ram_budget") = 0, py::arg("image_column") = "image",
-      py::arg("label_column") = "label",
+      py::arg("max_workers") = 0, py::arg("ram_budget") = 0, py::arg("image_field") = "",
+      py::arg("label_field") = "",
       "A loader of a common pipeline; see the module's documentation for the keywords.");
 }

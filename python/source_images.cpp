@@ -1,7 +1,10 @@
-// The Python module's image sources: sluice shards of JPEGs, WebDataset image classification,
-// TFRecord files of tf.train.Example in the ImageNet convention, and MDS datasets. Each is decoded (JPEG, or JPEG and
-// PNG by the first bytes where libpng is built in) to size=(h, w) with random_resized_crop= and
-// flip=, in layout= CHW or HWC, and collated to uint8 or normalised float32.
+// The Python module's image sources: sluice shards of JPEGs (records, or a shard with fields),
+// WebDataset image classification, TFRecord files of tf.train.Example, and MDS datasets. The
+// image and label fields are named at run time (image_field=, label_field=; each source has a
+// default: its usual convention). Each is decoded (JPEG, or JPEG and PNG by the first bytes where
+// libpng is built in) to size=(h, w) with random_resized_crop= and flip=, in layout= CHW or HWC,
+// and collated to uint8 or normalised float32. Every source here is one reader type with the
+// fields {"image", "label"}, so the loaders compiled are one set per reader type.
 #include "pipelines.hpp"
 
 #include <cstring>
@@ -28,12 +31,11 @@ using image_codec = sluice::codecs::image;  // JPEG or PNG, by the first bytes
 using image_codec = sluice::codecs::jpeg;
 #endif
 
-// WebDataset: <key>.jpg/.jpeg/.png and <key>.cls (an integer).
-using wds_classes = sluice::schema<sluice::field<"jpg;jpeg;png", std::uint8_t, sluice::variable>,
-                                   sluice::field<"cls", std::int64_t>>;
-// tf.train.Example as ImageNet's TFRecords (and TF's own image tooling) write it.
-using example_classes = sluice::schema<sluice::field<"image/encoded", std::uint8_t, sluice::variable>,
-                                       sluice::field<"image/class/label", std::int64_t>>;
+// Image classification: an encoded image and an integer label, whatever the source calls them.
+using classes = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>, sluice::field<"label", std::int64_t>>;
+
+// The name a source's field takes: the user's, else the source's convention.
+std::string name_or(const std::string& given, const char* convention) { return given.empty() ? convention : given; }
 
 image_codec codec_of(const options& o) {
   if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
@@ -45,9 +47,10 @@ image_codec codec_of(const options& o) {
                       .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
 }
 
-// Samples with fields Img (encoded) and Lbl (an integer): decoded, collated, keys image/label.
-template <sluice::fixed_string Img, sluice::fixed_string Lbl, class Reader>
+// Samples with fields "image" (encoded) and "label" (an integer): decoded, collated.
+template <class Reader>
 loader_ptr image_classification(const options& o, Reader data, const std::vector<std::int64_t>& labels) {
+  constexpr sluice::fixed_string Img = "image", Lbl = "label";
   const image_codec codec = codec_of(o);
   const std::size_t n = data.size();
   const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
@@ -60,7 +63,7 @@ loader_ptr image_classification(const options& o, Reader data, const std::vector
                                                   sluice::stack<Lbl>{}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
-  } else if (o.output == "uint8") {
+  } else if (o.output.empty() || o.output == "uint8") {
     l = with_sampler(o, n, labels, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
                                   sluice::decode<Img>(codec) |
@@ -70,55 +73,111 @@ loader_ptr image_classification(const options& o, Reader data, const std::vector
   } else {
     bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
   }
-  l->rename = {{std::string(Img.view()), "image"}, {std::string(Lbl.view()), "label"}};
   return l;
 }
 
-loader_ptr wds_loader(const options& o) {
-  sluice::io::wds_dataset<wds_classes> data(o.path);
-  // Labels for the class-balanced sampler; a sample that cannot be read gets -1 here (never drawn
-  // by it) and fails, naming shard, key and field, when a sampler that draws it reads it.
+// Every sample's label, for the class-balanced sampler: -1 where a sample cannot be read (never
+// drawn by it; reading it fails, naming file, sample and field, when another sampler draws it).
+template <class Reader>
+std::vector<std::int64_t> labels_of(const options& o, const Reader& data) {
   std::vector<std::int64_t> labels(data.size(), -1);
-  if (o.sampler == "class_balanced") {
-    for (std::size_t i = 0; i < data.size(); ++i) {
-      try {
-        const auto b = data.fields(i).bytes_of<"cls">();
-        if (b.size() == sizeof(std::int64_t)) std::memcpy(&labels[i], b.data(), sizeof(std::int64_t));
-      } catch (const sluice::error&) {
-      }
+  if (o.sampler != "class_balanced") return labels;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    try {
+      const auto s = data.fields(i);
+      if (s.template size_of<"label">() == sizeof(std::int64_t))
+        s.template write<"label">(std::as_writable_bytes(std::span(&labels[i], 1)), sluice::sample_context{});
+    } catch (const sluice::error&) {
     }
   }
-  return image_classification<"jpg;jpeg;png", "cls">(o, std::move(data), labels);
+  return labels;
 }
 
+// WebDataset: <key>.<image_field> (default jpg, jpeg or png) and <key>.<label_field> (default cls).
+loader_ptr wds_loader(const options& o) {
+  sluice::io::wds_dataset<classes> data(
+      o.path, {.extensions = {{"image", name_or(o.image_field, "jpg;jpeg;png")}, {"label", name_or(o.label_field, "cls")}}});
+  auto labels = labels_of(o, data);
+  return image_classification(o, std::move(data), labels);
+}
+
+// tf.train.Example: features image_field= (default "image/encoded") and label_field= (default
+// "image/class/label"), ImageNet's TFRecords' and TF's own image tooling's names.
 loader_ptr tfrecord_loader(const options& o) {
-  sluice::io::tf_example_reader<example_classes> r(o.path, {.counts = {{"image/class/label", 1}}});
+  sluice::io::tf_example_reader<classes> r(
+      o.path, {.counts = {{"label", 1}},
+               .features = {{"image", name_or(o.image_field, "image/encoded")},
+                            {"label", name_or(o.label_field, "image/class/label")}}});
   std::vector<std::int64_t> labels;
-  if (o.sampler == "class_balanced") labels = r.labels<"image/class/label">();
-  return image_classification<"image/encoded", "image/class/label">(o, std::move(r), labels);
+  if (o.sampler == "class_balanced") labels = r.labels<"label">();
+  return image_classification(o, std::move(r), labels);
 }
 
-// An MDS dataset (MosaicML Streaming): the image and label columns named at run time.
-using mds_classes = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>, sluice::field<"label", std::int64_t>>;
-
+// An MDS dataset (MosaicML Streaming): columns image_field= (default "image") and label_field=
+// (default "label").
 loader_ptr mds_loader(const options& o) {
-  sluice::io::mds_dataset<mds_classes> data(o.path, {.columns = {{"image", o.image_column}, {"label", o.label_column}}});
-  std::vector<std::int64_t> labels(data.size(), -1);  // -1: unreadable, never drawn by class_balanced
-  if (o.sampler == "class_balanced") {
-    for (std::size_t i = 0; i < data.size(); ++i) {
-      try {
-        std::memcpy(&labels[i], data.fields(i).bytes_of<"label">().data(), sizeof(std::int64_t));
-      } catch (const sluice::error&) {
-      }
+  sluice::io::mds_dataset<classes> data(
+      o.path, {.columns = {{"image", name_or(o.image_field, "image")}, {"label", name_or(o.label_field, "label")}}});
+  auto labels = labels_of(o, data);
+  return image_classification(o, std::move(data), labels);
+}
+
+// A sluice shard with fields (sluice-pack --fields / --features): the image is field image_field=
+// (default "jpg", sluice-pack's wds default); the label is the shard's own label of each record
+// (what sluice-pack's --label stores), or field label_field= when given (one integer per record).
+class fields_shard_classes {
+ public:
+  using reader_concept = sluice::reader_tag;
+  using schema_type = classes;
+  using sample_type = sluice::fields_sample<classes>;
+  using image_only = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>>;
+
+  explicit fields_shard_classes(const options& o)
+      : r_(o.path, {}, {{"image", name_or(o.image_field, "jpg")}}),
+        labels_(std::make_shared<std::vector<std::int64_t>>(r_.labels())) {
+    if (o.label_field.empty()) return;
+    // The label field, read once here: a record whose label does not hold one integer is a
+    // format_error naming the file, the record and the field.
+    sluice::io::shard_fields<sluice::schema<sluice::field<"label", std::int64_t>>> l(o.path, {}, {{"label", o.label_field}});
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      const auto b = l.fields(i).bytes_of<"label">();
+      if (b.size() != sizeof(std::int64_t))
+        throw sluice::format_error(std::string(l.path()), {.record = i},
+                                   "field '" + o.label_field + "': " + std::to_string(b.size() / sizeof(std::int64_t)) +
+                                       " values; a label needs exactly one");
+      std::memcpy(&(*labels_)[i], b.data(), sizeof(std::int64_t));
     }
   }
-  return image_classification<"image", "label">(o, std::move(data), labels);
+  [[nodiscard]] std::size_t size() const noexcept { return r_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return r_.path(); }
+  [[nodiscard]] const std::vector<std::int64_t>& labels() const noexcept { return *labels_; }
+  [[nodiscard]] sample_type fields(std::size_t i) const {
+    const auto s = r_.fields(i);
+    sample_type out{.id = i, .origin = s.origin};
+    out.values[0] = s.bytes_of<"image">();
+    out.values[1] = std::as_bytes(std::span(&(*labels_)[i], 1));
+    return out;
+  }
+
+ private:
+  sluice::io::shard_fields<image_only> r_;
+  std::shared_ptr<std::vector<std::int64_t>> labels_;  // shared by copies; read-only after construction
+};
+
+loader_ptr fields_shard_loader(const options& o) {
+  fields_shard_classes data(o);
+  auto labels = data.labels();
+  return image_classification(o, std::move(data), labels);
 }
 
 // A sluice shard of encoded images (sluice-pack imagefolder): records + labels, classic collate.
 loader_ptr shard_jpeg_loader(const options& o) {
   if (o.decode != "jpeg") bad_value("decode", "'" + o.decode + "'", "'jpeg' (or leave it out: records as stored)");
   sluice::io::shard_reader r(o.path);
+  if (r.has_fields()) return fields_shard_loader(o);
+  if (!o.image_field.empty() || !o.label_field.empty())
+    throw py::value_error("sluice.loader: image_field= and label_field= name fields of a shard with fields; " + o.path +
+                          " is a shard of single records (its record is the image, its label the label)");
   auto labels = r.labels();
   const image_codec codec = codec_of(o);
   const std::size_t n = r.size();

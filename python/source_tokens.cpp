@@ -1,19 +1,32 @@
-// The Python module's token sources: next-token windows and documents (packed or padded).
+// The Python module's token sources: next-token windows and documents (packed or padded), the
+// token ids as stored (uint16 or uint32) or widened to int64 (output="int64": PyTorch before 2.3
+// has no uint16/uint32 tensors, and embeddings take int64 ids).
 #include "pipelines.hpp"
 
+#include <type_traits>
+
 #include "sluice/io/tokens.hpp"
+#include "sluice/stage/convert.hpp"
 
 namespace sluice_module {
 
 namespace {
-template <class T>
+
+// The pipeline p with the token fields Names converted to Out (void: as stored).
+template <class Out, sluice::fixed_string... Names, class P>
+auto widened(P&& p) {
+  if constexpr (std::is_void_v<Out>) return std::forward<P>(p);
+  else return (std::forward<P>(p) | ... | sluice::convert<Names, Out>());
+}
+
+template <class T, class Out>
 std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
   const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
   if (o.source == "tokens") {
     sluice::io::token_windows<T> w(o.path, {.length = o.length, .stride = o.stride, .vocab = o.vocab});
     const std::size_t n = w.size();
     return with_order_sampler(o, n, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(w)) |
+      return sluice::python::wrap(widened<Out, "input", "target">(sluice::from(std::move(s)) | sluice::read(std::move(w))) |
                                   sluice::collate(bo, sluice::stack<"input">{}, sluice::stack<"target">{}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
@@ -23,18 +36,26 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
   const std::size_t n = d.size();
   if (o.collate == "pack")
     return with_order_sampler(o, n, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(d)) |
+      return sluice::python::wrap(widened<Out, "tokens">(sluice::from(std::move(s)) | sluice::read(std::move(d))) |
                                   sluice::collate(bo, sluice::pack<"tokens">{.length = o.length, .value = o.pad_value}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   if (o.collate == "pad")
     return with_order_sampler(o, n, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(d)) |
+      return sluice::python::wrap(widened<Out, "tokens">(sluice::from(std::move(s)) | sluice::read(std::move(d))) |
                                   sluice::collate(bo, sluice::pad<"tokens">{.value = o.pad_value, .length = o.length,
                                                                             .mask = true, .truncate = o.length != 0}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   bad_value("collate", "'" + o.collate + "'", "'pack' (rows of length= with doc ids, positions, cu_seqlens) or 'pad'");
+}
+
+template <class T>
+std::shared_ptr<sluice::python::py_loader> token_loader_as(const options& o) {
+  if (o.output.empty()) return token_loader<T, void>(o);
+  if (o.output == "int64") return token_loader<T, std::int64_t>(o);
+  bad_value("output", "'" + o.output + "'",
+            "'int64' (token ids widened, for PyTorch before 2.3 and embeddings) or leave it out (the file's dtype)");
 }
 
 }  // namespace
@@ -43,8 +64,8 @@ loader_ptr make_token_loader(const options& o) {
   if (o.path.empty()) throw py::value_error("sluice.loader: source='" + o.source + "' needs path= (a token file)");
   if (o.length == 0 && (o.source == "tokens" || o.collate == "pack"))
     throw py::value_error("sluice.loader: length= must be at least 1 here");
-  if (o.dtype == "uint16") return token_loader<std::uint16_t>(o);
-  if (o.dtype == "uint32") return token_loader<std::uint32_t>(o);
+  if (o.dtype == "uint16") return token_loader_as<std::uint16_t>(o);
+  if (o.dtype == "uint32") return token_loader_as<std::uint32_t>(o);
   bad_value("dtype", "'" + o.dtype + "'", "'uint16' or 'uint32' (the token file's element type)");
 }
 

@@ -65,6 +65,7 @@
 #include "sluice/sample/loss_aware.hpp"
 #include "sluice/stage/cache.hpp"
 #include "sluice/stage/collate.hpp"
+#include "sluice/stage/convert.hpp"
 #include "sluice/stage/decode.hpp"
 #include "sluice/stage/field_collate.hpp"
 #include "sluice/stage/map.hpp"

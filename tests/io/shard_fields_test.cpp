@@ -468,6 +468,29 @@ TEST_CASE("shard fields: a compile-time schema that does not match the shard nam
   }
 }
 
+TEST_CASE("shard fields: fields named at run time read the shard's fields of those names") {
+  temp_dir d;
+  const auto p = write_det(d, 9);
+  using two = schema<field<"image", std::uint8_t, variable>, field<"b", float, variable>>;
+  io::shard_fields<two> r(p, {}, {{"image", "jpg"}, {"b", "boxes"}});
+  REQUIRE(r.size() == 9);
+  CHECK(r.shape_of<"b">() == std::vector<std::int64_t>{-1, 4});
+  for (std::size_t i = 0; i < 9; ++i) {
+    const auto want = make_record(i);
+    const auto s = r.fields(i);
+    CHECK(same(s.bytes_of<"image">(), std::span<const std::byte>(want.jpg)));
+    CHECK(typed<float>(s.bytes_of<"b">()) == want.boxes);
+  }
+  // The shard's name in errors: a mapping to a field of another type, to no field, from no field.
+  CHECK(sluice_test::expect_format_error([&] { io::shard_fields<two> x(p, {}, {{"image", "jpg"}, {"b", "w"}}); })
+            .cause()
+            .find("field 'w': the shard stores it as f64") != std::string::npos);
+  CHECK(sluice_test::expect_format_error([&] { io::shard_fields<two> x(p, {}, {{"image", "png"}, {"b", "boxes"}}); })
+            .cause()
+            .find("field 'png': not in the shard") != std::string::npos);
+  CHECK_THROWS_AS((io::shard_fields<two>(p, {}, {{"img", "jpg"}})), usage_error);
+}
+
 TEST_CASE("shard fields: under the loader, skip drops and counts a record with a bad field table, raise names it") {
   temp_dir d;
   const auto p = write_det(d, 16);

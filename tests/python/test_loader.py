@@ -235,7 +235,7 @@ def test_idx_pipeline_float_output(tmp_path):
     assert torch.allclose(x.flatten(), torch.arange(160, dtype=torch.float32) / 255)
 
 
-def write_wds(path, first, count, missing_cls=None):
+def write_wds(path, first, count, missing_cls=None, img_ext="jpg", cls_ext="cls"):
     """A WebDataset shard of solid-colour JPEGs: sample g is grey level 10 * (g % 20), label g % 5."""
     import io
     import tarfile
@@ -245,9 +245,9 @@ def write_wds(path, first, count, missing_cls=None):
             img = PIL.new("RGB", (40, 30), (10 * (g % 20),) * 3)
             buf = io.BytesIO()
             img.save(buf, format="JPEG", quality=95)
-            members = [(f"s/{g:06d}.jpg", buf.getvalue())]
+            members = [(f"s/{g:06d}.{img_ext}", buf.getvalue())]
             if g != missing_cls:
-                members.append((f"s/{g:06d}.cls", str(g % 5).encode()))
+                members.append((f"s/{g:06d}.{cls_ext}", str(g % 5).encode()))
             for name, data in members:
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
@@ -418,11 +418,11 @@ def _field(num, payload):                                   # a length-delimited
     return _varint(num << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _example(image, label):
+def _example(image, label, image_key=b"image/encoded", label_key=b"image/class/label"):
     feature_img = _field(1, _field(1, image))               # Feature.bytes_list{value}
     feature_lbl = _field(3, _field(1, _varint(label)))      # Feature.int64_list{packed value}
-    entries = _field(1, _field(1, b"image/encoded") + _field(2, feature_img)) + \
-        _field(1, _field(1, b"image/class/label") + _field(2, feature_lbl))
+    entries = _field(1, _field(1, image_key) + _field(2, feature_img)) + \
+        _field(1, _field(1, label_key) + _field(2, feature_lbl))
     return _field(1, entries)                               # Example.features
 
 
@@ -520,11 +520,116 @@ def test_mds_dataset_written_by_streaming(tmp_path):
         ids += 5
     # Columns chosen at run time; a column that is not there names what is.
     with pytest.raises(sluice.FormatError) as e:
-        sluice.loader("mds", path=plain, image_column="picture", size=[6, 8])
+        sluice.loader("mds", path=plain, image_field="picture", size=[6, 8])
     assert "no column of that name" in str(e.value) and "picture" in str(e.value)
     with pytest.raises(sluice.FormatError) as e:
-        sluice.loader("mds", path=plain, label_column="name", size=[6, 8])  # a str column for an int64 label
+        sluice.loader("mds", path=plain, label_field="name", size=[6, 8])  # a str column for an int64 label
     assert "'str'" in str(e.value)
     balanced = sluice.loader("mds", path=plain, batch_size=4, size=[6, 8], sampler="class_balanced", seed=2)
     got = [label for b in balanced for label in np.from_dlpack(b["label"]).tolist()]
     assert len(got) == 10 and set(got) <= set(range(10))  # drawn by class weight, with replacement
+
+
+def _write_tfrecord(path, count, **keys):
+    """Examples of solid-colour images (grey 20 * g; PNG for odd g), label g % 4."""
+    import io
+    PIL = pytest.importorskip("PIL.Image")
+    with open(path, "wb") as f:
+        for g in range(count):
+            buf = io.BytesIO()
+            PIL.new("RGB", (20, 10), (20 * g,) * 3).save(buf, format="PNG" if g % 2 else "JPEG", quality=95)
+            rec = _example(buf.getvalue(), g % 4, **keys)
+            hdr = struct.pack("<Q", len(rec))
+            f.write(hdr + struct.pack("<I", _masked(hdr)) + rec + struct.pack("<I", _masked(rec)))
+
+
+def _greys_and_labels(ld, step):
+    got = []
+    for b in ld:
+        x = np.from_dlpack(b["image"]).astype(np.float64)
+        got += list(zip(np.round(x.mean(axis=(1, 2, 3)) / step).astype(int).tolist(), np.from_dlpack(b["label"]).tolist()))
+    return got
+
+
+def test_image_and_label_fields_named_at_run_time(tmp_path):
+    # WebDataset members of other extensions than the convention's.
+    write_wds(tmp_path / "odd.tar", 0, 10, img_ext="picture", cls_ext="target")
+    ld = sluice.loader("wds", path=str(tmp_path / "odd.tar"), image_field="picture", label_field="target",
+                       batch_size=5, size=[8, 8], sampler="sequential", workers=1)
+    assert _greys_and_labels(ld, 10) == [(g % 20, g % 5) for g in range(10)]
+    with pytest.raises(sluice.FormatError) as e:                   # the convention's names are not there
+        next(iter(sluice.loader("wds", path=str(tmp_path / "odd.tar"), batch_size=5, size=[8, 8], sampler="sequential")))
+    assert "odd.tar" in str(e.value) and "000000.jpg" in str(e.value)
+
+    # tf.train.Example features of other names than ImageNet's.
+    _write_tfrecord(tmp_path / "k.tfrecord", 8, image_key=b"jpeg", label_key=b"class")
+    ld = sluice.loader("tfrecord", path=str(tmp_path / "k.tfrecord"), image_field="jpeg", label_field="class",
+                       batch_size=4, size=[8, 8], sampler="sequential", workers=1)
+    assert _greys_and_labels(ld, 20) == [(g, g % 4) for g in range(8)]
+    cb = sluice.loader("tfrecord", path=str(tmp_path / "k.tfrecord"), image_field="jpeg", label_field="class",
+                       batch_size=4, size=[8, 8], sampler="class_balanced", workers=1)
+    assert sum(b["label"].shape[0] for b in cb) == 8
+    with pytest.raises(sluice.FormatError) as e:
+        next(iter(sluice.loader("tfrecord", path=str(tmp_path / "k.tfrecord"), size=[8, 8])))  # no image/encoded
+    assert "k.tfrecord" in str(e.value) and "record " in str(e.value) and "image/encoded" in str(e.value)
+
+
+def test_shard_with_fields_from_sluice_pack(tmp_path):
+    pack = os.environ.get("SLUICE_PACK", "")
+    if not pack or not os.path.exists(pack):
+        pytest.skip("sluice-pack was not built (SLUICE_PACK)")
+    # wds --fields jpg: the image a field, the label the shard's own (from .cls).
+    write_wds(tmp_path / "w.tar", 0, 12)
+    subprocess.run([pack, "wds", str(tmp_path / "w.tar"), "--fields", "jpg", "-o", str(tmp_path / "w.sluice"), "--quiet"],
+                   check=True)
+    ld = sluice.loader("shard", path=str(tmp_path / "w.sluice"), decode="jpeg", size=[8, 8], batch_size=5,
+                       sampler="sequential", workers=2)
+    assert _greys_and_labels(ld, 10) == [(g % 20, g % 5) for g in range(12)]
+    # tfrecord --features: the label a field of its own, named with label_field=.
+    _write_tfrecord(tmp_path / "t.tfrecord", 8)
+    subprocess.run([pack, "tfrecord", str(tmp_path / "t.tfrecord"), "--features",
+                    "image/encoded:bytes,image/class/label:int64:1", "-o", str(tmp_path / "t.sluice"), "--quiet"],
+                   check=True)
+    ld = sluice.loader("shard", path=str(tmp_path / "t.sluice"), decode="jpeg", size=[8, 8], batch_size=4,
+                       image_field="image/encoded", label_field="image/class/label", sampler="sequential", workers=1)
+    assert _greys_and_labels(ld, 20) == [(g, g % 4) for g in range(8)]
+    with pytest.raises(sluice.FormatError) as e:                   # no field "jpg" in this shard: its fields named
+        sluice.loader("shard", path=str(tmp_path / "t.sluice"), decode="jpeg", size=[8, 8])
+    assert "t.sluice" in str(e.value) and "image/encoded" in str(e.value)
+    # A shard of single records takes no field names.
+    subprocess.run([pack, "wds", str(tmp_path / "w.tar"), "-o", str(tmp_path / "r.sluice"), "--quiet"], check=True)
+    with pytest.raises(ValueError, match="shard of single records"):
+        sluice.loader("shard", path=str(tmp_path / "r.sluice"), decode="jpeg", size=[8, 8], image_field="jpg")
+
+
+def test_token_ids_widened_to_int64_for_torch(tmp_path):
+    toks = (np.arange(5_001) * 13 % 65_536).astype("<u2")    # up to 65535: stays positive once widened
+    toks.tofile(tmp_path / "t.bin")
+    kw = dict(path=str(tmp_path / "t.bin"), length=50, batch_size=8, sampler="shuffle", seed=3, workers=2)
+    stored, wide = sluice.loader("tokens", **kw), sluice.loader("tokens", output="int64", **kw)
+    n = 0
+    for a, b in zip(stored, wide):
+        assert b["input"].dtype == "int64" and b["target"].dtype == "int64"
+        x = torch.from_dlpack(b["input"])                        # torch takes int64 (it has no uint16 before 2.3)
+        assert x.dtype == torch.int64 and x.data_ptr() == b["input"].data_ptr
+        assert (x.numpy() == np.from_dlpack(a["input"]).astype(np.int64)).all()
+        assert (torch.from_dlpack(b["target"]).numpy() == np.from_dlpack(a["target"]).astype(np.int64)).all()
+        emb = torch.nn.Embedding(65_536, 4)(x)                   # what a language model does with them
+        assert emb.shape == (x.shape[0], 50, 4)
+        n += 1
+    assert n == len(wide)
+    docs = [list(range(60_000, 60_000 + k)) for k in (5, 12, 3, 40, 7)]
+    flat = np.array([t for d in docs for t in d], dtype="<u2")
+    flat.tofile(tmp_path / "d.bin")
+    np.cumsum([0] + [len(d) for d in docs]).astype("<u8").tofile(tmp_path / "d.idx")
+    for collate in ("pack", "pad"):
+        ld = sluice.loader("documents", path=str(tmp_path / "d.bin"), offsets=str(tmp_path / "d.idx"), collate=collate,
+                           length=16 if collate == "pack" else 0, batch_size=5, sampler="sequential", output="int64")
+        t = torch.from_dlpack(next(iter(ld))["tokens"])
+        assert t.dtype == torch.int64
+        if collate == "pack":
+            assert t.flatten()[:67].tolist() == flat.astype(np.int64).tolist()
+        else:
+            assert t[3].tolist() == docs[3]
+    with pytest.raises(ValueError, match="output='int32'"):
+        sluice.loader("tokens", path=str(tmp_path / "t.bin"), length=50, output="int32")

@@ -507,6 +507,35 @@ TEST_CASE("tf_example: .counts checks fixed fields, misuse is a usage_error") {
   CHECK_THROWS_WITH_AS((io::tf_example_reader<sv>{p, {.counts = {{"v", 2}}}}), doctest::Contains("a variable field"), usage_error);
 }
 
+TEST_CASE("tf_example: .features reads features named at run time, errors and labels name the feature") {
+  std::vector<bytes> recs;
+  for (std::size_t i = 0; i < 12; ++i) recs.push_back(det_example(i));
+  recs[5] = enc::example({enc::entry("image/encoded", enc::feature(1, enc::bytes_list({"x"}))),
+                          enc::entry("image/class/label", enc::feature(2, enc::float_list({1.f})))});
+  sluice_test::temp_dir d;
+  const std::string p = write_records(d, "f.tfrecord", recs);
+  using cls = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>>;
+  io::tf_example_reader<cls> r{p, {.counts = {{"label", 1}},
+                                   .features = {{"image", "image/encoded"}, {"label", "image/class/label"}}}};
+  CHECK(r.feature_names()[0] == "image/encoded");
+  CHECK(r.feature_names()[1] == "image/class/label");
+  const auto s = r.fields(3);
+  CHECK(s.count_of<"image">() == image_of(3).size());
+  CHECK(s.count_of<"label">() == 1);
+  auto loader = from(sample::sequential(5)) | read(r) | collate({.batch = 5}, ragged<"image">{}, stack<"label">{}) | prefetch(1);
+  for (auto& b : loader.epoch(0))
+    for (std::size_t k = 0; k < 5; ++k) CHECK(b.get<"label">()[k] == static_cast<std::int64_t>(k % 10));
+  CHECK(error_of(r, 5).find("feature 'image/class/label': is a float_list") != std::string::npos);
+  CHECK_THROWS_WITH_AS((void)r.labels<"label">(), doctest::Contains("record 5, byte offset"), format_error);
+  // Without the mapping the fields read features "image" and "label", which no record has.
+  io::tf_example_reader<cls> plain{p, {.counts = {{"label", 1}}}};
+  CHECK(error_of(plain, 0).find("feature 'image': missing from the record") != std::string::npos);
+  CHECK_THROWS_WITH_AS((io::tf_example_reader<cls>{p, {.features = {{"img", "image/encoded"}}}}),
+                       doctest::Contains("names field 'img', which is not a field of the schema"), usage_error);
+  CHECK_THROWS_WITH_AS((io::tf_example_reader<cls>{p, {.features = {{"image", ""}}}}), doctest::Contains("an empty feature name"),
+                       usage_error);
+}
+
 TEST_CASE("tf_example: in the loader a bad record is a stage_error naming it, or skipped under on_error::skip") {
   std::vector<bytes> recs;
   for (std::size_t i = 0; i < 20; ++i) recs.push_back(det_example(i));

@@ -470,3 +470,128 @@ TEST_CASE("documents: empty documents, and pack without split") {
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// convert<"f", To>: token ids widened for consumers without uint16 tensors (PyTorch < 2.3).
+
+namespace {
+// A field sample whose field is deferred (write only, no bytes_of), as a decoder's output is.
+using deferred_tokens_schema = sluice::schema<sluice::field<"x", std::uint16_t, sluice::variable>>;
+struct deferred_tokens {
+  using schema_type = deferred_tokens_schema;
+  std::uint64_t id = 0;
+  std::string_view origin = "mem";
+  const std::vector<std::uint16_t>* v = nullptr;
+  template <sluice::fixed_string N>
+  std::size_t size_of() const { return v->size() * 2; }
+  template <sluice::fixed_string N>
+  void write(std::span<std::byte> dst, const sluice::sample_context&) const {
+    REQUIRE(dst.size() == v->size() * 2);
+    std::memcpy(dst.data(), v->data(), dst.size());
+  }
+};
+template <class S>
+constexpr bool has_bytes_of_x = requires(const S& s) { s.template bytes_of<"x">(); };
+}  // namespace
+
+TEST_CASE("convert: windows of uint16 reach the batch as int64 with the same ids, for 1 and 2 workers") {
+  temp_dir dir;
+  const std::string p = dir.file("t.bin");
+  auto tokens = iota_tokens<std::uint16_t>(5000, 11);
+  tokens[7] = 65535;  // the largest uint16 stays 65535 (not -1)
+  write_tokens(p, tokens);
+  io::token_windows<std::uint16_t> w{p, {.length = 32}};
+  auto plain = from(sample::shuffle(w.size(), {.seed = 4})) | read(w) |
+               collate(batch_options{.batch = 8}, stack<"input">{}, stack<"target">{}) | prefetch(2);
+  for (std::size_t workers : {1u, 2u}) {
+    auto wide = from(sample::shuffle(w.size(), {.seed = 4})) | read(w) | convert<"input", std::int64_t>() |
+                convert<"target", std::int64_t>() |
+                collate(batch_options{.batch = 8}, stack<"input">{}, stack<"target">{}) |
+                prefetch(2, {.workers = workers});
+    auto ref = plain.epoch(0);
+    auto a = ref.begin();
+    std::size_t batches = 0;
+    for (auto& b : wide.epoch(0)) {
+      REQUIRE(a != std::default_sentinel);
+      auto in = b.get<"input">();
+      static_assert(std::is_same_v<typename decltype(in)::value_type, std::int64_t>);
+      REQUIRE(std::ranges::equal(in.shape(), (*a).get<"input">().shape()));
+      std::vector<std::int64_t> want;
+      for (auto t : as_vec<std::uint16_t>((*a).get<"input">())) want.push_back(t);
+      CHECK(as_vec<std::int64_t>(in) == want);
+      want.clear();
+      for (auto t : as_vec<std::uint16_t>((*a).get<"target">())) want.push_back(t);
+      CHECK(as_vec<std::int64_t>(b.get<"target">()) == want);
+      ++a;
+      ++batches;
+    }
+    CHECK(a == std::default_sentinel);
+    CHECK(batches == (w.size() + 7) / 8);
+  }
+  // Window 0 holds token 7: its value is 65535 once widened.
+  auto one = from(sample::sequential(1)) | read(w) | convert<"input", std::int32_t>() |
+             collate(batch_options{.batch = 1}, stack<"input">{}) | prefetch(1);
+  for (auto& b : one.epoch(0)) CHECK(b.get<"input">()[7] == 65535);
+}
+
+TEST_CASE("convert: packed and padded documents widened keep every token and the side tensors") {
+  temp_dir dir;
+  const std::string tp = dir.file("docs.bin"), op = dir.file("docs.idx");
+  const auto docs = make_docs(37, 30, 12);
+  io::write_token_documents<std::uint16_t>(tp, op, docs);
+  io::token_documents<std::uint16_t> d{tp, op};
+  const std::size_t L = 16;
+  auto packed = from(sample::shuffle(d.size(), {.seed = 9})) | read(d) | convert<"tokens", std::int64_t>() |
+                collate(batch_options{.batch = 5}, pack<"tokens">{.length = L, .value = 50256}) | prefetch(2);
+  std::size_t batches = 0;
+  for (auto& b : packed.epoch(0)) {
+    std::vector<const std::vector<std::uint16_t>*> in;
+    for (auto id : b.ids()) in.push_back(&docs[id]);
+    const auto ref = reference_pack(in, L, 50256);
+    const std::vector<std::int64_t> want(ref.tokens.begin(), ref.tokens.end());
+    CHECK(as_vec<std::int64_t>(b.get<"tokens">()) == want);
+    CHECK(as_vec<std::int32_t>(b.get<"tokens.doc_ids">()) == ref.doc_ids);
+    CHECK(as_vec<std::int32_t>(b.get<"tokens.cu_seqlens">()) == ref.cu_seqlens);
+    ++batches;
+  }
+  CHECK(batches == (docs.size() + 4) / 5);
+
+  auto padded = from(sample::sequential(d.size())) | read(d) | convert<"tokens", std::int64_t>() |
+                collate(batch_options{.batch = 4}, pad<"tokens">{.value = -1}) | prefetch(2);
+  for (auto& b : padded.epoch(0)) {
+    auto t = b.get<"tokens">();
+    const auto longest = static_cast<std::size_t>(t.shape()[1]);
+    for (std::size_t r = 0; r < b.size(); ++r) {
+      const auto& ref = docs[b.ids()[r]];
+      for (std::size_t k = 0; k < longest; ++k)
+        REQUIRE(t[r * longest + k] == (k < ref.size() ? static_cast<std::int64_t>(ref[k]) : -1));
+    }
+  }
+}
+
+TEST_CASE("convert: a deferred field is written into the destination's tail and widened in place") {
+  for (std::size_t n : {0u, 1u, 2u, 3u, 17u, 1000u}) {
+    std::vector<std::uint16_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint16_t>(65535 - i * 61);
+    const auto stage = convert<"x", std::int64_t>();
+    const auto c = stage(deferred_tokens{.id = 3, .v = &v}, sample_context{});
+    static_assert(!has_bytes_of_x<std::remove_cvref_t<decltype(c)>>);
+    REQUIRE(c.size_of<"x">() == n * 8);
+    std::vector<std::int64_t> out(n, -7);
+    c.write<"x">(std::as_writable_bytes(std::span(out)), sample_context{});
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == static_cast<std::int64_t>(v[i]));
+    // to float: uint16 fits a float's mantissa
+    const auto f = convert<"x", float>()(deferred_tokens{.v = &v}, sample_context{});
+    std::vector<float> fo(n);
+    f.write<"x">(std::as_writable_bytes(std::span(fo)), sample_context{});
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(fo[i] == static_cast<float>(v[i]));
+  }
+  static_assert(detail::keeps_values<std::uint16_t, std::int32_t>());
+  static_assert(detail::keeps_values<std::uint32_t, std::int64_t>());
+  static_assert(!detail::keeps_values<std::uint32_t, std::int32_t>());
+  static_assert(!detail::keeps_values<std::int16_t, std::uint64_t>());  // negative values
+  static_assert(!detail::keeps_values<std::int32_t, float>());          // 24-bit mantissa
+  static_assert(detail::keeps_values<std::int32_t, double>());
+  static_assert(!detail::keeps_values<double, float>());
+  static_assert(!detail::keeps_values<float, std::int64_t>());
+}

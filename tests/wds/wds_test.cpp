@@ -129,6 +129,41 @@ TEST_CASE("wds dataset: a field takes any of its alternative extensions, text fi
   CHECK(d.fields(1).size_of<"cls">() == 2);
 }
 
+TEST_CASE("wds dataset: extensions chosen at run time for a compile-time schema, with their own saved index") {
+  temp_dir dir;
+  std::vector<member> ms = {{"a/1.webp", bytes_of("W1")}, {"a/1.label", bytes_of("7")},  {"a/1.jpg", bytes_of("J1")},
+                            {"a/2.webp", bytes_of("W2")}, {"a/2.label", bytes_of("-2")}, {"a/2.jpg", bytes_of("J2")},
+                            {"a/3.jpg", bytes_of("J3")},  {"a/3.label", bytes_of("4")}};
+  write_tar(dir.file("run.tar"), ms);
+  using cls = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>>;
+  io::wds_dataset<cls> d(dir.file("run.tar"), {.extensions = {{"image", "webp"}, {"label", "label"}}});
+  REQUIRE(d.size() == 3);
+  CHECK(text(d.fields(0).bytes_of<"image">()) == "W1");
+  CHECK(text(d.fields(1).bytes_of<"image">()) == "W2");
+  std::int64_t v = 0;
+  std::memcpy(&v, d.fields(1).bytes_of<"label">().data(), 8);
+  CHECK(v == -2);
+  // Sample 3 has no .webp: the error names the field, the extension it was given and the member looked for.
+  try {
+    (void)d.fields(2);
+    FAIL("no error");
+  } catch (const format_error& e) {
+    const std::string w = e.what();
+    CAPTURE(w);
+    CHECK(w.find("field 'image' (given the extensions 'webp')") != std::string::npos);
+    CHECK(w.find("a/3.webp") != std::string::npos);
+  }
+  // The saved index written above groups by .webp; another mapping over the same shard must not reuse it.
+  io::wds_dataset<cls> j(dir.file("run.tar"), {.extensions = {{"image", "jpg;jpeg"}, {"label", "label"}}});
+  REQUIRE(j.size() == 3);
+  CHECK(text(j.fields(2).bytes_of<"image">()) == "J3");
+  CHECK(text(j.fields(0).bytes_of<"image">()) == "J1");
+  // Misuse: a field outside the schema, an empty extension.
+  CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"img", "webp"}}})), usage_error);
+  CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", "webp;"}}})), usage_error);
+  CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", ""}}})), usage_error);
+}
+
 TEST_CASE("wds dataset: given sizes, shards open only when touched, counting opens them all") {
   temp_dir dir;
   write_shards(dir, {3, 5, 2, 4});

@@ -180,7 +180,7 @@ using mds_opener = std::function<mds_shard_file(const mds_shard_info& info, std:
 struct mds_options {
   map_options map{.advice = access::automatic};
   // Field name -> column name, for a schema fixed at compile time over columns named at run time
-  // (the Python module's image_column=); a field not listed takes the column of its own name.
+  // (the Python module's image_field=); a field not listed takes the column of its own name.
   std::vector<std::pair<std::string, std::string>> columns{};
 };
 

@@ -12,6 +12,9 @@
 //               | sluice::collate({.batch = 64}, sluice::ragged<"jpg">{}, sluice::ragged<"boxes">{})
 //               | sluice::prefetch(2);
 //
+// `names` maps a field of the schema to the shard field it reads, chosen at run time
+// ({{"image", "jpg"}}: field "image" reads the shard's "jpg"); a field not listed reads its own
+// name, and a name outside the schema is a usage_error.
 // At open, every field the compile-time schema names must be in the shard's schema with the same
 // dtype and extent (the shard may hold more fields; they are skipped): a format_error naming the
 // file and the field otherwise, as for a shard without fields (versions 1 and 2: read those with
@@ -23,6 +26,7 @@
 // fields(i) allocates nothing.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -46,8 +50,11 @@ class shard_fields {
   using schema_type = Schema;
   using sample_type = fields_sample<Schema>;
 
-  explicit shard_fields(std::string path, shard_options opt = {}) : shard_fields(shard_reader(std::move(path), opt)) {}
-  explicit shard_fields(shard_reader r) : r_(std::move(r)) {
+  using names_type = std::vector<std::pair<std::string, std::string>>;  // field -> shard field
+
+  explicit shard_fields(std::string path, shard_options opt = {}, const names_type& names = {})
+      : shard_fields(shard_reader(std::move(path), opt), names) {}
+  explicit shard_fields(shard_reader r, const names_type& names = {}) : r_(std::move(r)) {
     const std::string p(r_.path());
     if (!r_.has_fields())
       throw format_error(p, {}, "a version-" + std::to_string(r_.version()) +
@@ -55,6 +62,12 @@ class shard_fields {
     slot_.assign(r_.schema().size(), none);
     std::vector<shard_schema_field> want;
     detail::schema_fields<Schema>::append(want);
+    for (const auto& [f, to] : names) {
+      auto w = std::find_if(want.begin(), want.end(), [&](const shard_schema_field& x) { return x.name == f; });
+      if (w == want.end())
+        throw usage_error("sluice: shard_fields: names maps field '" + f + "', which is not a field of the schema");
+      w->name = to;
+    }
     for (std::size_t s = 0; s < want.size(); ++s) {
       const std::size_t k = r_.field_index(want[s].name);
       if (k == shard_reader::npos) {
@@ -68,6 +81,7 @@ class shard_fields {
                                       ", the schema asks for " + dtype_name(want[s].type) +
                                       (want[s].kind == extent::variable ? " variable" : " fixed"));
       slot_[k] = s;
+      at_[s] = k;
     }
   }
 
@@ -81,7 +95,7 @@ class shard_fields {
   template <fixed_string Name>
   [[nodiscard]] const std::vector<std::int64_t>& shape_of() const {
     static_assert(Schema::template index_of<Name> < Schema::size);  // a name outside Schema fails here, named
-    return r_.schema()[r_.field_index(Name.view())].shape;
+    return r_.schema()[at_[Schema::template index_of<Name>]].shape;
   }
   [[nodiscard]] std::int64_t label(std::size_t i) const { return r_.label(i); }
   [[nodiscard]] std::vector<std::int64_t> labels() const { return r_.labels(); }
@@ -100,6 +114,7 @@ class shard_fields {
   static constexpr std::size_t none = ~std::size_t{0};
   shard_reader r_;
   std::vector<std::size_t> slot_;  // per shard field: its place in Schema, or none
+  std::array<std::size_t, Schema::size> at_{};  // per schema field: the shard field it reads
 };
 
 }  // namespace sluice::io

@@ -109,6 +109,11 @@ struct tf_example_options {
   // Elements per record of fixed fields, by feature name; a fixed field not listed takes record
   // 0's count. Naming a variable field or a name outside the schema is a usage_error.
   std::vector<std::pair<std::string, std::uint64_t>> counts{};
+  // Field name -> the feature it reads, chosen at run time, for a schema fixed at compile time over
+  // feature names known only at run time (a Python binding, a command line). A field not listed
+  // reads the feature of its own name; a name outside the schema is a usage_error. Error messages
+  // name the feature. `.counts` names fields, not features.
+  std::vector<std::pair<std::string, std::string>> features{};
 };
 
 namespace detail::pb {
@@ -577,11 +582,23 @@ class tf_example_reader {
   using schema_type = Schema;
   using sample_type = tf_example_sample<Schema>;
   using counts_type = std::array<std::uint64_t, Schema::size>;  // per field; ~0: any count
+  using names_type = std::array<std::string_view, Schema::size>;  // per field: the feature it reads
 
   explicit tf_example_reader(std::string path, tf_example_options o = {})
-      : tf_example_reader(tfrecord_reader(std::move(path), std::move(o.tfrecord)), std::move(o.counts)) {}
-  explicit tf_example_reader(tfrecord_reader records, std::vector<std::pair<std::string, std::uint64_t>> counts = {})
+      : tf_example_reader(tfrecord_reader(std::move(path), std::move(o.tfrecord)), std::move(o.counts),
+                          std::move(o.features)) {}
+  explicit tf_example_reader(tfrecord_reader records, std::vector<std::pair<std::string, std::uint64_t>> counts = {},
+                             std::vector<std::pair<std::string, std::string>> features = {})
       : records_(std::move(records)) {
+    for (std::size_t k = 0; k < Schema::size; ++k) features_[k] = std::string(Schema::names[k]);
+    for (auto& [f, name] : features) {
+      std::size_t k = 0;
+      while (k < Schema::size && Schema::names[k] != f) ++k;
+      if (k == Schema::size)
+        throw usage_error("sluice: tf_example_reader: .features names field '" + f + "', which is not a field of the schema");
+      if (name.empty()) throw usage_error("sluice: tf_example_reader: .features gives field '" + f + "' an empty feature name");
+      features_[k] = std::move(name);
+    }
     expected_.fill(no_count);
     for (const auto& [name, n] : counts) {
       std::size_t k = 0;
@@ -605,6 +622,12 @@ class tf_example_reader {
   [[nodiscard]] std::string_view path() const noexcept { return records_.path(); }
   [[nodiscard]] const tfrecord_reader& records() const noexcept { return records_; }
   [[nodiscard]] const mapped_file& file() const noexcept { return records_.file(); }
+  // The feature each field reads (its own name, or as tf_example_options::features maps it).
+  [[nodiscard]] names_type feature_names() const noexcept {
+    names_type n;
+    for (std::size_t k = 0; k < Schema::size; ++k) n[k] = features_[k];
+    return n;
+  }
   // The elements per record a fixed field must have (as given, or record 0's).
   template <fixed_string Name>
   [[nodiscard]] std::uint64_t expected_count() const noexcept {
@@ -624,7 +647,7 @@ class tf_example_reader {
     for (std::size_t i = 0; i < size(); ++i) {
       const sample_type s = fields(i);
       if (s.template count_of<Name>() != 1) {
-        detail::pb::where w{.file = path(), .record = i, .feature = Name.view()};
+        detail::pb::where w{.file = path(), .record = i, .feature = features_[Schema::template index_of<Name>]};
         w.fail(nullptr, "holds " + std::to_string(s.template count_of<Name>()) + " values; a label needs exactly one");
       }
       T v{};
@@ -706,13 +729,14 @@ class tf_example_reader {
   }
   template <std::size_t... K>
   static void check_fields(const sample_type& s, const detail::pb::where& w0, const std::array<const std::byte*, Schema::size>& at,
-                           const counts_type* expected, std::index_sequence<K...>) {
-    (check_field<K>(s, w0, at[K], expected), ...);
+                           const counts_type* expected, const names_type& names, std::index_sequence<K...>) {
+    (check_field<K>(s, w0, at[K], expected, names[K]), ...);
   }
   template <std::size_t K>
-  static void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, const counts_type* expected) {
+  static void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, const counts_type* expected,
+                          std::string_view name) {
     detail::pb::where w = w0;
-    w.feature = Schema::names[K];
+    w.feature = name;
     const tf_feature& f = s.features[K];
     if (at == nullptr) w.fail(w.start, "missing from the record (the schema names it)");
     if (f.kind == tf_list::none) w.fail(at, "holds no list (the Feature sets none of bytes_list, float_list, int64_list)");
@@ -727,36 +751,41 @@ class tf_example_reader {
   sample_type parse(std::size_t i, bool check_counts) const {
     std::uint64_t base = file_position::npos;
     if constexpr (requires { records_.offset(i); }) base = records_.offset(i);
-    return parse(records_.record(i), records_.path(), i, base, check_counts ? &expected_ : nullptr);
+    const names_type names = feature_names();
+    return parse(records_.record(i), records_.path(), i, base, check_counts ? &expected_ : nullptr, &names);
   }
 
  public:
   // Parses one serialised Example (`rec`) of `file` at record `index`, whose first byte is at file
   // offset `base` (npos: unknown); fixed fields are checked against `expected` when given (~0: any
-  // count). What fields(i) does, without a file (for tools and the fuzz target).
+  // count), fields reading the features `names` gives (nullptr: their own names). What fields(i)
+  // does, without a file (for tools and the fuzz target).
   static sample_type parse(std::span<const std::byte> rec, std::string_view file, std::uint64_t index,
-                           std::uint64_t base = file_position::npos, const counts_type* expected = nullptr) {
+                           std::uint64_t base = file_position::npos, const counts_type* expected = nullptr,
+                           const names_type* names = nullptr) {
     check_types();
+    const names_type& nm = names != nullptr ? *names : Schema::names;
     namespace pb = detail::pb;
     pb::where w{.file = file, .record = index, .base = base, .start = rec.data()};
     sample_type s{.id = index, .origin = file};
     std::array<const std::byte*, Schema::size> at{};  // where each field's winning entry starts
     for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> value, const std::byte* entry_at) {
       std::size_t k = 0;
-      while (k < Schema::size && Schema::names[k] != key) ++k;
+      while (k < Schema::size && nm[k] != key) ++k;
       if (k == Schema::size) return;  // a feature the schema does not name
       pb::where wf = w;
-      wf.feature = Schema::names[k];
+      wf.feature = nm[k];
       s.features[k] = parse_slot(k, value, wf, std::make_index_sequence<Schema::size>{});
       at[k] = entry_at;  // last one wins
     });
-    check_fields(s, w, at, expected, std::make_index_sequence<Schema::size>{});
+    check_fields(s, w, at, expected, nm, std::make_index_sequence<Schema::size>{});
     return s;
   }
 
  private:
 
   tfrecord_reader records_;
+  std::array<std::string, Schema::size> features_{};
   counts_type expected_{};
 };
 

@@ -103,6 +103,11 @@ struct wds_dataset_options {
   saved_index index = saved_index::use_and_save;
   map_options map{};
   bool ignore_zeros = false;  // as wds_options::ignore_zeros: read through concatenated archives
+  // Field name -> the extensions it takes, chosen at run time ("a;b;c", as a field's name spells
+  // them), for a schema fixed at compile time over keys known only at run time (a Python binding,
+  // a command line). A field not listed takes its own name's extensions; a name outside the
+  // schema, or an empty extension, is a usage_error.
+  std::vector<std::pair<std::string, std::string>> extensions{};
 };
 
 namespace detail {
@@ -187,9 +192,8 @@ struct wds_field_rule {
 };
 
 template <class F>
-wds_field_rule rule_for() {
+wds_field_rule rule_for(std::string_view n = F::name.view()) {
   wds_field_rule r;
-  std::string_view n = F::name.view();
   while (true) {
     const std::size_t semi = n.find(';');
     r.exts.emplace_back(n.substr(0, semi));
@@ -316,11 +320,27 @@ class wds_dataset {
   }
   template <std::size_t... K>
   void init_rules(std::index_sequence<K...>) {
-    ((rules_[K] = detail::rule_for<field_k<K>>()), ...);
+    for (const auto& [f, e] : opt_.extensions) {
+      if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
+        throw usage_error("sluice: wds_dataset: wds_dataset_options::extensions names field '" + f +
+                          "', which the schema does not have");
+      if (e.empty() || e.front() == ';' || e.back() == ';' || e.find(";;") != std::string::npos)
+        throw usage_error("sluice: wds_dataset: wds_dataset_options::extensions gives field '" + f + "' the extensions '" +
+                          e + "'; use one or more non-empty extensions separated by ';'");
+    }
+    ((rules_[K] = detail::rule_for<field_k<K>>(extensions_of(K))), ...);
+  }
+  // The extensions field k takes: as opt_.extensions maps it (the last entry wins), else its name.
+  [[nodiscard]] std::string_view extensions_of(std::size_t k) const noexcept {
+    std::string_view e = Schema::names[k];
+    for (const auto& [f, x] : opt_.extensions)
+      if (f == Schema::names[k]) e = x;
+    return e;
   }
   template <std::size_t... K>
   void kind_names(std::index_sequence<K...>) {
-    ((kind_ += std::string(":") + std::string(field_k<K>::name.view()) + "/" + dtype_name(field_k<K>::type) +
+    // The extensions matched, not the field names: a saved index is the grouping they make.
+    ((kind_ += std::string(":") + std::string(extensions_of(K)) + "/" + dtype_name(field_k<K>::type) +
                (field_k<K>::kind == extent::variable ? "/v" : "/f")),
      ...);
   }
@@ -457,10 +477,12 @@ class wds_dataset {
     const std::size_t k = static_cast<std::size_t>(e[0].label & 0xffff);
     if (k >= F) throw format_error(sh.path, {.record = local}, "its saved index is corrupt; delete it to rescan");
     const std::string key = key_at(sh, e[0].offset);
-    const std::string field(Schema::names[k]);
+    std::string field(Schema::names[k]);
+    if (extensions_of(k) != Schema::names[k]) field += "' (given the extensions '" + std::string(extensions_of(k)) + "')";
+    else field += "'";
     std::string exts;
     for (const auto& x : rules_[k].exts) exts += (exts.empty() ? "" : ", ") + key + "." + x;
-    std::string cause = "sample '" + key + "', field '" + field + "': ";
+    std::string cause = "sample '" + key + "', field '" + field + ": ";
     const auto body = sh.file.bytes().subspan(e[1 + k].offset, e[1 + k].size);
     switch (problem) {
       case detail::wds_problem::missing: {
