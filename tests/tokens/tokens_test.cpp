@@ -487,7 +487,7 @@ struct deferred_tokens {
   template <sluice::fixed_string N>
   void write(std::span<std::byte> dst, const sluice::sample_context&) const {
     REQUIRE(dst.size() == v->size() * 2);
-    std::memcpy(dst.data(), v->data(), dst.size());
+    if (!dst.empty()) std::memcpy(dst.data(), v->data(), dst.size());
   }
 };
 template <class S>
