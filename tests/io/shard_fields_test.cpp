@@ -489,6 +489,10 @@ TEST_CASE("shard fields: fields named at run time read the shard's fields of tho
             .cause()
             .find("field 'png': not in the shard") != std::string::npos);
   CHECK_THROWS_AS((io::shard_fields<two>(p, {}, {{"img", "jpg"}})), usage_error);
+  // Two schema fields reading one shard field: the first would be left empty.
+  using same = schema<field<"x", float, variable>, field<"y", float, variable>>;
+  CHECK_THROWS_WITH_AS((io::shard_fields<same>(p, {}, {{"x", "boxes"}, {"y", "boxes"}})),
+                       doctest::Contains("fields 'x' and 'y' both read the shard's field 'boxes'"), usage_error);
 }
 
 TEST_CASE("shard fields: under the loader, skip drops and counts a record with a bad field table, raise names it") {

@@ -534,6 +534,8 @@ TEST_CASE("tf_example: .features reads features named at run time, errors and la
                        doctest::Contains("names field 'img', which is not a field of the schema"), usage_error);
   CHECK_THROWS_WITH_AS((io::tf_example_reader<cls>{p, {.features = {{"image", ""}}}}), doctest::Contains("an empty feature name"),
                        usage_error);
+  CHECK_THROWS_WITH_AS((io::tf_example_reader<cls>{p, {.features = {{"image", "label"}}}}),
+                       doctest::Contains("fields 'image' and 'label' both read the feature 'label'"), usage_error);
 }
 
 TEST_CASE("tf_example: in the loader a bad record is a stage_error naming it, or skipped under on_error::skip") {

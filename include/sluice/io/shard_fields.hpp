@@ -75,6 +75,10 @@ class shard_fields {
         for (const auto& f : r_.schema()) have += (have.empty() ? "" : ", ") + f.name;
         throw format_error(p, {}, "field '" + want[s].name + "': not in the shard (its fields: " + have + ")");
       }
+      if (slot_[k] != none)
+        throw usage_error("sluice: shard_fields: fields '" + std::string(Schema::names[slot_[k]]) + "' and '" +
+                          std::string(Schema::names[s]) + "' both read the shard's field '" + want[s].name +
+                          "'; a shard field can go to one schema field only");
       const shard_schema_field& f = r_.schema()[k];
       if (f.type != want[s].type || f.kind != want[s].kind)
         throw format_error(p, {}, "field '" + want[s].name + "': the shard stores it as " + schema_field_text(f) +

@@ -599,6 +599,12 @@ class tf_example_reader {
       if (name.empty()) throw usage_error("sluice: tf_example_reader: .features gives field '" + f + "' an empty feature name");
       features_[k] = std::move(name);
     }
+    for (std::size_t a = 0; a < Schema::size; ++a)
+      for (std::size_t b = a + 1; b < Schema::size; ++b)
+        if (features_[a] == features_[b])
+          throw usage_error("sluice: tf_example_reader: fields '" + std::string(Schema::names[a]) + "' and '" +
+                            std::string(Schema::names[b]) + "' both read the feature '" + features_[a] +
+                            "'; a feature can go to one field only");
     expected_.fill(no_count);
     for (const auto& [name, n] : counts) {
       std::size_t k = 0;

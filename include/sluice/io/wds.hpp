@@ -329,6 +329,15 @@ class wds_dataset {
                           e + "'; use one or more non-empty extensions separated by ';'");
     }
     ((rules_[K] = detail::rule_for<field_k<K>>(extensions_of(K))), ...);
+    // A member goes to the first field that takes its extension: two fields sharing one would
+    // leave the second always missing. Refused here, naming both.
+    for (std::size_t a = 0; a < F; ++a)
+      for (std::size_t b = a + 1; b < F; ++b)
+        for (const auto& e : rules_[a].exts)
+          if (rules_[b].matches(e))
+            throw usage_error("sluice: wds_dataset: fields '" + std::string(Schema::names[a]) + "' and '" +
+                              std::string(Schema::names[b]) + "' both take the extension '" + e +
+                              "'; a member can go to one field only");
   }
   // The extensions field k takes: as opt_.extensions maps it (the last entry wins), else its name.
   [[nodiscard]] std::string_view extensions_of(std::size_t k) const noexcept {
