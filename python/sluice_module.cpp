@@ -68,6 +68,11 @@ namespace {
 loader_ptr make_loader(const options& o) {
   if (o.batch_size == 0) throw py::value_error("sluice.loader: batch_size must be at least 1");
   if (o.workers == 0) throw py::value_error("sluice.loader: workers must be at least 1");
+  const bool images = o.source == "wds" || o.source == "tfrecord" || o.source == "mds" || (o.source == "shard" && !o.decode.empty());
+  if (!images && (!o.image_field.empty() || !o.label_field.empty()))
+    throw py::value_error("sluice.loader: image_field= and label_field= name the image and label of the image sources "
+                          "('wds', 'tfrecord', 'mds', 'shard' with decode=); source='" + o.source + "'" +
+                          (o.source == "shard" ? " without decode=" : "") + " takes neither");
   if (o.source == "idx" || o.source == "records" || o.source == "npy" || (o.source == "shard" && o.decode.empty()))
     return make_records_loader(o);
   if (o.source == "shard" || o.source == "wds" || o.source == "tfrecord" || o.source == "mds") return make_image_loader(o);

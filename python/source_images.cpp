@@ -7,6 +7,7 @@
 // fields {"image", "label"}, so the loaders compiled are one set per reader type.
 #include "pipelines.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #if SLUICE_WITH_TURBOJPEG
@@ -135,7 +136,15 @@ class fields_shard_classes {
   explicit fields_shard_classes(const options& o)
       : r_(o.path, {}, {{"image", name_or(o.image_field, "jpg")}}),
         labels_(std::make_shared<std::vector<std::int64_t>>(r_.labels())) {
-    if (o.label_field.empty()) return;
+    if (o.label_field.empty()) {
+      // sluice-pack stores -1 for a record it was given no label for: a shard without any is
+      // unlabelled, and training on -1 would fail far from here (or not at all).
+      if (!labels_->empty() && std::all_of(labels_->begin(), labels_->end(), [](std::int64_t l) { return l < 0; }))
+        throw py::value_error("sluice.loader: " + o.path +
+                              " holds no labels (every record's is -1: packed without --label); name the field that "
+                              "holds them with label_field=");
+      return;
+    }
     // The label field, read once here: a record whose label does not hold one integer is a
     // format_error naming the file, the record and the field.
     sluice::io::shard_fields<sluice::schema<sluice::field<"label", std::int64_t>>> l(o.path, {}, {{"label", o.label_field}});

@@ -490,8 +490,19 @@ TEST_CASE("shard fields: fields named at run time read the shard's fields of tho
             .find("field 'png': not in the shard") != std::string::npos);
   CHECK_THROWS_AS((io::shard_fields<two>(p, {}, {{"img", "jpg"}})), usage_error);
   // Two schema fields reading one shard field: the first would be left empty.
-  using same = schema<field<"x", float, variable>, field<"y", float, variable>>;
-  CHECK_THROWS_WITH_AS((io::shard_fields<same>(p, {}, {{"x", "boxes"}, {"y", "boxes"}})),
+  using twin = schema<field<"x", float, variable>, field<"y", float, variable>>;
+  // A swap swaps (entries never see each other's renaming); a field named twice takes the last.
+  using xy = schema<field<"x", std::uint8_t, variable>, field<"y", float, variable>>;
+  const auto want0 = make_record(5);
+  {
+    io::shard_fields<xy> sw(p, {}, {{"x", "y"}, {"y", "x"}, {"x", "jpg"}, {"y", "boxes"}});
+    CHECK(same(sw.fields(5).bytes_of<"x">(), std::span<const std::byte>(want0.jpg)));
+    CHECK(typed<float>(sw.fields(5).bytes_of<"y">()) == want0.boxes);
+  }
+  using ff = schema<field<"a", float, variable>, field<"b", double>>;
+  io::shard_fields<ff> swap(p, {}, {{"a", "boxes"}, {"b", "w"}});
+  CHECK(typed<double>(swap.fields(5).bytes_of<"b">()) == std::vector<double>{want0.w});
+  CHECK_THROWS_WITH_AS((io::shard_fields<twin>(p, {}, {{"x", "boxes"}, {"y", "boxes"}})),
                        doctest::Contains("fields 'x' and 'y' both read the shard's field 'boxes'"), usage_error);
 }
 

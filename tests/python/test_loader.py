@@ -596,10 +596,20 @@ def test_shard_with_fields_from_sluice_pack(tmp_path):
     with pytest.raises(sluice.FormatError) as e:                   # no field "jpg" in this shard: its fields named
         sluice.loader("shard", path=str(tmp_path / "t.sluice"), decode="jpeg", size=[8, 8])
     assert "t.sluice" in str(e.value) and "image/encoded" in str(e.value)
+    # Packed without labels: every record's label is -1, refused unless label_field= names them.
+    write_wds(tmp_path / "nolabel.tar", 0, 4, missing_cls=-1, cls_ext="other")
+    subprocess.run([pack, "wds", str(tmp_path / "nolabel.tar"), "--fields", "jpg", "--label", "", "-o",
+                    str(tmp_path / "n.sluice"), "--quiet"], check=True)
+    with pytest.raises(ValueError, match="holds no labels"):
+        sluice.loader("shard", path=str(tmp_path / "n.sluice"), decode="jpeg", size=[8, 8])
     # A shard of single records takes no field names.
     subprocess.run([pack, "wds", str(tmp_path / "w.tar"), "-o", str(tmp_path / "r.sluice"), "--quiet"], check=True)
     with pytest.raises(ValueError, match="shard of single records"):
         sluice.loader("shard", path=str(tmp_path / "r.sluice"), decode="jpeg", size=[8, 8], image_field="jpg")
+    with pytest.raises(ValueError, match="label_field= name the image and label of the image sources"):
+        sluice.loader("shard", path=str(tmp_path / "r.sluice"), label_field="cls")       # records as stored
+    with pytest.raises(ValueError, match="takes neither"):
+        sluice.loader("tokens", path=str(tmp_path / "r.sluice"), length=4, image_field="x")
 
 
 def test_token_ids_widened_to_int64_for_torch(tmp_path):

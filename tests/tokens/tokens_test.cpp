@@ -490,6 +490,11 @@ struct deferred_tokens {
     if (!dst.empty()) std::memcpy(dst.data(), v->data(), dst.size());
   }
 };
+// The same, claiming 5 bytes: not a whole number of uint16 elements.
+struct odd_tokens : deferred_tokens {
+  template <sluice::fixed_string N>
+  std::size_t size_of() const { return 5; }
+};
 template <class S>
 constexpr bool has_bytes_of_x = requires(const S& s) { s.template bytes_of<"x">(); };
 }  // namespace
@@ -594,4 +599,16 @@ TEST_CASE("convert: a deferred field is written into the destination's tail and 
   static_assert(detail::keeps_values<std::int32_t, double>());
   static_assert(!detail::keeps_values<double, float>());
   static_assert(!detail::keeps_values<float, std::int64_t>());
+}
+
+TEST_CASE("convert: a field that is not whole elements is a format_error naming the file, record and field") {
+  std::vector<std::uint16_t> v(3, 7);
+  const auto c = convert<"x", std::int64_t>()(deferred_tokens{.id = 9, .origin = "toks.bin", .v = &v}, sample_context{});
+  CHECK(c.size_of<"x">() == 24);
+  // An odd byte count from a producer of uint16 elements (a 5-byte member, say).
+  const auto o = convert<"x", std::int64_t>()(odd_tokens{{.id = 9, .origin = "toks.bin", .v = &v}}, sample_context{});
+  const std::string e = format_error_text([&] { (void)o.size_of<"x">(); });
+  CHECK(contains(e, "toks.bin"));
+  CHECK(contains(e, "record 9"));
+  CHECK(contains(e, "field 'x': 5 bytes are not a whole number of u16 elements"));
 }

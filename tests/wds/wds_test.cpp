@@ -162,6 +162,9 @@ TEST_CASE("wds dataset: extensions chosen at run time for a compile-time schema,
   CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"img", "webp"}}})), usage_error);
   CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", "webp;"}}})), usage_error);
   CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", ""}}})), usage_error);
+  // '/' and ':' cannot be in a member's extension (and would blur the saved index's key).
+  CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", "a/b"}}})), usage_error);
+  CHECK_THROWS_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", "a:b"}}})), usage_error);
   // Two fields taking one extension: the second would never get a member.
   CHECK_THROWS_WITH_AS((io::wds_dataset<cls>(dir.file("run.tar"), {.extensions = {{"image", "jpg;label"}}})),
                        doctest::Contains("fields 'image' and 'label' both take the extension 'label'"), usage_error);

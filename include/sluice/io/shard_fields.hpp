@@ -14,7 +14,7 @@
 //
 // `names` maps a field of the schema to the shard field it reads, chosen at run time
 // ({{"image", "jpg"}}: field "image" reads the shard's "jpg"); a field not listed reads its own
-// name, and a name outside the schema is a usage_error.
+// name (a field named twice: the last entry), and a name outside the schema is a usage_error.
 // At open, every field the compile-time schema names must be in the shard's schema with the same
 // dtype and extent (the shard may hold more fields; they are skipped): a format_error naming the
 // file and the field otherwise, as for a shard without fields (versions 1 and 2: read those with
@@ -62,11 +62,14 @@ class shard_fields {
     slot_.assign(r_.schema().size(), none);
     std::vector<shard_schema_field> want;
     detail::schema_fields<Schema>::append(want);
+    // By the schema's own names (want[] is in schema order), so entries never see each other's
+    // renaming (a swap {{"x", "y"}, {"y", "x"}} swaps); a field named twice takes the last entry.
     for (const auto& [f, to] : names) {
-      auto w = std::find_if(want.begin(), want.end(), [&](const shard_schema_field& x) { return x.name == f; });
-      if (w == want.end())
+      const auto at = std::find(Schema::names.begin(), Schema::names.end(), f);
+      if (at == Schema::names.end())
         throw usage_error("sluice: shard_fields: names maps field '" + f + "', which is not a field of the schema");
-      w->name = to;
+      if (to.empty()) throw usage_error("sluice: shard_fields: names gives field '" + f + "' an empty shard field name");
+      want[static_cast<std::size_t>(at - Schema::names.begin())].name = to;
     }
     for (std::size_t s = 0; s < want.size(); ++s) {
       const std::size_t k = r_.field_index(want[s].name);

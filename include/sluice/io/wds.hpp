@@ -324,9 +324,10 @@ class wds_dataset {
       if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
         throw usage_error("sluice: wds_dataset: wds_dataset_options::extensions names field '" + f +
                           "', which the schema does not have");
-      if (e.empty() || e.front() == ';' || e.back() == ';' || e.find(";;") != std::string::npos)
+      if (e.empty() || e.front() == ';' || e.back() == ';' || e.find(";;") != std::string::npos ||
+          e.find_first_of("/:") != std::string::npos)
         throw usage_error("sluice: wds_dataset: wds_dataset_options::extensions gives field '" + f + "' the extensions '" +
-                          e + "'; use one or more non-empty extensions separated by ';'");
+                          e + "'; use one or more non-empty extensions separated by ';', without '/' or ':'");
     }
     ((rules_[K] = detail::rule_for<field_k<K>>(extensions_of(K))), ...);
     // A member goes to the first field that takes its extension: two fields sharing one would

@@ -26,11 +26,14 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/dtype.hpp"
+#include "sluice/core/error.hpp"
 #include "sluice/core/fixed_string.hpp"
 #include "sluice/core/schema.hpp"
 
@@ -82,10 +85,21 @@ struct converted_sample {
   std::string_view origin;
   Inner inner;
 
+  // A field whose bytes are not whole elements of its type is a format_error naming the file,
+  // the record and the field (what a collator would say of it without the conversion).
   template <fixed_string N>
   [[nodiscard]] std::size_t size_of() const {
-    if constexpr (N == Name) return inner.template size_of<N>() / sizeof(from_type) * sizeof(To);
-    else return inner.template size_of<N>();
+    if constexpr (N == Name) {
+      const std::size_t n = inner.template size_of<N>();
+      if (n % sizeof(from_type) != 0)
+        throw format_error(std::string(origin), {.record = id},
+                           "field '" + std::string(Name.view()) + "': " + std::to_string(n) + " bytes are not a whole number of " +
+                               std::string(dtype_name(dtype_of<from_type>)) + " elements (" +
+                               std::to_string(sizeof(from_type)) + " bytes each)");
+      return n / sizeof(from_type) * sizeof(To);
+    } else {
+      return inner.template size_of<N>();
+    }
   }
   template <fixed_string N>
   void write(std::span<std::byte> dst, const sample_context& ctx) const {
