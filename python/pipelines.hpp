@@ -49,7 +49,7 @@ struct options {
   std::size_t max_workers = 0;  // above workers: the worker count is tuned
   std::string depth = "fixed";
   std::uint64_t ram_budget = 0;
-  std::string image_field, label_field;  // image sources; empty: the source's convention"
+  std::string image_field, label_field;  // image sources; empty: the source's convention
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {

@@ -487,12 +487,11 @@ class wds_dataset {
     const std::size_t k = static_cast<std::size_t>(e[0].label & 0xffff);
     if (k >= F) throw format_error(sh.path, {.record = local}, "its saved index is corrupt; delete it to rescan");
     const std::string key = key_at(sh, e[0].offset);
-    std::string field(Schema::names[k]);
-    if (extensions_of(k) != Schema::names[k]) field += "' (given the extensions '" + std::string(extensions_of(k)) + "')";
-    else field += "'";
     std::string exts;
     for (const auto& x : rules_[k].exts) exts += (exts.empty() ? "" : ", ") + key + "." + x;
-    std::string cause = "sample '" + key + "', field '" + field + ": ";
+    std::string cause = "sample '" + key + "', field '" + std::string(Schema::names[k]) + "'";
+    if (extensions_of(k) != Schema::names[k]) cause += " (given the extensions '" + std::string(extensions_of(k)) + "')";
+    cause += ": ";
     const auto body = sh.file.bytes().subspan(e[1 + k].offset, e[1 + k].size);
     switch (problem) {
       case detail::wds_problem::missing: {

@@ -228,7 +228,6 @@ struct py_loader {
   // Serialises iteration (begin, next, end) between Python threads. Taken only with the GIL
   // released, so a thread waiting here never blocks the one inside next() from returning.
   std::mutex iterating;
-  std::vector<std::pair<std::string, std::string>> rename;  // batch tensor name -> dict key
   std::uint64_t epoch = 0;
   std::optional<loader_state> pending;
   bool running = false;
@@ -408,14 +407,7 @@ inline void register_types(py::module_& m) {
                throw py::stop_iteration();
              }
              py::dict d;
-             for (auto& [name, m] : ts) {
-               for (const auto& [from, to] : self.rename)
-                 if (name.starts_with(from) && (name.size() == from.size() || name[from.size()] == '.')) {
-                   name = to + name.substr(from.size());  // "cls" -> "label", "x.mask" -> "y.mask"
-                   break;
-                 }
-               d[py::str(name)] = py::cast(std::make_shared<tensor>(m));
-             }
+             for (auto& [name, m] : ts) d[py::str(name)] = py::cast(std::make_shared<tensor>(m));
              return d;
            })
       .def("__len__", [](const py_loader& self) { return self.handle->batches_for(self.epoch); })
