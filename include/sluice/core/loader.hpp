@@ -31,6 +31,14 @@
 //  * Bounded memory: batches alive <= depth + workers <= C; bytes in flight are reported.
 //  * No allocation in steady state: slots, their id arrays and the workers' sample lists are
 //    allocated on first use; a slot's storage grows to the largest batch it held, then is reused.
+//  * A fresh loader's first epoch does not pay for the ring's memory on the workers' path: as soon
+//    as the first batch is planned (its size known), a short-lived thread allocates the other
+//    slots' storage at that size and touches every page, while the worker writes batch 0; workers
+//    take a sized slot before an unsized one. Without it each slot's first batch took one page
+//    fault per 4 KiB (on a 2-vCPU VM ~1.3 ms per 3 MiB slot, a tenth of a 16k-record epoch; see
+//    bench/core BM_first_epoch). Only the loader's own storage is warmed (a stage that provides
+//    slot storage, e.g. pin's pool, keeps its own); loader_options::warm_slots = false turns it
+//    off. The thread checks for a stop every MiB, so destroying the loader stays prompt.
 //  * Errors reach the consumer: a stage's exception is stored in the slot and rethrown by the
 //    consumer's next() for that batch, as stage_error(stage, sample id, cause) with the original
 //    nested. Batches before it are delivered normally. With on_error::skip the sample is dropped
@@ -116,6 +124,8 @@ struct loader_options {
   bool stage_timing = true;      // sampled per-stage busy time (core/stats.hpp); off only to
                                  // measure what it costs
   bool split_batches = true;     // idle workers help write another worker's batch (see above)
+  bool warm_slots = true;        // once the first batch's size is known, a short-lived thread
+                                 // allocates and touches the ring's other slots (see above)
   std::vector<int> cpus{};       // pin worker w to cpus[w % size] (core/affinity.hpp); empty: no
                                  // pinning (the default)
 };
@@ -142,7 +152,9 @@ concept provides_storage = requires(S& s, std::size_t n, void* p) {
   s.deallocate(p, n);
 };
 
-enum class slot_status : std::uint8_t { free, filling, ready, failed, held };
+// warming: an unsized slot the warming thread is allocating and touching (counted in live_, not
+// claimable, not a batch).
+enum class slot_status : std::uint8_t { free, filling, ready, failed, held, warming };
 
 template <class... BatchStages>
 struct slot : slot_base {
@@ -266,6 +278,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     for (auto& t : threads_)
       if (t.joinable()) t.join();
     threads_.clear();
+    // Only a worker starts it (ensure_storage, under m_): with the workers joined it is final.
+    if (warm_thread_.joinable()) warm_thread_.join();
   }
 
   // Starts (or restarts) an epoch run at `start` samples into the epoch's order.
@@ -553,6 +567,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.peak_batches_in_flight = peak_live_;
     s.peak_bytes_in_flight = peak_live_ * slot_bytes_;
     s.ready_batches = count_ready_locked();
+    s.slots_warmed = slots_warmed_;
     return s;
   }
 
@@ -724,7 +739,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       s.index = k;
       ++live_;
       ++filling_;
-      peak_live_ = std::max(peak_live_, live_);
+      peak_live_ = std::max(peak_live_, live_ - warming_);
       const std::uint64_t epoch = epoch_, first = start_ + k * chain_.collate.batch_size();
       const std::uint64_t last = std::min<std::uint64_t>(first + chain_.collate.batch_size(), total_);
       lk.unlock();
@@ -773,12 +788,19 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // fewer batches than the ring has slots; live_ < capacity_ means a slot is free.
   bool can_claim(std::size_t w) const noexcept {
     return active_ && w < active_workers_ && next_ticket_ < num_batches_ &&
-           live_ - consumer_held_ < depth_ + active_workers_ && live_ < capacity_;
+           live_ - consumer_held_ - warming_ < depth_ + active_workers_ && live_ < capacity_;
   }
+  // A free slot, one with storage first (warmed, or used before) so that a worker does not
+  // fault in a fresh slot while a warmed one waits.
   slot_type* free_slot_locked() noexcept {
-    for (std::size_t i = 0; i < capacity_; ++i)
-      if (slots_[i].status == slot_status::free) return &slots_[i];
-    return nullptr;
+    slot_type* unsized = nullptr;
+    for (std::size_t i = 0; i < capacity_; ++i) {
+      auto& s = slots_[i];
+      if (s.status != slot_status::free) continue;
+      if (s.data != nullptr) return &s;
+      if (unsized == nullptr) unsized = &s;
+    }
+    return unsized;
   }
   slot_type* find_ticket_locked(std::uint64_t k) noexcept {
     for (std::size_t i = 0; i < capacity_; ++i) {
@@ -1205,7 +1227,67 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.storage_bytes = want;
     std::lock_guard lk(m_);
     slot_bytes_ = std::max(slot_bytes_, want);
+    if (warms_slots && opt_.warm_slots && !warm_started_ && capacity_ > 1 && !stop_.load(std::memory_order_relaxed)) {
+      warm_started_ = true;
+      try {
+        warm_thread_ = std::thread([this, want] { warm_main(want); });
+      } catch (...) {  // no thread: each slot is faulted in by its first batch, as without warming
+      }
+    }
   }
+
+  // The warming thread (see the header): gives every free, never-used slot `bytes` of storage with
+  // each page touched, one slot at a time, while the workers run. It changes nothing a batch can
+  // see: a warming slot is neither free nor live for the workers' allowance, and a failure here
+  // (no memory) only leaves the slot to be allocated by its first batch, which reports it.
+  void warm_main(std::size_t bytes) {
+    for (;;) {
+      slot_type* s = nullptr;
+      {
+        std::lock_guard lk(m_);
+        if (stop_.load(std::memory_order_relaxed)) return;
+        for (std::size_t i = 0; i < capacity_ && s == nullptr; ++i)
+          if (slots_[i].status == slot_status::free && slots_[i].data == nullptr) s = &slots_[i];
+        if (s == nullptr) return;
+        s->status = slot_status::warming;
+        ++live_;
+        ++warming_;
+      }
+      void* p = nullptr;
+      try {
+        p = allocate_storage(bytes);
+        touch_pages(static_cast<std::byte*>(p), bytes);
+      } catch (...) {
+      }
+      {
+        std::lock_guard lk(m_);
+        if (p != nullptr) {
+          s->data = static_cast<std::byte*>(p);
+          s->storage_bytes = bytes;
+          ++slots_warmed_;
+        }
+        s->status = slot_status::free;
+        --live_;
+        --warming_;
+      }
+      cv_work_.notify_all();
+      if (p == nullptr) return;
+    }
+  }
+  // Writes one byte in every page of [p, p + n) (the storage is the ring's, nothing reads it yet),
+  // a MiB at a time between looks at the stop flag.
+  void touch_pages(std::byte* p, std::size_t n) const noexcept {
+    constexpr std::size_t page = 4096, step = std::size_t{1} << 20;
+    for (std::size_t off = 0; off < n; off += step) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      const std::size_t end = std::min(n, off + step);
+      for (std::size_t i = off; i < end; i += page) static_cast<volatile std::byte*>(p)[i] = std::byte{0};
+    }
+    static_cast<volatile std::byte*>(p)[n - 1] = std::byte{0};
+  }
+  // Only storage the loader allocates itself is warmed: a stage's (pin's pool) may hand out a
+  // block still being read by a copy, and is page-locked or reused anyway.
+  static constexpr bool warms_slots = !(provides_storage<BatchStages> || ...);
 
   batch_chain<SampleChain, Collate, BatchStages...> chain_;
   Depth depth_policy_;
@@ -1219,6 +1301,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::atomic<write_job*> urgent_{nullptr};  // the open job the trainer waits for (set under m_)
   std::uint64_t awaited_ = no_ticket;        // under m_: the ticket the trainer waits for
   std::vector<std::thread> threads_;
+  std::thread warm_thread_;    // started once, by the worker that sizes the first slot (under m_)
+  bool warm_started_ = false;  // under m_
+  std::size_t slots_warmed_ = 0;  // under m_
 
   mutable std::mutex m_;
   std::condition_variable cv_work_, cv_ready_, cv_idle_, cv_help_;
@@ -1226,7 +1311,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::atomic<std::uint64_t> generation_{0};
   bool active_ = false;
   std::uint64_t epoch_ = 0, start_ = 0, total_ = 0, num_batches_ = 0, next_ticket_ = 0, delivered_ = 0;
-  std::size_t live_ = 0, peak_live_ = 0, filling_ = 0, consumer_held_ = 0;
+  std::size_t live_ = 0, peak_live_ = 0, filling_ = 0, consumer_held_ = 0, warming_ = 0;
   std::size_t slot_bytes_ = 0;  // the largest slot storage so far
   std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
   std::uint64_t last_receive_ns_ = 0;

@@ -99,6 +99,8 @@ struct pipeline_stats {
   std::size_t peak_bytes_in_flight = 0;
   std::size_t peak_batches_in_flight = 0;
   std::size_t ready_batches = 0;        // filled, waiting for the consumer, at the time of reading
+  std::size_t slots_warmed = 0;         // slots whose storage the warming thread allocated and
+                                        // touched before their first batch (loader_options::warm_slots)
   [[nodiscard]] double samples_per_second() const noexcept {
     double t = static_cast<double>(consumer_wait_ns + consumer_busy_ns + warmup_wait_ns);
     return t > 0 ? static_cast<double>(samples) * 1e9 / t : 0.0;
