@@ -11,9 +11,10 @@
 // Only a file of 1 MiB or more that fits in half the memory available is queued: MemAvailable, or
 // the room left under the process's memory cgroup limit when that is less (a container's limit,
 // cgroup v2 memory.max or v1 memory.limit_in_bytes). Populating more would evict the pages it
-// just brought in, or the trainer's. Measured on a
-// 2-vCPU VM (bench/core BM_first_epoch, bench/README.md): a fresh mapping's first epoch ran at
-// 0.69 of the second's rate with warming, 0.55 without. MADV_POPULATE_READ reports errors
+// just brought in, or the trainer's. Measured on a 2-vCPU VM (bench/core BM_first_epoch,
+// bench/README.md), with the loader's slot warming (core/loader.hpp): a fresh mapping of 100,000
+// 12 KiB records read its first epoch at 0.95-0.97 of the second's rate when the trainer spent
+// 100 ms setting up first, 0.78-0.84 when the epoch started at once; without warming 0.54-0.67. MADV_POPULATE_READ reports errors
 // instead of raising SIGBUS (a file truncated meanwhile stops its job with EFAULT); a kernel
 // without it (before Linux 5.14: EINVAL) turns the warmer off for the process. Either way the
 // data read is unaffected: warming is a hint.
