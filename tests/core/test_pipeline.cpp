@@ -575,6 +575,21 @@ TEST_CASE("warm slots: the other slots are sized while the workers run, and batc
   CHECK(d1.ids == p1.ids);
 }
 
+TEST_CASE("warm slots: no more slots than the run may fill at once, none for a one-batch epoch") {
+  mem_reader r(4096, 1024);
+  // 1 of max 8 workers at depth 2: a ring of 10 slots, at most 3 filled or waiting at once.
+  auto wide = from(sample::shuffle(4096, {.seed = 1})) | read(r) | collate({.batch = 64}) |
+              prefetch(2, {.workers = 1, .max_workers = 8});
+  for (int e = 0; e < 3; ++e) (void)digest(wide, static_cast<std::uint64_t>(e));
+  const auto s = wide.stats();
+  CHECK(s.capacity == 10);
+  CHECK(s.slots_warmed <= 2);
+  // One batch an epoch: batch 0's slot is all the run needs.
+  auto one = from(sample::sequential(64)) | read(r) | collate({.batch = 64}) | prefetch(4, {.workers = 2});
+  for (int e = 0; e < 3; ++e) CHECK(digest(one, static_cast<std::uint64_t>(e)).batches == 1);
+  CHECK(one.stats().slots_warmed == 0);
+}
+
 TEST_CASE("warm slots: a stage's own storage (pin's pool) is not warmed") {
   mem_reader r(512, 256);
   auto loader = from(sample::sequential(512)) | read(r) | collate({.batch = 64}) | pin() | prefetch(2, {.workers = 2});

@@ -1236,8 +1236,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
   }
 
-  // The warming thread (see the header): gives every free, never-used slot `bytes` of storage with
-  // each page touched, one slot at a time, while the workers run. It changes nothing a batch can
+  // The warming thread (see the header): gives free, never-used slots `bytes` of storage with each
+  // page touched, one slot at a time, while the workers run, until as many slots have storage
+  // (or are in use) as the run may fill at once. It changes nothing a batch can
   // see: a warming slot is neither free nor live for the workers' allowance, and a failure here
   // (no memory) only leaves the slot to be allocated by its first batch, which reports it.
   void warm_main(std::size_t bytes) {
@@ -1246,9 +1247,17 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       {
         std::lock_guard lk(m_);
         if (stop_.load(std::memory_order_relaxed)) return;
-        for (std::size_t i = 0; i < capacity_ && s == nullptr; ++i)
-          if (slots_[i].status == slot_status::free && slots_[i].data == nullptr) s = &slots_[i];
-        if (s == nullptr) return;
+        // Only as many slots as the run may fill at once (depth + active workers, at most the
+        // epoch's batches): a ring sized for a high max depth or max_workers, or a short epoch,
+        // does not get memory it may never use.
+        const std::size_t allowed = std::min<std::uint64_t>({capacity_, depth_ + active_workers_, num_batches_});
+        std::size_t sized = 0;
+        for (std::size_t i = 0; i < capacity_; ++i) {
+          auto& c = slots_[i];
+          if (c.status != slot_status::free || c.data != nullptr) ++sized;
+          else if (s == nullptr) s = &c;
+        }
+        if (s == nullptr || sized >= allowed) return;
         s->status = slot_status::warming;
         ++live_;
         ++warming_;
