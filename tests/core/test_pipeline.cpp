@@ -495,6 +495,36 @@ TEST_CASE("split batches: a loader destroyed while helpers write returns promptl
   CHECK(true);
 }
 
+TEST_CASE("cpus: a trainer pinned with pin_current_thread confines neither the workers nor the allowed set") {
+  const auto allowed = allowed_cpus();
+  REQUIRE(!allowed.empty());
+  if (allowed.size() < 2) sluice_test::skip("one CPU: a pinned and an unpinned set are the same");
+  cpu_set_t old;
+  REQUIRE(::pthread_getaffinity_np(::pthread_self(), sizeof old, &old) == 0);
+  pin_current_thread(allowed.front());
+  CHECK(allowed_cpus() == allowed);  // the process's set, not the pinned thread's
+  mem_reader r(2000, 8);
+  std::atomic<int> narrowed{0}, seen{0};
+  auto l = from(sample::sequential(2000)) | read(r) |
+           map([&](record_view v) {
+             ++seen;
+             cpu_set_t mine;
+             CPU_ZERO(&mine);
+             if (::pthread_getaffinity_np(::pthread_self(), sizeof mine, &mine) != 0 ||
+                 static_cast<std::size_t>(CPU_COUNT(&mine)) != allowed.size())
+               ++narrowed;
+             return v;
+           }) |
+           collate({.batch = 50}) | prefetch(2, {.workers = 2});
+  for (auto& b : l.epoch(0)) (void)b;
+  // A worker pinned explicitly to another CPU than the trainer's is not refused either.
+  auto other = from(sample::sequential(100)) | read(r) | collate({.batch = 50}) | prefetch(2, {.workers = 1, .cpus = {allowed.back()}});
+  for (auto& b : other.epoch(0)) (void)b;
+  REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof old, &old) == 0);
+  CHECK(seen.load() == 2000);
+  CHECK(narrowed.load() == 0);
+}
+
 TEST_CASE("cpus: workers run on the CPUs they are pinned to, and a CPU the process may not use is refused") {
   const auto allowed = allowed_cpus();
   REQUIRE(!allowed.empty());
@@ -554,16 +584,12 @@ TEST_CASE("warm slots: the other slots are sized while the workers run, and batc
     auto it = range.begin();  // batch 0: the first slot sized, the warming thread started
     const auto until = std::chrono::steady_clock::now() + 10s;
     while (warmed.stats().slots_warmed == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
-    const auto s = warmed.stats();
-    CHECK(s.slots_warmed >= 1);
-    CHECK(s.slots_warmed <= s.capacity - 1);  // never the slot batch 0 was written into
+    CHECK(warmed.stats().slots_warmed >= 1);
     go = true;
     for (; it != range.end(); ++it) add_batch(d0, *it);
   }
   const auto d1 = digest(warmed, 1);
-  const auto s = warmed.stats();
-  CHECK(s.peak_batches_in_flight <= 3);  // a warming slot is not a batch in flight
-  CHECK(s.batch_bytes >= 64 * 4096);
+  CHECK(warmed.stats().batch_bytes >= 64 * 4096);
 
   go = true;
   auto plain = make(false);
@@ -590,6 +616,38 @@ TEST_CASE("warm slots: no more slots than the run may fill at once, none for a o
   CHECK(one.stats().slots_warmed == 0);
 }
 
+TEST_CASE("warm slots: a ring whose first run needed one slot is warmed when a later epoch needs more") {
+  mem_reader r(2000, 4096);
+  std::atomic<bool> go{false};
+  auto loader = from(sample::shuffle(2000, {.seed = 4})) | read(r) |
+                map([&go](record_view v, const sample_context& ctx) {
+                  if (ctx.epoch == 1 && ctx.position >= 128 && ctx.position < 192) {  // batch 2
+                    const auto until = std::chrono::steady_clock::now() + 10s;
+                    while (!go.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+                  }
+                  return v;
+                }) |
+                collate({.batch = 64}) | prefetch(4, {.workers = 1});
+  // Epoch 0 resumed 10 samples before its end: one batch, one slot, nothing else to warm.
+  std::size_t n0 = 0;
+  for (auto& b : loader.resume(loader.state(0, 1990))) n0 += b.size();
+  CHECK(n0 == 10);
+  CHECK(loader.stats().slots_warmed == 0);
+  // Epoch 1: batch 1 sizes a second slot; 5 slots may be filled at once, so while the worker waits
+  // in batch 2 the warming thread prepares at least one of the other three.
+  epoch_digest d;
+  {
+    auto range = loader.epoch(1);
+    auto it = range.begin();
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (loader.stats().slots_warmed == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    CHECK(loader.stats().slots_warmed >= 1);
+    go = true;
+    for (; it != range.end(); ++it) add_batch(d, *it);
+  }
+  CHECK(d.ids.size() == 2000);
+}
+
 TEST_CASE("warm slots: a stage's own storage (pin's pool) is not warmed") {
   mem_reader r(512, 256);
   auto loader = from(sample::sequential(512)) | read(r) | collate({.batch = 64}) | pin() | prefetch(2, {.workers = 2});
@@ -600,12 +658,12 @@ TEST_CASE("warm slots: a stage's own storage (pin's pool) is not warmed") {
 }
 
 TEST_CASE("warm slots: a loader destroyed while large slots are being warmed returns promptly") {
-  mem_reader r(256, 64 * 1024);  // 4 MiB batches, a ring of 6 slots: 20 MiB left to touch
+  mem_reader r(1024, 64 * 1024);  // 16 batches of 4 MiB, 6 slots filled at once: 20 MiB to warm
   double worst_ms = 0;
   for (int cycle = 0; cycle < 8; ++cycle) {
     const auto t0 = std::chrono::steady_clock::now();
     {
-      auto loader = from(sample::shuffle(256, {.seed = static_cast<std::uint64_t>(cycle)})) | read(r) |
+      auto loader = from(sample::shuffle(1024, {.seed = static_cast<std::uint64_t>(cycle)})) | read(r) |
                     collate({.batch = 64}) | prefetch(4, {.workers = 2});
       auto range = loader.epoch(0);
       auto it = range.begin();

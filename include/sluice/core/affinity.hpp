@@ -3,7 +3,12 @@
 // trainer's thread for a core).
 //
 // Off by default. loader_options::cpus = {2, 3} pins worker w to cpus[w % cpus.size()] when the
-// worker starts; sluice::pin_current_thread(cpu) pins the calling thread (the trainer's). A CPU
+// worker starts; sluice::pin_current_thread(cpu) pins the calling thread (the trainer's). A thread
+// inherits its creator's CPU set, so every thread sluice starts (workers without `cpus`, the slot
+// and page warmers, lazy opens, split decoders) takes the process's unpinned set first: a trainer
+// pinned to one CPU before its first epoch would otherwise confine its whole loader to that CPU.
+// The unpinned set is the calling thread's the first time sluice looks (a loader built, a CPU
+// checked or pinned), which is before pin_current_thread narrows it. A CPU
 // outside the process's allowed set (sched_getaffinity: taskset, cgroups, a container's quota) is
 // a usage_error naming it and the allowed set, raised when the loader is built, not a silent
 // no-op. With one NUMA node (this is the common case on a single socket) there is nothing to
@@ -23,12 +28,33 @@
 
 namespace sluice {
 
-// The CPUs this process may run on, in increasing order.
+namespace detail {
+// The CPU set of an unpinned thread of this process (see the header).
+inline const cpu_set_t& unpinned_set() noexcept {
+  static const cpu_set_t set = [] {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (::sched_getaffinity(0, sizeof s, &s) != 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &s);
+    return s;
+  }();
+  return set;
+}
+// Gives the calling thread (one sluice started) the unpinned set, if it inherited another.
+inline void unpin_current_thread() noexcept {
+  const cpu_set_t& want = unpinned_set();
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (::pthread_getaffinity_np(::pthread_self(), sizeof now, &now) == 0 && CPU_EQUAL(&now, &want)) return;
+  (void)::pthread_setaffinity_np(::pthread_self(), sizeof want, &want);
+}
+}  // namespace detail
+
+// The CPUs this process may run on, in increasing order (the unpinned set: a thread pinned with
+// pin_current_thread does not narrow it).
 inline std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
+  const cpu_set_t& set = detail::unpinned_set();
   std::vector<int> out;
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) out.push_back(c);
   return out;

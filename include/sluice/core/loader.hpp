@@ -234,6 +234,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   ring(batch_chain<SampleChain, Collate, BatchStages...> chain, Depth depth, loader_options opt)
       : chain_(std::move(chain)), depth_policy_(std::move(depth)), opt_(opt) {
     if (opt_.workers == 0) throw usage_error("sluice: prefetch: workers must be at least 1");
+    (void)detail::unpinned_set();  // before the trainer pins its thread, if it does
     detail::check_cpus(opt_.cpus, "prefetch({.cpus})");
     if (opt_.max_workers < opt_.workers) opt_.max_workers = opt_.workers;
     max_depth_ = std::max<std::size_t>(1, depth_policy_.max_depth());
@@ -247,6 +248,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     scratch_ = std::make_unique<scratch_type[]>(opt_.max_workers);
     split_ = can_split && opt_.split_batches && opt_.max_workers > 1;
     jobs_ = std::make_unique<write_job[]>(opt_.max_workers);
+    if constexpr (warms_slots) warm_threads_.reserve(capacity_);
     for (std::size_t w = 0; w < opt_.max_workers; ++w) {
       scratch_[w].samples.reserve(chain_.collate.batch_size());
       scratch_[w].positions.reserve(chain_.collate.batch_size());
@@ -278,8 +280,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     for (auto& t : threads_)
       if (t.joinable()) t.join();
     threads_.clear();
-    // Only a worker starts it (ensure_storage, under m_): with the workers joined it is final.
-    if (warm_thread_.joinable()) warm_thread_.join();
+    // Only workers start warming runs: with the workers joined the list is final.
+    for (auto& t : warm_threads_)
+      if (t.joinable()) t.join();
+    warm_threads_.clear();
   }
 
   // Starts (or restarts) an epoch run at `start` samples into the epoch's order.
@@ -710,8 +714,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
 
   void worker_main(std::size_t w) {
-    // Checked at construction; a refusal now leaves the thread unpinned.
+    // Checked at construction; a refusal now leaves the thread unpinned. Without `cpus` the
+    // worker does not keep the set of the thread that started it (a pinned trainer's).
     if (!opt_.cpus.empty()) (void)detail::set_thread_cpu(opt_.cpus[w % opt_.cpus.size()]);
+    else detail::unpin_current_thread();
     scratch_type& scratch = scratch_[w];
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);
@@ -1225,39 +1231,79 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     want = (want + cache_line - 1) / cache_line * cache_line;
     s.data = static_cast<std::byte*>(allocate_storage(want));
     s.storage_bytes = want;
-    std::lock_guard lk(m_);
-    slot_bytes_ = std::max(slot_bytes_, want);
-    if (warms_slots && opt_.warm_slots && !warm_started_ && capacity_ > 1 && !stop_.load(std::memory_order_relaxed)) {
-      warm_started_ = true;
-      try {
-        warm_thread_ = std::thread([this, want] { warm_main(want); });
-      } catch (...) {  // no thread: each slot is faulted in by its first batch, as without warming
+    bool start_warming = false;
+    {
+      std::lock_guard lk(m_);
+      slot_bytes_ = std::max(slot_bytes_, want);
+      if constexpr (warms_slots) {
+        start_warming = opt_.warm_slots && !warming_running_ && !stop_.load(std::memory_order_relaxed) &&
+                        warm_target_locked() != nullptr;
+        warming_running_ = start_warming;
       }
+    }
+    if constexpr (warms_slots) {
+      if (start_warming) start_warm_thread();
     }
   }
 
-  // The warming thread (see the header): gives free, never-used slots `bytes` of storage with each
-  // page touched, one slot at a time, while the workers run, until as many slots have storage
+  // Starts the warming thread (outside m_: a thread's creation is a system call the other threads
+  // need not wait for). One run at a time; each is kept until shutdown() joins it. A run starts
+  // only when a worker allocates a slot's storage while a slot without storage is still wanted,
+  // so a ring sees a few runs, not one per batch.
+  void start_warm_thread() {
+    std::thread t;
+    try {
+      t = std::thread([this] { warm_main(); });
+    } catch (...) {  // no thread: each slot is faulted in by its first batch, as without warming
+      std::lock_guard lk(m_);
+      warming_running_ = false;
+      return;
+    }
+    std::unique_lock lk(m_);
+    try {
+      warm_threads_.push_back(std::move(t));  // reserved at construction: does not allocate
+      return;
+    } catch (...) {
+    }
+    lk.unlock();
+    t.join();  // no room for its handle: wait for this run instead of keeping it
+  }
+
+  // The slot the warming thread should prepare next, or nullptr: a free slot without storage,
+  // while fewer slots have storage (or are in use) than the run may fill at once (depth + active
+  // workers, at most the epoch's batches). A ring sized for a high max depth or max_workers, or a
+  // short epoch, gets no memory it may never use.
+  slot_type* warm_target_locked() noexcept {
+    if (!active_ || capacity_ < 2) return nullptr;
+    const std::size_t allowed = std::min<std::uint64_t>({capacity_, depth_ + active_workers_, num_batches_});
+    std::size_t sized = 0;
+    slot_type* target = nullptr;
+    for (std::size_t i = 0; i < capacity_; ++i) {
+      auto& c = slots_[i];
+      if (c.status != slot_status::free || c.data != nullptr) ++sized;
+      else if (target == nullptr) target = &c;
+    }
+    return sized < allowed ? target : nullptr;
+  }
+
+  // The warming thread (see the header): gives free, never-used slots the largest slot size so far,
+  // each page touched, one slot at a time, while the workers run, until as many slots have storage
   // (or are in use) as the run may fill at once. It changes nothing a batch can
   // see: a warming slot is neither free nor live for the workers' allowance, and a failure here
   // (no memory) only leaves the slot to be allocated by its first batch, which reports it.
-  void warm_main(std::size_t bytes) {
+  void warm_main() {
+    detail::unpin_current_thread();  // not on the CPU of the worker that started it
     for (;;) {
       slot_type* s = nullptr;
+      std::size_t bytes = 0;
       {
         std::lock_guard lk(m_);
-        if (stop_.load(std::memory_order_relaxed)) return;
-        // Only as many slots as the run may fill at once (depth + active workers, at most the
-        // epoch's batches): a ring sized for a high max depth or max_workers, or a short epoch,
-        // does not get memory it may never use.
-        const std::size_t allowed = std::min<std::uint64_t>({capacity_, depth_ + active_workers_, num_batches_});
-        std::size_t sized = 0;
-        for (std::size_t i = 0; i < capacity_; ++i) {
-          auto& c = slots_[i];
-          if (c.status != slot_status::free || c.data != nullptr) ++sized;
-          else if (s == nullptr) s = &c;
+        bytes = slot_bytes_;  // the largest slot so far: what a worker would bring this one up to
+        if (!stop_.load(std::memory_order_relaxed)) s = warm_target_locked();
+        if (s == nullptr) {  // done, stopped, or the epoch is over
+          warming_running_ = false;
+          return;
         }
-        if (s == nullptr || sized >= allowed) return;
         s->status = slot_status::warming;
         ++live_;
         ++warming_;
@@ -1278,6 +1324,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         s->status = slot_status::free;
         --live_;
         --warming_;
+        if (p == nullptr) warming_running_ = false;  // no memory: the workers allocate, and report it
       }
       cv_work_.notify_all();
       if (p == nullptr) return;
@@ -1310,8 +1357,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::atomic<write_job*> urgent_{nullptr};  // the open job the trainer waits for (set under m_)
   std::uint64_t awaited_ = no_ticket;        // under m_: the ticket the trainer waits for
   std::vector<std::thread> threads_;
-  std::thread warm_thread_;    // started once, by the worker that sizes the first slot (under m_)
-  bool warm_started_ = false;  // under m_
+  std::vector<std::thread> warm_threads_;  // the warming runs, joined by shutdown() (under m_)
+  bool warming_running_ = false;           // under m_
   std::size_t slots_warmed_ = 0;  // under m_
 
   mutable std::mutex m_;

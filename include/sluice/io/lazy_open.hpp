@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/affinity.hpp"
 #include "sluice/core/error.hpp"
 
 namespace sluice::io::detail {
@@ -120,6 +121,7 @@ class background_opener {
 
  private:
   void run() {
+    sluice::detail::unpin_current_thread();  // not the set of the thread that posted first
     while (true) {
       std::function<void()> job;
       {

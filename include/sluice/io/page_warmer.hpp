@@ -40,6 +40,8 @@
 #include <string>
 #include <thread>
 
+#include "sluice/core/affinity.hpp"
+
 namespace sluice::io {
 
 // What the background warmer did in this process (cumulative).
@@ -210,6 +212,7 @@ class page_warmer {
   }
 
   void run() {
+    sluice::detail::unpin_current_thread();  // not the set of the thread that opened the first file
     std::unique_lock lk(m_);
     for (;;) {
       cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
