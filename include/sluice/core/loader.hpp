@@ -32,9 +32,10 @@
 //  * No allocation in steady state: slots, their id arrays and the workers' sample lists are
 //    allocated on first use; a slot's storage grows to the largest batch it held, then is reused.
 //  * A fresh loader's first epoch does not pay for the ring's memory on the workers' path: as soon
-//    as the first batch is planned (its size known), a short-lived thread allocates the other
-//    slots' storage at that size and touches every page, while the worker writes batch 0; workers
-//    take a sized slot before an unsized one. Without it each slot's first batch took one page
+//    as the first batch is planned (its size known), a short-lived thread allocates storage for
+//    the other slots the run may fill at once (depth + active workers, at most the epoch's
+//    batches) and touches every page, while the worker writes batch 0; workers take a sized slot
+//    before an unsized one. A later epoch that needs more slots than the first starts it again. Without it each slot's first batch took one page
 //    fault per 4 KiB (on a 2-vCPU VM ~1.3 ms per 3 MiB slot, a tenth of a 16k-record epoch; see
 //    bench/core BM_first_epoch). Only the loader's own storage is warmed (a stage that provides
 //    slot storage, e.g. pin's pool, keeps its own); loader_options::warm_slots = false turns it

@@ -20,7 +20,7 @@
 // in half the memory available; io::page_warm_stats() says what it did), so open() does not wait
 // and the first epoch pays fewer faults (bench/core BM_first_epoch, 100,000 records, with the
 // loader's slot warming: a fresh mapping's first epoch at 0.95-0.97 of the second's rate after
-// 100 ms of trainer setup, 0.78-0.84 with none; with populate_mode::none 0.64-0.67); populate_mode::now pre-faults every page
+// 100 ms of trainer setup, 0.75-0.84 with none; with populate_mode::none 0.64-0.67); populate_mode::now pre-faults every page
 // before the constructor returns (MAP_POPULATE); populate_mode::none leaves it to page faults.
 // An empty file maps to an empty span (mmap of length 0 is an error on Linux). Move-only;
 // unmaps on destruction (after cancelling its background warming).

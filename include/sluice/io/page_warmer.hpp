@@ -14,7 +14,7 @@
 // just brought in, or the trainer's. Measured on a 2-vCPU VM (bench/core BM_first_epoch,
 // bench/README.md), with the loader's slot warming (core/loader.hpp): a fresh mapping of 100,000
 // 12 KiB records read its first epoch at 0.95-0.97 of the second's rate when the trainer spent
-// 100 ms setting up first, 0.78-0.84 when the epoch started at once; with populate_mode::none
+// 100 ms setting up first, 0.75-0.84 when the epoch started at once; with populate_mode::none
 // 0.64-0.67. MADV_POPULATE_READ reports errors
 // instead of raising SIGBUS (a file truncated meanwhile stops its job with EFAULT); a kernel
 // without it (before Linux 5.14: EINVAL) turns the warmer off for the process. Either way the
