@@ -561,6 +561,15 @@ TEST_CASE("cpus: workers run on the CPUs they are pinned to, and a CPU the proce
 
 // ---- Warming the ring's slots (loader_options::warm_slots) ------------------------------------
 
+namespace {
+// Waits until pred() holds or 10 s pass (a failure the caller's CHECK reports, not a hang).
+template <class Pred>
+void wait_for(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!pred() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+}
+}  // namespace
+
 TEST_CASE("warm slots: the other slots are sized while the workers run, and batches do not change") {
   mem_reader r(2000, 4096);
   // Batch 1's samples wait until the warming thread has given at least one slot its storage (or
@@ -569,10 +578,7 @@ TEST_CASE("warm slots: the other slots are sized while the workers run, and batc
   auto make = [&](bool warm) {
     return from(sample::shuffle(2000, {.seed = 3})) | read(r) |
            map([&go](record_view v, const sample_context& ctx) {
-             if (ctx.epoch == 0 && ctx.position >= 64 && ctx.position < 128) {
-               const auto until = std::chrono::steady_clock::now() + 10s;
-               while (!go.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
-             }
+             if (ctx.epoch == 0 && ctx.position >= 64 && ctx.position < 128) wait_for([&] { return go.load(); });
              return v;
            }) |
            collate({.batch = 64}) | prefetch(2, {.workers = 1, .warm_slots = warm});
@@ -582,8 +588,7 @@ TEST_CASE("warm slots: the other slots are sized while the workers run, and batc
   {
     auto range = warmed.epoch(0);
     auto it = range.begin();  // batch 0: the first slot sized, the warming thread started
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (warmed.stats().slots_warmed == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    wait_for([&] { return warmed.stats().slots_warmed > 0; });
     CHECK(warmed.stats().slots_warmed >= 1);
     go = true;
     for (; it != range.end(); ++it) add_batch(d0, *it);
@@ -621,10 +626,8 @@ TEST_CASE("warm slots: a ring whose first run needed one slot is warmed when a l
   std::atomic<bool> go{false};
   auto loader = from(sample::shuffle(2000, {.seed = 4})) | read(r) |
                 map([&go](record_view v, const sample_context& ctx) {
-                  if (ctx.epoch == 1 && ctx.position >= 128 && ctx.position < 192) {  // batch 2
-                    const auto until = std::chrono::steady_clock::now() + 10s;
-                    while (!go.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
-                  }
+                  if (ctx.epoch == 1 && ctx.position >= 128 && ctx.position < 192)  // batch 2
+                    wait_for([&] { return go.load(); });
                   return v;
                 }) |
                 collate({.batch = 64}) | prefetch(4, {.workers = 1});
@@ -639,8 +642,7 @@ TEST_CASE("warm slots: a ring whose first run needed one slot is warmed when a l
   {
     auto range = loader.epoch(1);
     auto it = range.begin();
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (loader.stats().slots_warmed == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    wait_for([&] { return loader.stats().slots_warmed > 0; });
     CHECK(loader.stats().slots_warmed >= 1);
     go = true;
     for (; it != range.end(); ++it) add_batch(d, *it);
