@@ -41,7 +41,7 @@ struct options {
   bool random_resized_crop = false, flip = false;
   std::string errors = "raise";
   std::string layout = "chw";
-  std::string offsets, dtype = "uint16", collate = "pack";
+  std::string offsets, dtype, collate = "pack";  // dtype: tokens' element type (uint16 when empty), records' row type
   std::size_t length = 1024, stride = 0;
   std::uint64_t vocab = 0;
   double pad_value = 0;
@@ -50,10 +50,19 @@ struct options {
   std::string depth = "fixed";
   std::uint64_t ram_budget = 0;
   std::string image_field, label_field;  // image sources; empty: the source's convention
+  std::int64_t rank = -1, world_size = -1;  // explicit rank (both or neither); -1: from the environment
+  std::int64_t sampler_seed = -1;           // the sampler's seed; -1: seed (the loader's augmentation seed)
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
-  throw py::value_error("sluice.loader: " + arg + "=" + got + " is not accepted; use " + accepted);
+  throw sluice::usage_error("sluice: " + arg + "=" + got + " is not accepted; use " + accepted);
+}
+
+inline std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) t += std::to_string(s[i]) + (s.size() == 1 || i + 1 < s.size() ? ", " : "");
+  if (s.size() == 1) t.resize(t.size() - 1);
+  return t + ")";
 }
 
 inline sluice::collate_options collate_of(const options& o) {
@@ -76,9 +85,9 @@ inline sluice::loader_options loader_opts(const options& o) {
 
 // The prefetch depth policy the keywords name (one loader type for all: depth::runtime).
 inline sluice::depth::runtime depth_of(const options& o) {
-  if (o.prefetch == 0) throw py::value_error("sluice.loader: prefetch must be at least 1");
+  if (o.prefetch == 0) throw sluice::usage_error("sluice: prefetch must be at least 1");
   if (o.max_workers != 0 && o.max_workers < o.workers)
-    throw py::value_error("sluice.loader: max_workers=" + std::to_string(o.max_workers) + " is below workers=" +
+    throw sluice::usage_error("sluice: max_workers=" + std::to_string(o.max_workers) + " is below workers=" +
                           std::to_string(o.workers) + "; use 0 (a fixed worker count) or at least workers");
   auto p = sluice::depth::runtime::fixed(o.prefetch);
   if (o.depth == "adaptive")
@@ -90,7 +99,21 @@ inline sluice::depth::runtime depth_of(const options& o) {
   return p;
 }
 
+// The rank: explicit rank=/world_size= (both), else, with distributed=True, the launcher's
+// environment (torchrun, Open MPI, Slurm, PMI: sample/rank.hpp); else rank 0 of 1.
 inline sluice::sample::distributed_options rank_of(const options& o) {
+  if ((o.rank >= 0) != (o.world_size >= 0))
+    throw sluice::usage_error(std::string("sluice: ") + (o.rank >= 0 ? "rank=" : "world_size=") + " is given but " +
+                              (o.rank >= 0 ? "world_size=" : "rank=") + " is not; give both (or neither, to read "
+                              "them from the launcher's environment with distributed=True)");
+  if (o.rank >= 0) {
+    if (o.world_size == 0) throw sluice::usage_error("sluice: world_size=0: the world needs at least one rank");
+    if (o.rank >= o.world_size)
+      throw sluice::usage_error("sluice: rank=" + std::to_string(o.rank) + " is not below world_size=" +
+                                std::to_string(o.world_size));
+    return sluice::sample::rank_info::of(static_cast<std::uint64_t>(o.rank), static_cast<std::uint64_t>(o.world_size))
+        .distributed({});
+  }
   if (!o.distributed) return {};
   return sluice::sample::rank_from_environment().distributed({});
 }
@@ -100,20 +123,21 @@ template <class F>
 auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_t>& labels, F&& f) {
   using namespace sluice::sample;  // samplers and weighting rules
   const auto r = rank_of(o);
+  const std::uint64_t seed = o.sampler_seed >= 0 ? static_cast<std::uint64_t>(o.sampler_seed) : o.seed;
   if (o.sampler == "sequential") return f(distributed{sequential(n), r});
-  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = seed}), r});
   if (o.sampler == "weighted") {
     if (o.sample_weights.size() != n)
-      throw py::value_error("sluice.loader: sampler='weighted' needs sample_weights= with one weight per sample (" +
+      throw sluice::usage_error("sluice: sampler='weighted' needs sample_weights= with one weight per sample (" +
                             std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
-    return f(distributed{weighted(o.sample_weights, {.seed = o.seed}), r});
+    return f(distributed{weighted(o.sample_weights, {.seed = seed}), r});
   }
   if (o.sampler == "class_balanced") {
-    if (labels.empty()) throw py::value_error("sluice.loader: sampler='class_balanced' needs labels");
+    if (labels.empty()) throw sluice::usage_error("sluice: sampler='class_balanced' needs labels");
     if (o.weights == "inverse_log")
-      return f(distributed{class_balanced<inverse_log>(labels, {}, {.seed = o.seed}), r});
+      return f(distributed{class_balanced<inverse_log>(labels, {}, {.seed = seed}), r});
     if (o.weights == "inverse_frequency")
-      return f(distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = o.seed}), r});
+      return f(distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = seed}), r});
     bad_value("weights", "'" + o.weights + "'", "'inverse_log' (1/log(1+n)) or 'inverse_frequency' (1/n)");
   }
   bad_value("sampler", "'" + o.sampler + "'", "'sequential', 'shuffle', 'weighted' or 'class_balanced'");
@@ -124,8 +148,9 @@ template <class F>
 auto with_order_sampler(const options& o, std::size_t n, F&& f) {
   using namespace sluice::sample;
   const auto r = rank_of(o);
+  const std::uint64_t seed = o.sampler_seed >= 0 ? static_cast<std::uint64_t>(o.sampler_seed) : o.seed;
   if (o.sampler == "sequential") return f(distributed{sequential(n), r});
-  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = o.seed}), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = seed}), r});
   bad_value("sampler", "'" + o.sampler + "'", "'sequential' or 'shuffle' for token data (it has no labels)");
 }
 

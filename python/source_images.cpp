@@ -40,7 +40,7 @@ std::string name_or(const std::string& given, const char* convention) { return g
 
 image_codec codec_of(const options& o) {
   if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
-    throw py::value_error("sluice.loader: source='" + o.source + "' needs size=(height, width), both positive");
+    throw sluice::usage_error("sluice: source='" + o.source + "' needs size=(height, width), both positive");
   if (o.layout != "chw" && o.layout != "hwc") bad_value("layout", "'" + o.layout + "'", "'chw' or 'hwc'");
   return image_codec({.width = o.size[1], .height = o.size[0],
                       .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop : sluice::codecs::fit::crop,
@@ -140,7 +140,7 @@ class fields_shard_classes {
       // sluice-pack stores -1 for a record it was given no label for: a shard without any is
       // unlabelled, and training on -1 would fail far from here (or not at all).
       if (!labels_->empty() && std::all_of(labels_->begin(), labels_->end(), [](std::int64_t l) { return l < 0; }))
-        throw py::value_error("sluice.loader: " + o.path +
+        throw sluice::usage_error("sluice: " + o.path +
                               " holds no labels (every record's is -1: packed without --label); name the field that "
                               "holds them with label_field=");
       return;
@@ -185,7 +185,7 @@ loader_ptr shard_jpeg_loader(const options& o) {
   sluice::io::shard_reader r(o.path);
   if (r.has_fields()) return fields_shard_loader(o);
   if (!o.image_field.empty() || !o.label_field.empty())
-    throw py::value_error("sluice.loader: image_field= and label_field= name fields of a shard with fields; " + o.path +
+    throw sluice::usage_error("sluice: image_field= and label_field= name fields of a shard with fields; " + o.path +
                           " is a shard of single records (its record is the image, its label the label)");
   auto labels = r.labels();
   const image_codec codec = codec_of(o);
@@ -201,13 +201,13 @@ loader_ptr shard_jpeg_loader(const options& o) {
 
 loader_ptr make_image_loader(const options& o) {
 #if SLUICE_WITH_TURBOJPEG
-  if (o.path.empty()) throw py::value_error("sluice.loader: source='" + o.source + "' needs path=");
+  if (o.path.empty()) throw sluice::usage_error("sluice: source='" + o.source + "' needs path=");
   if (o.source == "wds") return wds_loader(o);
   if (o.source == "tfrecord") return tfrecord_loader(o);
   if (o.source == "mds") return mds_loader(o);
   return shard_jpeg_loader(o);
 #else
-  throw py::value_error("sluice.loader: source='" + o.source + "' with image decoding needs a module built with TurboJPEG");
+  throw sluice::usage_error("sluice: source='" + o.source + "' with image decoding needs a module built with TurboJPEG");
 #endif
 }
 

@@ -31,7 +31,7 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
   }
-  if (o.offsets.empty()) throw py::value_error("sluice.loader: source='documents' needs offsets= (n_docs + 1 uint64)");
+  if (o.offsets.empty()) throw sluice::usage_error("sluice: source='documents' needs offsets= (n_docs + 1 uint64)");
   sluice::io::token_documents<T> d(o.path, o.offsets, {.vocab = o.vocab});
   const std::size_t n = d.size();
   if (o.collate == "pack")
@@ -61,10 +61,10 @@ std::shared_ptr<sluice::python::py_loader> token_loader_as(const options& o) {
 }  // namespace
 
 loader_ptr make_token_loader(const options& o) {
-  if (o.path.empty()) throw py::value_error("sluice.loader: source='" + o.source + "' needs path= (a token file)");
+  if (o.path.empty()) throw sluice::usage_error("sluice: source='" + o.source + "' needs path= (a token file)");
   if (o.length == 0 && (o.source == "tokens" || o.collate == "pack"))
-    throw py::value_error("sluice.loader: length= must be at least 1 here");
-  if (o.dtype == "uint16") return token_loader_as<std::uint16_t>(o);
+    throw sluice::usage_error("sluice: length= must be at least 1 here");
+  if (o.dtype == "uint16" || o.dtype.empty()) return token_loader_as<std::uint16_t>(o);
   if (o.dtype == "uint32") return token_loader_as<std::uint32_t>(o);
   bad_value("dtype", "'" + o.dtype + "'", "'uint16' or 'uint32' (the token file's element type)");
 }

@@ -62,9 +62,11 @@ def train(run, records, labels, n, val, test, args):
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, CLASSES))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    loader = sluice.loader("records", path=records, labels=labels, record_bytes=784, batch_size=64,
-                           sampler=run, weights="inverse_frequency", seed=args.seed, workers=args.workers,
-                           output="float32", mean=[0.286], std=[0.353], shape=[784])
+    sampler = (sluice.sample.shuffle(args.seed) if run == "shuffle"
+               else sluice.sample.class_balanced("inverse_frequency", args.seed))
+    loader = sluice.Loader(sluice.records(records, labels=labels, record_bytes=784, output="float32", mean=[0.286],
+                                          std=[0.353], shape=[784]),
+                           batch_size=64, sampler=sampler, seed=args.seed, workers=args.workers)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(loader))  # to 0, per step
     best = (-1.0, 0, 0.0)
     t0 = time.time()

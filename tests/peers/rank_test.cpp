@@ -31,7 +31,9 @@ class env_guard {
  private:
   static constexpr const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+                                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+                                          "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"};
   static std::size_t index(const char* name) {
     for (std::size_t i = 0; i < std::size(names); ++i)
       if (std::string(names[i]) == name) return i;
@@ -90,6 +92,43 @@ TEST_CASE("Open MPI's variables") {
   env.set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
   auto r = rank_from_environment();
   CHECK(r == rank_info{3, 4, 3, 4, rank_source::open_mpi});
+}
+
+TEST_CASE("Slurm's variables (srun), read only where torchrun and Open MPI set nothing") {
+  env_guard env;
+  env.set("SLURM_PROCID", "6");
+  env.set("SLURM_NTASKS", "8");
+  env.set("SLURM_LOCALID", "2");
+  env.set("SLURM_NTASKS_PER_NODE", "4");
+  CHECK(rank_from_environment() == rank_info{6, 8, 2, 4, rank_source::slurm});
+  env.set("SLURM_NTASKS_PER_NODE", "4(x2)");  // uneven nodes: no plain local world
+  CHECK(rank_from_environment() == rank_info{6, 8, 2, 3, rank_source::slurm});
+  // torchrun inside one Slurm task: RANK names the process, SLURM_PROCID the task.
+  env.set("RANK", "13");
+  env.set("WORLD_SIZE", "32");
+  CHECK(rank_from_environment().rank == 13);
+  CHECK(rank_from_environment().source == rank_source::torchrun);
+}
+
+TEST_CASE("half of Slurm's pair is an error naming the missing variable") {
+  env_guard env;
+  env.set("SLURM_PROCID", "1");
+  CHECK(error_text([] { (void)rank_from_environment(); }).find("SLURM_PROCID is set but SLURM_NTASKS is not") !=
+        std::string::npos);
+}
+
+TEST_CASE("PMI's and PMIx's variables") {
+  env_guard env;
+  env.set("PMI_RANK", "2");
+  env.set("PMI_SIZE", "3");
+  CHECK(rank_from_environment() == rank_info{2, 3, 0, 1, rank_source::pmi});
+  ::unsetenv("PMI_RANK");
+  env.set("PMIX_RANK", "1");
+  CHECK(rank_from_environment() == rank_info{1, 3, 0, 1, rank_source::pmi});
+  ::unsetenv("PMI_SIZE");
+  const auto msg = error_text([] { (void)rank_from_environment(); });
+  CHECK(msg.find("PMIX_RANK is set but no world size") != std::string::npos);
+  CHECK(msg.find("PMI_SIZE") != std::string::npos);
 }
 
 TEST_CASE("LOCAL_RANK without LOCAL_WORLD_SIZE is accepted") {

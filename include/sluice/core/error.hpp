@@ -32,6 +32,14 @@ class usage_error : public error {
   using error::error;
 };
 
+// The trainer's wait for a batch was given up because the interrupt check it installed said so
+// (loader::set_interrupt: a Python binding checks for Ctrl-C). The epoch is not cancelled: asking
+// for the next batch again waits for the same batch.
+class interrupted : public error {
+ public:
+  interrupted() : error("sluice: the wait for a batch was interrupted") {}
+};
+
 class io_error : public error {
  public:
   io_error(std::string path, std::string_view what, int err)

@@ -88,7 +88,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -374,12 +376,28 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         if (consumer_held_ >= capacity_)
           throw usage_error("sluice: the trainer holds " + std::to_string(consumer_held_) +
                             " batches, every slot of the ring, so batch " + std::to_string(k) +
-                            " can never be prepared; drop (or reset()) a batch before asking for more, "
+                            " can never be prepared; drop a batch before asking for more (C++: let its handle go or "
+                            "reset() it; Python: del its tensors, or keep .clone()s of what outlives the step), "
                             "or raise the prefetch depth (ring slots: " + std::to_string(capacity_) + ")");
         await_locked(k);
-        cv_ready_.wait(lk, [&] {
+        const auto arrived = [&] {
           return (s = find_ticket_locked(k)) != nullptr || stop_.load(std::memory_order_relaxed) || !active_;
-        });
+        };
+        if (!interrupt_) {
+          cv_ready_.wait(lk, arrived);
+        } else {
+          // The check runs without the ring's lock (a binding's check takes the GIL, and a thread
+          // holding the GIL may be waiting for this lock in stats()).
+          while (!cv_ready_.wait_for(lk, interrupt_every_, arrived)) {
+            lk.unlock();
+            const bool stop = interrupt_();
+            lk.lock();
+            if (stop && !arrived()) {
+              await_locked(no_ticket);
+              throw interrupted();
+            }
+          }
+        }
         await_locked(no_ticket);
         if (s == nullptr) {
           if (stop_.load(std::memory_order_relaxed)) return {};
@@ -514,9 +532,20 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     return num_batches_;
   }
   // The batches a whole epoch `e` yields (from the sampler's size; nothing is started).
-  [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const {
+  [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const { return batches_from(e, 0); }
+  // The batches a run of epoch `e` started at sample position `start` yields.
+  [[nodiscard]] std::uint64_t batches_from(std::uint64_t e, std::uint64_t start) const {
     const std::uint64_t n = chain_.chain.sampler_.size(e), b = chain_.collate.batch_size();
-    return chain_.collate.drop_last() ? n / b : (n + b - 1) / b;
+    const std::uint64_t rem = start < n ? n - start : 0;
+    return chain_.collate.drop_last() ? rem / b : (rem + b - 1) / b;
+  }
+  // A check the consumer's wait for a batch runs every `every` (without the ring's lock): when it
+  // returns true, next() throws sluice::interrupted and the epoch goes on. Set it before an epoch
+  // starts; an empty function waits without checks (the default).
+  void set_interrupt(std::function<bool()> check, std::chrono::milliseconds every) {
+    std::lock_guard lk(m_);
+    interrupt_ = std::move(check);
+    interrupt_every_ = every;
   }
 
   [[nodiscard]] pipeline_stats stats() const {
@@ -1036,6 +1065,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       const std::size_t i1 = std::min(n, i0 + j.chunk);
       for (std::size_t i = i0; i < i1; ++i) {
         if (i > j.failed.load(std::memory_order_relaxed)) return written;
+        // Cancelled (a new epoch, the loader destroyed): a batch written in one chunk (no split)
+        // stops here too, within one sample's work, not after the whole batch.
+        if (generation_.load(std::memory_order_relaxed) != j.gen) return written;
         try {
           write_one(*j.s, j.samples[i], i, j.epoch, j.positions[i], sc);
           ++written;
@@ -1366,6 +1398,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::condition_variable cv_work_, cv_ready_, cv_idle_, cv_help_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> generation_{0};
+  std::function<bool()> interrupt_;  // set_interrupt: checked while the consumer waits
+  std::chrono::milliseconds interrupt_every_{50};
   bool active_ = false;
   std::uint64_t epoch_ = 0, start_ = 0, total_ = 0, num_batches_ = 0, next_ticket_ = 0, delivered_ = 0;
   std::size_t live_ = 0, peak_live_ = 0, filling_ = 0, consumer_held_ = 0, warming_ = 0;
@@ -1439,6 +1473,16 @@ class loader {
   [[nodiscard]] std::vector<sluice::epoch_stats> recent_epochs() const { return ring_->recent_epochs(); }
   // The batches a whole epoch `e` yields (what len() of a Python loader says).
   [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const { return ring_->batches_for(e); }
+  // The batches resume(st) yields: 0 for a state taken after an epoch's last batch.
+  [[nodiscard]] std::uint64_t batches_from(const loader_state& st) const {
+    return ring_->batches_from(st.epoch, st.position);
+  }
+  // While the trainer waits for a batch, `check` runs every `every`; true makes next() throw
+  // sluice::interrupted (the epoch goes on: the next call waits for the same batch). The Python
+  // binding checks for Ctrl-C this way. Set it before an epoch starts.
+  void set_interrupt(std::function<bool()> check, std::chrono::milliseconds every = std::chrono::milliseconds(50)) {
+    ring_->set_interrupt(std::move(check), every);
+  }
   void set_workers(std::size_t n) { ring_->set_workers(n); }
   [[nodiscard]] auto& sampler() noexcept { return ring_->chain().chain.sampler_; }
   [[nodiscard]] Depth& depth_policy() noexcept { return ring_->depth_policy(); }
@@ -1474,10 +1518,18 @@ class loader {
       if (started_) ring_->end_epoch();
     }
     iterator begin() {
-      if (started_) throw usage_error("sluice: an epoch range can be iterated once; call loader.epoch(e) again");
-      started_ = true;
-      ring_->begin_epoch(epoch_, start_);
-      return iterator(ring_);
+      if (started_ && !first_pending_)
+        throw usage_error("sluice: an epoch range can be iterated once; call loader.epoch(e) again");
+      if (!started_) {
+        started_ = true;
+        ring_->begin_epoch(epoch_, start_);
+      }
+      // A wait for the first batch given up (sluice::interrupted) may begin() again: it waits for
+      // the same batch.
+      first_pending_ = true;
+      iterator it(ring_);
+      first_pending_ = false;
+      return it;
     }
     std::default_sentinel_t end() const noexcept { return {}; }
     // Number of batches this run yields (known once begun).
@@ -1486,7 +1538,7 @@ class loader {
    private:
     ring_type* ring_;
     std::uint64_t epoch_, start_;
-    bool started_ = false;
+    bool started_ = false, first_pending_ = false;
   };
 
  private:

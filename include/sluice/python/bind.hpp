@@ -1,4 +1,5 @@
-// sluice/python/bind.hpp — any sluice loader as a Python iterable of dicts of DLPack tensors.
+// sluice/python/bind.hpp — any sluice loader as a Python iterable of dicts of DLPack tensors,
+// with the iteration, epoch and resume habits of PyTorch's DataLoader and StatefulDataLoader.
 //
 // A trainer that composed its pipeline in C++ hands it to Python in a few lines (pybind11, from
 // Debian's pybind11-dev; the CMake target sluice::python builds a module with it):
@@ -16,47 +17,71 @@
 //
 //   loader = my_loaders.train("train.sluice", 256)      # Python
 //   for epoch in range(10):
-//       loader.set_epoch(epoch)
 //       for batch in loader:                             # {"data": Tensor, "label": Tensor}
 //           x = torch.from_dlpack(batch["data"])         # no copy: the batch's own memory
 //
-// What Python sees (class sluice.Loader):
-//   iter(loader)          starts the epoch set by set_epoch(e) (0 at first), or resumes the state
-//                         given to load_state_dict(); starting an iteration ends the previous one.
+// What Python sees (class Loader; the sluice package documents the same in its docstrings):
+//   iter(loader)          a new iterator over one epoch. Each iter() starts the next epoch by
+//                         itself (0, 1, 2, ...: a shuffling sampler reshuffles), as iterating a
+//                         DataLoader again does; set_epoch(e) names the epoch the next iter()
+//                         runs (DistributedSampler-style loops keep working). A new iter() ends
+//                         the iteration before it: the old iterator then raises UsageError.
 //   next(it)              waits for the next batch with the GIL released (the workers never take
-//                         it: they are C++ threads), and returns {name: sluice.Tensor}.
-//   len(loader)           batches in the epoch set by set_epoch.
-//   state_dict()          {"sluice_state": bytes}: where the current epoch stands (delivered batches
-//                         count as consumed), with the fingerprint resume checks (core/state.hpp);
-//                         load_state_dict(d) makes the next iteration resume from it (a state of
-//                         another pipeline is a sluice.UsageError naming each difference).
-//   stats()               the pipeline's counters as a dict (diag/report.hpp's JSON, parsed);
-//                         epoch_stats(e) one epoch's (per stage, stall, bottleneck), or None.
-//   advise(validation_loss={epoch: loss})  the advisor's recommendations on the kept epochs, as
-//                         dicts {rule, severity, message, value}.
-// A sluice.Tensor holds one DLPack export of a batch tensor, so the batch's slot stays out of the
-// ring while a Tensor (or any framework tensor made from it) lives: the slot returns when the last
-// of them dies. It implements __dlpack__ / __dlpack_device__ (torch.from_dlpack, numpy.from_dlpack,
-// CuPy, JAX take it without a copy) and has .shape, .dtype (numpy-style name), .data_ptr,
-// .device.
+//                         it: they are C++ threads) and returns {name: Tensor}. Ctrl-C reaches the
+//                         trainer within about 50 ms while it waits (KeyboardInterrupt; the epoch
+//                         goes on: the next next() waits for the same batch).
+//   len(loader)           batches in the epoch the loader is at (loader.epoch).
+//   loader.epoch          the epoch being iterated, or, between iterations, the one the next
+//                         iter() starts; right after load_state_dict, the state's epoch.
+//   state_dict()          {"sluice_state": bytes, "epoch": e, "batches": k}: where the loader
+//                         stands. Mid-epoch: the delivered batches count as consumed; after an
+//                         epoch's last batch: the start of the next epoch; before any iteration
+//                         (or after set_epoch): the start of the epoch the next iter() runs.
+//   load_state_dict(d)    the next iter() resumes from d (checked at once against this pipeline:
+//                         another sampler, seed, dataset or batch is a UsageError naming each
+//                         difference). set_epoch(e) with the state's own epoch keeps the resume
+//                         (the usual resume loop calls it); another epoch is a UsageError, since
+//                         it would silently discard the resume. A state taken after an epoch's
+//                         last batch resumes at the next epoch.
+//   close()               stops the workers; the iterators end (StopIteration) and iter() is a
+//                         UsageError. `with loader:` closes on exit. Deleting the loader mid-epoch
+//                         returns within about one sample's work per worker.
+//   stats(), epoch_stats(e), advise(validation_loss={epoch: loss})  as dicts (diag/report.hpp).
+// A Tensor holds one DLPack export of a batch tensor, so the batch's slot stays out of the ring
+// while a Tensor (or any framework tensor made from it) lives: the slot returns when the last of
+// them dies. It implements the Python array API's DLPack protocol:
+//   __dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)
+//     max_version >= (1, 0): a versioned capsule ("dltensor_versioned", DLManagedTensorVersioned,
+//     version 1.0, flags honest: writable; IS_COPIED on a copy), else a legacy "dltensor" one.
+//     copy=True: a copy in memory the capsule owns (the slot is not held); copy=False or None:
+//     the batch's own memory. dl_device other than the tensor's: BufferError. stream: None for a
+//     CPU tensor (anything else is a BufferError); for a CUDA tensor an int, accepted as the
+//     consumer's stream (to_device orders the batch on its consumer stream before next()
+//     returns it).
+//   __dlpack_device__()   (device type, id): (1, 0) on the CPU.
+//   .shape, .dtype (numpy-style name), .data_ptr, .device, len(), repr.
 //
 // Errors: every sluice error reaches Python as an exception carrying the full C++ text (the stage,
-// the sample, then each nested cause: file, record, field, what was wrong): sluice.FormatError
-// (also a ValueError) when any cause is a format_error, sluice.UsageError (also a ValueError) for
-// misuse, sluice.IOError (also an OSError), and sluice.Error (a RuntimeError, the base of all
-// four) for the rest.
+// the sample, then each nested cause: file, record, field, what was wrong): FormatError (also a
+// ValueError) when any cause is a format_error, UsageError (also a ValueError) for misuse, IOError
+// (also an OSError), and Error (a RuntimeError, the base of all four) for the rest.
 #pragma once
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sluice/core/dlpack.hpp"
 #include "sluice/core/error.hpp"
@@ -73,73 +98,202 @@ namespace sluice::python {
 
 namespace py = pybind11;
 
-// One tensor of a batch: owns a DLPack export, which holds the batch's slot.
+namespace detail {
+
+// DLPack 1.0's versioned managed tensor. Its layout is fixed by the DLPack ABI, so the capsule
+// protocol's "dltensor_versioned" is served here even with a 0.x header (Debian's libdlpack-dev
+// is 0.6): a consumer reads exactly these fields.
+#if SLUICE_DLPACK_VERSIONED
+using managed_versioned = DLManagedTensorVersioned;
+#else
+struct dl_version {
+  std::uint32_t major;
+  std::uint32_t minor;
+};
+struct managed_versioned {
+  dl_version version;
+  void* manager_ctx;
+  void (*deleter)(managed_versioned* self);
+  std::uint64_t flags;
+  DLTensor dl_tensor;
+};
+#endif
+inline constexpr std::uint64_t flag_read_only = 1ULL << 0;
+inline constexpr std::uint64_t flag_is_copied = 1ULL << 1;
+
+inline std::size_t element_bytes(DLDataType t) noexcept { return (static_cast<std::size_t>(t.bits) * t.lanes + 7) / 8; }
+
+}  // namespace detail
+
+// One tensor of a batch: owns a DLPack export, which holds the batch's slot. Its description
+// (dtype, shape) may be a view of the export's: a file's dtype over the bytes collate copied.
 class tensor {
  public:
-  explicit tensor(DLManagedTensor* held) noexcept : held_(held) {}
+  static constexpr int max_ndim = 8;
+  explicit tensor(DLManagedTensor* held) : held_(held) {
+    dl_ = held->dl_tensor;
+    if (dl_.ndim > max_ndim) throw usage_error("sluice: a tensor of more than 8 dimensions cannot be exported");
+    for (int i = 0; i < dl_.ndim; ++i) {
+      shape_[i] = dl_.shape[i];
+      strides_[i] = dl_.strides != nullptr ? dl_.strides[i] : 0;
+    }
+    if (dl_.strides == nullptr) {  // row-major
+      std::int64_t st = 1;
+      for (int i = dl_.ndim - 1; i >= 0; --i) {
+        strides_[i] = st;
+        st *= shape_[i];
+      }
+    }
+    dl_.shape = shape_;
+    dl_.strides = strides_;
+  }
   tensor(const tensor&) = delete;
   tensor& operator=(const tensor&) = delete;
   ~tensor() {
     if (held_ != nullptr && held_->deleter != nullptr) held_->deleter(held_);
   }
-  [[nodiscard]] const DLTensor& dl() const noexcept { return held_->dl_tensor; }
+  [[nodiscard]] const DLTensor& dl() const noexcept { return dl_; }
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    std::size_t n = detail::element_bytes(dl_.dtype);
+    for (int i = 0; i < dl_.ndim; ++i) n *= static_cast<std::size_t>(dl_.shape[i]);
+    return n;
+  }
+  // Describes the contiguous bytes of the first dimension's rows as `type` with per-row shape
+  // `row`: a batch of {n, b} bytes becomes {n, row...} of `type` where the row holds exactly b
+  // bytes; anything else is a usage_error naming the tensor (never a silent reinterpretation).
+  void view_as(std::string_view name, DLDataType type, const std::vector<std::int64_t>& row) {
+    if (dl_.ndim < 1 || static_cast<int>(row.size()) + 1 > max_ndim)
+      throw usage_error("sluice: tensor '" + std::string(name) + "' cannot take a row shape of " +
+                        std::to_string(row.size()) + " dimensions");
+    const std::size_t have = bytes() / (dl_.shape[0] == 0 ? 1 : static_cast<std::size_t>(dl_.shape[0]));
+    std::size_t want = detail::element_bytes(type);
+    for (auto d : row) want *= static_cast<std::size_t>(d);
+    if (dl_.shape[0] != 0 && have != want)
+      throw usage_error("sluice: tensor '" + std::string(name) + "': a row holds " + std::to_string(have) +
+                        " bytes, the file's dtype and shape describe " + std::to_string(want));
+    dl_.dtype = type;
+    dl_.ndim = static_cast<std::int32_t>(row.size() + 1);
+    for (std::size_t i = 0; i < row.size(); ++i) shape_[i + 1] = row[i];
+    std::int64_t st = 1;
+    for (int i = dl_.ndim - 1; i >= 0; --i) {
+      strides_[i] = st;
+      st *= shape_[i];
+    }
+  }
 
  private:
   DLManagedTensor* held_;
+  DLTensor dl_{};
+  std::int64_t shape_[max_ndim]{};
+  std::int64_t strides_[max_ndim]{};
 };
 
 namespace detail {
 
-// What a capsule hands a consumer: a view of a tensor's DLTensor that keeps the Python Tensor
-// object (and so its export and the slot) alive until the consumer's deleter runs.
+// What a capsule hands a consumer: the tensor's description, over either the batch's memory (the
+// Python Tensor object, and so its export and the slot, kept alive until the consumer's deleter
+// runs) or a copy the export owns.
+template <class Managed>
 struct capsule_export {
-  DLManagedTensor managed{};
-  PyObject* owner = nullptr;
-  std::int64_t shape[8]{};
-  std::int64_t strides[8]{};
-  static void deleter(DLManagedTensor* self) noexcept {
+  Managed managed{};
+  PyObject* owner = nullptr;  // the Tensor, for a view
+  void* copy = nullptr;       // the copied bytes, for copy=True
+  std::int64_t shape[tensor::max_ndim]{};
+  std::int64_t strides[tensor::max_ndim]{};
+  static void deleter(Managed* self) noexcept {
     auto* e = static_cast<capsule_export*>(self->manager_ctx);
-    // The consumer may drop its tensor on any thread, with or without the GIL.
-    const PyGILState_STATE g = PyGILState_Ensure();
-    Py_XDECREF(e->owner);
-    PyGILState_Release(g);
+    if (e->owner != nullptr) {
+      // The consumer may drop its tensor on any thread, with or without the GIL.
+      const PyGILState_STATE g = PyGILState_Ensure();
+      Py_DECREF(e->owner);
+      PyGILState_Release(g);
+    }
+    ::operator delete(e->copy, std::align_val_t{64});
     delete e;
   }
 };
 
-inline void capsule_destructor(PyObject* cap) noexcept {
-  // A consumer renames the capsule "used_dltensor" when it takes ownership; one never consumed
-  // is released here.
-  if (PyCapsule_IsValid(cap, "dltensor") != 0) {
-    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+template <class Managed>
+void capsule_destructor(PyObject* cap) noexcept {
+  // A consumer renames the capsule ("used_dltensor", "used_dltensor_versioned") when it takes
+  // ownership; one never consumed is released here.
+  constexpr const char* name = std::is_same_v<Managed, DLManagedTensor> ? "dltensor" : "dltensor_versioned";
+  if (PyCapsule_IsValid(cap, name) != 0) {
+    auto* m = static_cast<Managed*>(PyCapsule_GetPointer(cap, name));
     if (m != nullptr && m->deleter != nullptr) m->deleter(m);
   } else {
     PyErr_Clear();
   }
 }
 
-inline py::capsule make_capsule(py::object self) {
+template <class Managed>
+py::capsule make_capsule(py::object self, bool copy) {
   const tensor& t = self.cast<const tensor&>();
   const DLTensor& src = t.dl();
-  if (src.ndim > 8) throw usage_error("sluice: a tensor of more than 8 dimensions cannot be exported");
-  auto e = std::make_unique<capsule_export>();
+  auto e = std::make_unique<capsule_export<Managed>>();
   e->managed.dl_tensor = src;
   for (int i = 0; i < src.ndim; ++i) {
     e->shape[i] = src.shape[i];
-    e->strides[i] = src.strides != nullptr ? src.strides[i] : 0;
+    e->strides[i] = src.strides[i];
   }
   e->managed.dl_tensor.shape = e->shape;
-  e->managed.dl_tensor.strides = src.strides != nullptr ? e->strides : nullptr;
+  e->managed.dl_tensor.strides = e->strides;
   e->managed.manager_ctx = e.get();
-  e->managed.deleter = &capsule_export::deleter;
-  e->owner = self.release().ptr();  // the reference the deleter drops
-  PyObject* cap = PyCapsule_New(&e->managed, "dltensor", &capsule_destructor);
+  e->managed.deleter = &capsule_export<Managed>::deleter;
+  if constexpr (!std::is_same_v<Managed, DLManagedTensor>) {
+    e->managed.version = {1, 0};
+    e->managed.flags = copy ? flag_is_copied : 0;  // the batch's memory is writable
+  }
+  if (copy) {
+    if (src.device.device_type != kDLCPU)
+      throw py::buffer_error("sluice: copy=True of a device tensor is not supported (copy it with the framework)");
+    const std::size_t n = t.bytes();
+    e->copy = ::operator new(n == 0 ? 1 : n, std::align_val_t{64});
+    std::memcpy(e->copy, static_cast<const std::byte*>(src.data) + src.byte_offset, n);
+    e->managed.dl_tensor.data = e->copy;
+    e->managed.dl_tensor.byte_offset = 0;
+  } else {
+    e->owner = self.release().ptr();  // the reference the deleter drops
+  }
+  constexpr const char* name = std::is_same_v<Managed, DLManagedTensor> ? "dltensor" : "dltensor_versioned";
+  PyObject* cap = PyCapsule_New(&e->managed, name, &capsule_destructor<Managed>);
   if (cap == nullptr) {
-    Py_DECREF(e->owner);
+    Py_XDECREF(e->owner);
+    ::operator delete(e->copy, std::align_val_t{64});
     throw py::error_already_set();
   }
   e.release();
   return py::reinterpret_steal<py::capsule>(cap);
+}
+
+// __dlpack__ as the Python array API standard specifies it.
+inline py::capsule dlpack(py::object self, py::object stream, py::object max_version, py::object dl_device,
+                          py::object copy) {
+  const tensor& t = self.cast<const tensor&>();
+  const DLDevice dev = t.dl().device;
+  if (!stream.is_none()) {
+    if (dev.device_type == kDLCPU)
+      throw py::buffer_error("sluice: __dlpack__(stream=" + std::string(py::str(py::repr(stream))) +
+                             "): a CPU tensor has no stream; pass None");
+    if (!py::isinstance<py::int_>(stream))
+      throw py::type_error("sluice: __dlpack__: stream must be an int (a CUDA stream handle) or None");
+  }
+  if (!dl_device.is_none()) {
+    const auto want = dl_device.cast<std::pair<int, int>>();
+    if (want.first != static_cast<int>(dev.device_type) || want.second != dev.device_id)
+      throw py::buffer_error("sluice: __dlpack__(dl_device=(" + std::to_string(want.first) + ", " +
+                             std::to_string(want.second) + ")): the tensor is on (" +
+                             std::to_string(static_cast<int>(dev.device_type)) + ", " +
+                             std::to_string(dev.device_id) + ") and sluice does not copy across devices");
+  }
+  const bool do_copy = !copy.is_none() && copy.cast<bool>();
+  bool versioned = false;
+  if (!max_version.is_none()) {
+    const auto v = max_version.cast<std::pair<int, int>>();
+    versioned = v.first >= 1;
+  }
+  return versioned ? make_capsule<managed_versioned>(std::move(self), do_copy)
+                   : make_capsule<DLManagedTensor>(std::move(self), do_copy);
 }
 
 inline std::string dtype_name(DLDataType t) {
@@ -149,15 +303,22 @@ inline std::string dtype_name(DLDataType t) {
     case kDLUInt: return "uint" + bits;
     case kDLFloat: return "float" + bits;
     case kDLBfloat: return "bfloat16";
+    case kDLComplex: return "complex" + bits;
     default: break;
   }
-#if defined(DLPACK_VERSION) && DLPACK_VERSION >= 80
-  if (t.code == kDLBool) return "bool";
-#endif
+  if (t.code == 6) return "bool";  // kDLBool (DLPack 0.8 and later)
   return "code" + std::to_string(t.code) + "_" + bits;
 }
 
 }  // namespace detail
+
+// How a batch tensor is described to Python where its bytes have a type collate does not know
+// (the rows of an .npy array of float32, of fixed records declared as uint32, ...).
+struct tensor_view_spec {
+  std::string name;
+  DLDataType type{};
+  std::vector<std::int64_t> row;  // per-sample shape
+};
 
 // A loader behind a per-batch (not per-sample) virtual interface, so one Python class serves
 // every pipeline type.
@@ -170,15 +331,29 @@ class loader_handle {
   virtual std::vector<std::pair<std::string, DLManagedTensor*>> next() = 0;
   virtual void end() = 0;
   [[nodiscard]] virtual loader_state state() const = 0;
+  [[nodiscard]] virtual loader_state state_at(std::uint64_t epoch, std::uint64_t position) const = 0;
+  virtual void check(const loader_state& st) const = 0;  // usage_error when st is not this pipeline's
   [[nodiscard]] virtual pipeline_stats stats() const = 0;
   [[nodiscard]] virtual std::uint64_t batches_for(std::uint64_t epoch) const = 0;
+  [[nodiscard]] virtual std::uint64_t batches_from(const loader_state& st) const = 0;
   [[nodiscard]] virtual std::vector<epoch_stats> recent_epochs() const = 0;
 };
 
 template <class Loader>
 class bound_loader final : public loader_handle {
  public:
-  explicit bound_loader(Loader l) : loader_(std::move(l)) {}
+  explicit bound_loader(Loader l) : loader_(std::move(l)) {
+    // Ctrl-C while the trainer waits for a batch: the check takes the GIL for a moment every 50 ms
+    // (the waiting thread released it), and Python's signal handlers run in the main thread.
+    loader_.set_interrupt(
+        [] {
+          const PyGILState_STATE g = PyGILState_Ensure();
+          const bool raised = PyErr_CheckSignals() != 0;  // the exception stays set for the caller
+          PyGILState_Release(g);
+          return raised;
+        },
+        std::chrono::milliseconds(50));
+  }
   ~bound_loader() override { end(); }
 
   void begin(std::uint64_t epoch) override {
@@ -211,8 +386,14 @@ class bound_loader final : public loader_handle {
     range_.reset();
   }
   [[nodiscard]] loader_state state() const override { return loader_.state(); }
+  [[nodiscard]] loader_state state_at(std::uint64_t e, std::uint64_t p) const override { return loader_.state(e, p); }
+  void check(const loader_state& st) const override {
+    const loader_state now = loader_.state(st.epoch, st.position);
+    check_resumable(st, now.fingerprint, now.seed);
+  }
   [[nodiscard]] pipeline_stats stats() const override { return loader_.stats(); }
   [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const override { return loader_.batches_for(e); }
+  [[nodiscard]] std::uint64_t batches_from(const loader_state& st) const override { return loader_.batches_from(st); }
   [[nodiscard]] std::vector<epoch_stats> recent_epochs() const override { return loader_.recent_epochs(); }
 
  private:
@@ -222,15 +403,32 @@ class bound_loader final : public loader_handle {
   std::unique_ptr<range_type> range_;
 };
 
-// What Python holds: the handle, the epoch set_epoch chose and a state to resume from.
+// What Python holds: the handle and where the loader stands between epochs.
 struct py_loader {
   std::unique_ptr<loader_handle> handle;
-  // Serialises iteration (begin, next, end) between Python threads. Taken only with the GIL
-  // released, so a thread waiting here never blocks the one inside next() from returning.
+  // Serialises the handle (begin, next, end, state) between Python threads. Taken only with the
+  // GIL released, so a thread waiting here never blocks the one inside next() from returning.
   std::mutex iterating;
-  std::uint64_t epoch = 0;
-  std::optional<loader_state> pending;
-  bool running = false;
+  std::uint64_t next_epoch = 0;           // what the next iter() starts
+  std::optional<std::uint64_t> current;   // the epoch of the running (or last) iteration
+  bool finished = false;                  // the current iteration delivered its last batch
+  std::uint64_t delivered = 0;            // batches of the current iteration
+  std::uint64_t generation = 0;           // bumped by iter(), load_state_dict() and close()
+  std::optional<loader_state> pending;    // load_state_dict's state, for the next iter()
+  bool closed = false;
+  std::vector<tensor_view_spec> views;
+
+  [[nodiscard]] std::uint64_t epoch() const noexcept {
+    if (pending) return pending->epoch;
+    if (current && !finished) return *current;
+    return next_epoch;
+  }
+};
+
+// One iteration of a loader (what iter(loader) returns).
+struct py_iterator {
+  std::shared_ptr<py_loader> loader;
+  std::uint64_t generation = 0;
 };
 
 template <class Loader>
@@ -276,8 +474,9 @@ inline exception_types& exceptions() {
   return t;
 }
 
-inline PyObject* new_exception(py::module_& m, const char* name, py::tuple bases, const char* doc) {
-  const std::string full = std::string(py::str(m.attr("__name__"))) + "." + name;
+inline PyObject* new_exception(py::module_& m, const std::string& prefix, const char* name, py::tuple bases,
+                               const char* doc) {
+  const std::string full = prefix + "." + name;
   PyObject* t = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
   if (t == nullptr) throw py::error_already_set();
   m.attr(name) = py::reinterpret_borrow<py::object>(t);  // the module's reference; ours is kept
@@ -315,19 +514,118 @@ inline py::list advise(const loader_handle& h, const py::dict& validation_loss) 
   return out;
 }
 
+// The handle of a loader that is not closed.
+inline loader_handle& open_handle(const py_loader& self) {
+  if (self.closed || !self.handle) throw usage_error("sluice: the loader is closed (close() or the end of a `with` block)");
+  return *self.handle;
+}
+
+// close(): the running epoch ends, the workers are joined and the ring freed (batches the trainer
+// still holds stay valid: their memory is reference-counted).
+inline void close(py_loader& self) {
+  std::unique_ptr<loader_handle> h;
+  {
+    py::gil_scoped_release nogil;
+    const std::lock_guard lk(self.iterating);
+    h = std::move(self.handle);
+    h.reset();
+  }
+  self.closed = true;
+  ++self.generation;
+}
+
+// The loader's state as state_dict() reports it (see the top of this header).
+inline loader_state state_now(py_loader& self) {
+  if (self.pending) return *self.pending;
+  py::gil_scoped_release nogil;
+  const std::lock_guard lk(self.iterating);
+  if (self.current && !self.finished) return self.handle->state();
+  return self.handle->state_at(self.next_epoch, 0);
+}
+
+inline py::dict next_batch(py_iterator& it) {
+  py_loader& self = *it.loader;
+  if (self.closed) throw py::stop_iteration();
+  if (it.generation != self.generation)
+    throw usage_error("sluice: this iterator was ended by a later iter(loader) or load_state_dict(); iterate the "
+                      "newest one (each iter(loader) starts an epoch)");
+  if (self.finished) throw py::stop_iteration();
+  std::vector<std::pair<std::string, DLManagedTensor*>> ts;
+  try {
+    py::gil_scoped_release nogil;  // workers run, the trainer's other threads too
+    const std::lock_guard lk(self.iterating);
+    if (self.handle) ts = self.handle->next();  // close() on another thread may have come first
+  } catch (const interrupted&) {
+    if (PyErr_Occurred() != nullptr) throw py::error_already_set();  // KeyboardInterrupt, from the check
+    throw;
+  }
+  if (self.closed) {
+    for (auto& [name, m] : ts) m->deleter(m);
+    throw py::stop_iteration();
+  }
+  if (ts.empty()) {
+    self.finished = true;
+    throw py::stop_iteration();
+  }
+  ++self.delivered;
+  std::vector<std::shared_ptr<tensor>> held;
+  held.reserve(ts.size());
+  try {
+    for (auto& [name, m] : ts) held.push_back(std::make_shared<tensor>(std::exchange(m, nullptr)));
+  } catch (...) {
+    for (auto& [name, m] : ts)
+      if (m != nullptr) m->deleter(m);
+    throw;
+  }
+  py::dict d;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    for (const auto& v : self.views)
+      if (v.name == ts[i].first) held[i]->view_as(v.name, v.type, v.row);
+    d[py::str(ts[i].first)] = py::cast(held[i]);
+  }
+  return d;
+}
+
+inline std::shared_ptr<py_iterator> start_iteration(const std::shared_ptr<py_loader>& self) {
+  (void)open_handle(*self);
+  std::optional<loader_state> st = std::exchange(self->pending, std::nullopt);
+  const std::uint64_t e = st ? st->epoch : self->next_epoch;
+  try {
+    py::gil_scoped_release nogil;
+    const std::lock_guard lk(self->iterating);
+    if (!self->handle) throw usage_error("sluice: the loader is closed (close() or the end of a `with` block)");
+    if (st) self->handle->begin_resume(*st);
+    else self->handle->begin(e);
+  } catch (...) {
+    self->pending = st;  // nothing started: the resume is still to come
+    throw;
+  }
+  self->current = e;
+  self->finished = false;
+  self->delivered = 0;
+  self->next_epoch = e + 1;
+  return std::make_shared<py_iterator>(py_iterator{self, ++self->generation});
+}
+
 }  // namespace detail
 
-// Registers sluice.Tensor, sluice.Loader and the exception types in module m (once per module).
-inline void register_types(py::module_& m) {
+// Registers Tensor, Loader, LoaderIterator and the exception types in module m (once per
+// module). `qualified` names the exceptions' module (default: m's name), e.g. "sluice" for the
+// package whose extension module is sluice._sluice.
+inline void register_types(py::module_& m, std::string qualified = {}) {
+  if (qualified.empty()) qualified = py::str(m.attr("__name__"));
   auto& ex = detail::exceptions();
   if (ex.base == nullptr) {
-    ex.base = detail::new_exception(m, "Error", py::make_tuple(py::handle(PyExc_RuntimeError)),
+    ex.base = detail::new_exception(m, qualified, "Error", py::make_tuple(py::handle(PyExc_RuntimeError)),
                                     "A sluice error; str() is the C++ message with every nested cause.");
-    ex.format = detail::new_exception(m, "FormatError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_ValueError)),
+    ex.format = detail::new_exception(m, qualified, "FormatError",
+                                      py::make_tuple(py::handle(ex.base), py::handle(PyExc_ValueError)),
                                       "A bad file or record: names the file, the record, the field and the cause.");
-    ex.usage = detail::new_exception(m, "UsageError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_ValueError)),
-                                     "A pipeline used or configured wrongly.");
-    ex.io = detail::new_exception(m, "IOError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_OSError)),
+    ex.usage = detail::new_exception(m, qualified, "UsageError",
+                                     py::make_tuple(py::handle(ex.base), py::handle(PyExc_ValueError)),
+                                     "A pipeline used or configured wrongly: names the keyword or call and what "
+                                     "would be accepted.");
+    ex.io = detail::new_exception(m, qualified, "IOError", py::make_tuple(py::handle(ex.base), py::handle(PyExc_OSError)),
                                   "A file that cannot be opened or read.");
     py::register_exception_translator([](std::exception_ptr p) {
       try {
@@ -353,9 +651,14 @@ inline void register_types(py::module_& m) {
 
   // module_local: a trainer may import the sluice module and its own module built with this header.
   py::class_<tensor, std::shared_ptr<tensor>>(m, "Tensor", py::module_local(),
-                                              "One tensor of a batch, in the batch's memory (DLPack, no copy).")
-      .def("__dlpack__", [](py::object self, py::object /*stream*/) { return detail::make_capsule(std::move(self)); },
-           py::arg("stream") = py::none())
+                                              "One tensor of a batch, in the batch's memory (DLPack, no copy). "
+                                              "torch.from_dlpack(t) / numpy.from_dlpack(t) take it without a copy; "
+                                              "the batch's slot returns to the ring when the last tensor made from it "
+                                              "dies.")
+      .def("__dlpack__", &detail::dlpack, py::arg("stream") = py::none(), py::kw_only(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+           "The DLPack capsule of the Python array API standard: versioned when max_version >= (1, 0), a copy "
+           "when copy=True.")
       .def("__dlpack_device__",
            [](const tensor& t) { return py::make_tuple(static_cast<int>(t.dl().device.device_type), t.dl().device.device_id); })
       .def_property_readonly("shape",
@@ -368,92 +671,99 @@ inline void register_types(py::module_& m) {
       .def_property_readonly("data_ptr",
                              [](const tensor& t) { return reinterpret_cast<std::uintptr_t>(t.dl().data) + t.dl().byte_offset; })
       .def_property_readonly("device", [](const tensor& t) { return t.dl().device.device_type == kDLCPU ? "cpu" : "cuda"; })
+      .def("__len__", [](const tensor& t) { return t.dl().ndim == 0 ? 0 : t.dl().shape[0]; })
       .def("__repr__", [](const tensor& t) {
         std::string s = "sluice.Tensor(shape=(";
         for (int i = 0; i < t.dl().ndim; ++i) s += std::to_string(t.dl().shape[i]) + (t.dl().ndim == 1 || i + 1 < t.dl().ndim ? "," : "");
         return s + "), dtype=" + detail::dtype_name(t.dl().dtype) + ")";
       });
 
+  py::class_<py_iterator, std::shared_ptr<py_iterator>>(m, "LoaderIterator", py::module_local(),
+                                                        "One epoch of a Loader: next() gives the next batch.")
+      .def("__iter__", [](std::shared_ptr<py_iterator> self) { return self; })
+      .def("__next__", &detail::next_batch)
+      .def("__len__", [](const py_iterator& it) {
+        const auto& l = *it.loader;  // 0 once closed: list(it) asks for a length hint
+        return l.current && !l.closed && l.handle ? l.handle->batches_for(*l.current) : 0;
+      });
+
   py::class_<py_loader, std::shared_ptr<py_loader>>(m, "Loader", py::module_local(),
-                                                    "A sluice pipeline: iterate it for batches.")
-      .def("__iter__",
-           [](std::shared_ptr<py_loader> self) {
-             {
-               py::gil_scoped_release nogil;
-               const std::lock_guard lk(self->iterating);
-               if (self->pending) {
-                 const loader_state st = *self->pending;
-                 self->handle->begin_resume(st);
-                 self->epoch = st.epoch;
-               } else {
-                 self->handle->begin(self->epoch);
-               }
-             }
-             self->pending.reset();
-             self->running = true;
-             return self;
-           })
-      .def("__next__",
-           [](py_loader& self) {
-             if (!self.running) throw py::stop_iteration();
-             std::vector<std::pair<std::string, DLManagedTensor*>> ts;
-             {
-               py::gil_scoped_release nogil;  // workers run, the trainer's other threads too
-               const std::lock_guard lk(self.iterating);
-               ts = self.handle->next();
-             }
-             if (ts.empty()) {
-               self.running = false;
-               throw py::stop_iteration();
-             }
-             py::dict d;
-             for (auto& [name, m] : ts) d[py::str(name)] = py::cast(std::make_shared<tensor>(m));
-             return d;
-           })
-      .def("__len__", [](const py_loader& self) { return self.handle->batches_for(self.epoch); })
-      .def("set_epoch", [](py_loader& self, std::uint64_t e) { self.epoch = e; self.pending.reset(); }, py::arg("epoch"))
-      .def_property_readonly("epoch", [](const py_loader& self) { return self.epoch; })
-      .def("state_dict",
-           [](const py_loader& self) {
-             py::dict d;
-             d["sluice_state"] = py::bytes(state_to_string(self.handle->state()));
-             return d;
-           })
+                                                    "A sluice pipeline: iterate it for batches, an epoch each time.")
+      .def("__iter__", &detail::start_iteration, "Starts the next epoch (or the resumed one) and returns its iterator.")
+      .def("__len__", [](const py_loader& self) { return detail::open_handle(self).batches_for(self.epoch()); })
+      .def(
+          "set_epoch",
+          [](py_loader& self, std::uint64_t e) {
+            if (self.pending && self.pending->epoch != e)
+              throw usage_error("sluice: set_epoch(" + std::to_string(e) + ") after load_state_dict() of a state in epoch " +
+                                std::to_string(self.pending->epoch) +
+                                " would discard the resume; call set_epoch(" + std::to_string(self.pending->epoch) +
+                                ") (or nothing) before iterating, or make a new loader to start afresh");
+            self.next_epoch = e;
+          },
+          py::arg("epoch"), "The epoch the next iter() runs (each iter() advances by itself; this is for "
+                            "DistributedSampler-style loops).")
+      .def_property_readonly("epoch", &py_loader::epoch,
+                             "The epoch being iterated, or, between iterations, the one the next iter() starts.")
+      .def(
+          "state_dict",
+          [](py_loader& self) {
+            (void)detail::open_handle(self);
+            const loader_state st = detail::state_now(self);
+            py::dict d;
+            d["sluice_state"] = py::bytes(state_to_string(st));
+            d["epoch"] = st.epoch;
+            d["position"] = st.position;
+            return d;
+          },
+          "Where the loader stands, for load_state_dict() in this or another process.")
       .def(
           "load_state_dict",
           [](py_loader& self, const py::dict& d) {
             if (!d.contains("sluice_state"))
               throw usage_error("sluice: load_state_dict: the dict has no 'sluice_state' (it is what state_dict() returns)");
+            (void)detail::open_handle(self);
             const std::string raw = d["sluice_state"].cast<std::string>();
-            self.pending = state_from_string(raw, "<state_dict>");
+            loader_state st = state_from_string(raw, "<state_dict>");
             {
               py::gil_scoped_release nogil;
               const std::lock_guard lk(self.iterating);
+              self.handle->check(st);
               self.handle->end();
+              // A state after an epoch's last batch: the next epoch, from its start.
+              if (self.handle->batches_from(st) == 0) st = self.handle->state_at(st.epoch + 1, 0);
             }
-            self.running = false;
+            self.pending = st;
+            self.current.reset();
+            self.finished = false;
+            self.next_epoch = st.epoch;
+            ++self.generation;
           },
-          py::arg("state_dict"))
-      .def("stats", [](const py_loader& self) { return detail::json_of(self.handle->stats()); })
+          py::arg("state_dict"), "The next iter() resumes where state_dict() said the loader stood.")
+      .def("stats", [](const py_loader& self) { return detail::json_of(detail::open_handle(self).stats()); },
+           "The pipeline's counters (diag/report.hpp's JSON) as a dict.")
       .def(
           "epoch_stats",
           [](const py_loader& self, std::uint64_t e) -> py::object {
-            for (const auto& s : self.handle->recent_epochs())
+            for (const auto& s : detail::open_handle(self).recent_epochs())
               if (s.epoch == e) return detail::json_of(s);
             return py::none();
           },
           py::arg("epoch"), "One epoch's figures (per stage, stall, bottleneck), or None when no longer kept.")
       .def(
-          "advise", [](const py_loader& self, const py::dict& v) { return detail::advise(*self.handle, v); },
+          "advise", [](const py_loader& self, const py::dict& v) { return detail::advise(detail::open_handle(self), v); },
           py::arg("validation_loss") = py::dict(),
           "The advisor's recommendations on the kept epochs: a list of {rule, severity, message, value}.")
-      .def("close", [](py_loader& self) {
-        {
-          py::gil_scoped_release nogil;
-          const std::lock_guard lk(self.iterating);
-          self.handle->end();
-        }
-        self.running = false;
+      .def_property_readonly("closed", [](const py_loader& self) { return self.closed; })
+      .def(
+          "close",
+          [](py_loader& self) { detail::close(self); },
+          "Ends the epoch and joins the workers; iterators end (StopIteration), and iter(), len(), state_dict() "
+          "and stats() raise UsageError. Batches already taken stay valid. Closing twice is harmless.")
+      .def("__enter__", [](std::shared_ptr<py_loader> self) { return self; })
+      .def("__exit__", [](py_loader& self, py::args) {
+        detail::close(self);
+        return false;
       });
 }
 

@@ -5,7 +5,17 @@
 //   torchrun / torch.distributed.launch   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
 //   mpirun (Open MPI)                     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //                                         OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+//   srun (Slurm)                          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+//                                         SLURM_NTASKS_PER_NODE (when it is one number)
+//   PMI / PMIx (MPICH's hydra, others)    PMI_RANK or PMIX_RANK, PMI_SIZE; PMI_LOCAL_RANK,
+//                                         PMI_LOCAL_SIZE
 // Nothing set means a single process: rank 0 of 1.
+//
+// Precedence: torchrun's and Open MPI's variables name the process itself; Slurm's and PMI's may
+// name the allocation's task a launcher runs inside (torchrun under srun starts several processes
+// in one Slurm task, each with its own RANK). So Slurm is read only when neither torchrun nor Open
+// MPI set anything, and PMI only when Slurm did not either. PMIX_RANK without PMI_SIZE is an
+// error naming what is missing (PMIx does not put the world size in the environment; pass it).
 //
 // Guarantees: a value that is not a plain decimal number, a rank not below the world size, a world
 // of 0, or half a pair (RANK without WORLD_SIZE) is a usage_error naming the variable and its
@@ -32,7 +42,7 @@
 namespace sluice::sample {
 
 // Where the rank came from (for logs and error messages).
-enum class rank_source : std::uint8_t { single_process, explicit_values, torchrun, open_mpi };
+enum class rank_source : std::uint8_t { single_process, explicit_values, torchrun, open_mpi, slurm, pmi };
 
 [[nodiscard]] constexpr const char* rank_source_name(rank_source s) noexcept {
   switch (s) {
@@ -40,6 +50,8 @@ enum class rank_source : std::uint8_t { single_process, explicit_values, torchru
     case rank_source::explicit_values: return "explicit values";
     case rank_source::torchrun: return "torchrun (RANK/WORLD_SIZE)";
     case rank_source::open_mpi: return "Open MPI (OMPI_COMM_WORLD_*)";
+    case rank_source::slurm: return "Slurm (SLURM_PROCID/SLURM_NTASKS)";
+    case rank_source::pmi: return "PMI (PMI_RANK/PMI_SIZE)";
   }
   return "?";
 }
@@ -106,7 +118,7 @@ struct launcher_vars {
   const char* rank;
   const char* world;
   const char* local_rank;
-  const char* local_world;
+  const char* local_world;  // nullptr: not in the environment
   rank_source source;
 };
 
@@ -123,13 +135,13 @@ struct launcher_vars {
     throw usage_error(std::string("sluice: ") + v.rank + "=" + std::to_string(*rank) + " is not below " + v.world +
                       "=" + std::to_string(*world));
   const auto local_rank = env_number(v.local_rank);
-  const auto local_world = env_number(v.local_world);
+  const auto local_world = v.local_world != nullptr ? env_number(v.local_world) : std::nullopt;
   rank_info r{*rank, *world, local_rank.value_or(0), local_world.value_or(1), v.source};
   // Without LOCAL_WORLD_SIZE, one process per machine is assumed only if that fits LOCAL_RANK.
   if (local_rank && !local_world) r.local_world = *local_rank + 1;
   if (r.local_world == 0 || r.local_rank >= r.local_world)
     throw usage_error(std::string("sluice: ") + v.local_rank + "=" + std::to_string(r.local_rank) + " is not below " +
-                      v.local_world + "=" + std::to_string(r.local_world));
+                      (v.local_world != nullptr ? v.local_world : "the local world") + "=" + std::to_string(r.local_world));
   return r;
 }
 
@@ -147,6 +159,22 @@ struct launcher_vars {
                       std::to_string(mpi->world) + "; unset one or pass rank_info::of(rank, world)");
   if (torch) return *torch;
   if (mpi) return *mpi;
+  // Slurm: SLURM_NTASKS_PER_NODE is "4", or "2(x3),1" on uneven nodes; only a plain number is a
+  // local world (else LOCAL_RANK + 1 is assumed, as for the other launchers).
+  const char* per_node = std::getenv("SLURM_NTASKS_PER_NODE");
+  const bool plain_per_node = per_node != nullptr && *per_node != '\0' &&
+                              std::string_view(per_node).find_first_not_of("0123456789") == std::string_view::npos;
+  if (auto slurm = detail::rank_from({"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                                      plain_per_node ? "SLURM_NTASKS_PER_NODE" : nullptr,
+                                      rank_source::slurm}))
+    return *slurm;
+  const bool pmix = std::getenv("PMI_RANK") == nullptr && std::getenv("PMIX_RANK") != nullptr;
+  if (pmix && std::getenv("PMI_SIZE") == nullptr)
+    throw usage_error("sluice: PMIX_RANK is set but no world size is (PMI_SIZE); PMIx keeps the size out of the "
+                      "environment: pass it (rank_info::of(rank, world), or world_size= in Python)");
+  if (auto pmi = detail::rank_from({pmix ? "PMIX_RANK" : "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE",
+                                    rank_source::pmi}))
+    return *pmi;
   return {};
 }
 

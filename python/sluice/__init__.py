@@ -1,0 +1,582 @@
+"""sluice: C++ data pipelines for PyTorch training loops, zero copy through DLPack.
+
+A source says what the files hold; a Loader runs the pipeline on C++ worker threads (they never
+take the GIL) and hands out each batch as a dict of :class:`Tensor` that ``torch.from_dlpack`` and
+``numpy.from_dlpack`` take without a copy::
+
+    import sluice, torch
+    src = sluice.npy("x.npy", labels="y.npy")                 # rows with the array's dtype and shape
+    with sluice.Loader(src, batch_size=256, sampler=sluice.sample.shuffle(seed=7), workers=2) as loader:
+        for epoch in range(10):                               # each iteration is the next epoch
+            for batch in loader:
+                x = torch.from_dlpack(batch["data"]); y = torch.from_dlpack(batch["label"])
+
+Sources (each function's help() lists its keywords; a keyword one does not take is a TypeError
+naming the sources that take it):
+
+==================  ===========================================================================
+``records``         fixed-size records of a raw file, ``dtype=``/``shape=`` declared
+``npy``             an ``.npy`` array, a sample a row, with the array's dtype and shape
+``idx``             IDX files (MNIST, Fashion-MNIST, ...), plain or ``.gz``
+``shard``           a sluice shard (``sluice-pack``'s output): records as stored, or decoded
+``wds``             WebDataset tar shards of images and labels (a path or a brace pattern)
+``tfrecord``        TFRecord files of ``tf.train.Example`` images and labels
+``mds``             a MosaicML Streaming (MDS) dataset of images and labels
+``tokens``          a flat token file: next-token windows ``{"input", "target"}``
+``documents``       tokens + document offsets: packed rows or padded documents
+==================  ===========================================================================
+
+Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout=...)``.
+
+How a Loader behaves (as PyTorch's DataLoader and torchdata's StatefulDataLoader do, where their
+habits reach):
+
+- ``iter(loader)`` starts the next epoch by itself (reshuffled); ``set_epoch(e)`` names the next one.
+- ``state_dict()`` / ``load_state_dict()`` resume mid-epoch in this or another process, exactly;
+  the usual loop, ``set_epoch`` included, then continues with the remaining batches.
+- Batches are the same for any worker count; they depend on (seed, epoch, rank, world) only.
+- Keeping a batch keeps its slot of the ring (``prefetch + workers`` slots): keep ``.clone()``\\ s of
+  what outlives the step, or raise ``prefetch=``. Asking for a batch while holding every slot is a
+  UsageError saying so.
+- ``close()`` or ``with`` joins the workers; Ctrl-C reaches the trainer within about 50 ms.
+- Ranks from torchrun, Open MPI, Slurm or PMI with ``distributed=True``, or ``rank=``/``world_size=``.
+
+Errors: :class:`Error` (a RuntimeError) and its kinds :class:`UsageError` (also ValueError),
+:class:`FormatError` (also ValueError: names file, record, field and cause) and :class:`IOError`
+(also OSError).
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import warnings
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+from . import _sluice
+from ._sluice import Error, FormatError, IOError, LoaderIterator, Tensor, UsageError  # noqa: A004
+from . import sample
+from .sample import Sampler
+
+__all__ = [
+    "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
+    "image", "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "tokens", "documents", "loader", "sample",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# What a PyTorch user types, and what sluice calls it.
+_DATALOADER_WORDS = {
+    "num_workers": "workers= (C++ threads; they never take the GIL)",
+    "shuffle": "sampler=sluice.sample.shuffle(seed=...)",
+    "prefetch_factor": "prefetch= (batches ahead, for all workers together)",
+    "collate_fn": "a source's own collate (sluice collates in C++, into the batch's memory)",
+    "persistent_workers": "nothing: sluice's workers always persist across epochs",
+    "worker_init_fn": "nothing: workers are C++ threads",
+    "generator": "the sampler's seed (sluice.sample.shuffle(seed=...))",
+    "batch_sampler": "sampler= and batch_size=",
+    "timeout": "nothing: errors and Ctrl-C reach the trainer without one",
+}
+
+
+def _param_names(fn) -> Sequence[str]:
+    return [p for p in inspect.signature(fn).parameters if p not in ("self",)]
+
+
+def _unknown_keyword(where: str, name: str, valid: Sequence[str]) -> TypeError:
+    msg = f"{where}() got an unexpected keyword argument '{name}'"
+    close = difflib.get_close_matches(name, valid, n=1)
+    if close:
+        msg += f"; did you mean '{close[0]}'?"
+    homes = [h for h, params in _HOMES.items() if name in params and h != where]
+    if homes:
+        msg += f" ('{name}' applies to {', '.join(h + '()' for h in homes)})"
+    if name in _DATALOADER_WORDS:
+        msg += f" (DataLoader's {name}: in sluice, {_DATALOADER_WORDS[name]})"
+    return TypeError(msg)
+
+
+def _check_keywords(where: str, given: Dict[str, Any], valid: Sequence[str]) -> None:
+    for k in given:
+        if k not in valid:
+            raise _unknown_keyword(where, k, valid)
+
+
+def _usage(msg: str) -> UsageError:
+    return UsageError("sluice: " + msg)
+
+
+def _int(name: str, v: Any, low: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise _usage(f"{name}={v!r} is not accepted; use an int >= {low}")
+    return v
+
+
+def _path(name: str, v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        raise _usage(f"{name}= takes one path (for several shards, a brace pattern such as "
+                     "'train-{000000..000127}.tar'), not a {type(v).__name__}")
+    if not isinstance(v, (str, os.PathLike)):
+        raise _usage(f"{name}={v!r} is not accepted; use a path (str or os.PathLike)")
+    return os.fspath(v)
+
+
+def _floats(name: str, v: Any) -> list:
+    if v is None:
+        return []
+    if isinstance(v, (int, float)):
+        return [float(v)]
+    try:
+        return [float(x) for x in v]
+    except TypeError:
+        raise _usage(f"{name}={v!r} is not accepted; use a float or a sequence of floats (one per channel)") from None
+
+
+def _shape(v: Any) -> list:
+    if v is None:
+        return []
+    try:
+        s = [int(d) for d in v]
+    except TypeError:
+        raise _usage(f"shape={v!r} is not accepted; use a tuple of positive ints (one sample's shape)") from None
+    if not s or any(d <= 0 for d in s):
+        raise _usage(f"shape={tuple(v)!r} is not accepted; use a tuple of positive ints (one sample's shape)")
+    return s
+
+
+def _output(v: Any, allowed: Sequence[Optional[str]], where: str) -> str:
+    if v not in allowed:
+        names = ", ".join(repr(a) for a in allowed if a is not None)
+        raise _usage(f"{where}: output={v!r} is not accepted; use {names} or leave it out")
+    return v or ""
+
+
+def _normalise(kw: Dict[str, Any], output: Optional[str], mean: Any, std: Any, where: str) -> None:
+    if (mean is not None or std is not None) and output != "float32":
+        raise _usage(f"{where}: mean=/std= normalise float32 output; give output='float32' as well")
+    kw["mean"] = _floats("mean", mean)
+    kw["std"] = _floats("std", std)
+
+
+class Image:
+    """How an image source decodes: see :func:`image`."""
+
+    __slots__ = ("size", "crop", "flip", "layout")
+
+    def __init__(self, size, crop: str, flip: bool, layout: str) -> None:
+        self.size, self.crop, self.flip, self.layout = size, crop, flip, layout
+
+    def __repr__(self) -> str:
+        return f"sluice.image(size={self.size}, crop={self.crop!r}, flip={self.flip}, layout={self.layout!r})"
+
+
+def image(size: Tuple[int, int], *, crop: str = "center", flip: bool = False, layout: str = "hwc") -> Image:
+    """Decode JPEG (and PNG, by the first bytes) straight into the batch at ``size=(height, width)``.
+
+    crop:   ``"center"`` (the default): scaled to cover the output, keeping the aspect ratio, then
+            the centre cut out; ``"random_resized"``: torchvision's RandomResizedCrop (area
+            fraction uniform in [0.08, 1], aspect ratio log-uniform in [3/4, 4/3]), drawn from
+            (seed, epoch, sample), so the same every run.
+    flip:   a random horizontal flip (drawn the same way).
+    layout: ``"hwc"`` (the default, as C++'s ``codecs::jpeg``) or ``"chw"`` (what torchvision
+            models take).
+    """
+    try:
+        h, w = (int(x) for x in size)
+    except (TypeError, ValueError):
+        raise _usage(f"sluice.image: size={size!r} is not accepted; use (height, width)") from None
+    if h <= 0 or w <= 0:
+        raise _usage(f"sluice.image: size={size!r} is not accepted; both must be positive")
+    if crop not in ("center", "random_resized"):
+        raise _usage(f"sluice.image: crop={crop!r} is not accepted; use 'center' or 'random_resized'")
+    if layout not in ("hwc", "chw"):
+        raise _usage(f"sluice.image: layout={layout!r} is not accepted; use 'hwc' or 'chw'")
+    return Image((h, w), crop, bool(flip), layout)
+
+
+class Source:
+    """What a loader reads: made by :func:`records`, :func:`npy`, :func:`idx`, :func:`shard`,
+    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`tokens` or :func:`documents`."""
+
+    __slots__ = ("kind", "engine", "labelled")
+
+    def __init__(self, kind: str, engine: Dict[str, Any], labelled: bool) -> None:
+        self.kind = kind
+        self.engine = engine      # the engine's keywords (sluice._sluice.loader)
+        self.labelled = labelled  # whether class_balanced has labels to draw from
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self.engine.items() if k != "source" and v not in ("", [], 0, None)}
+        return f"sluice.{self.kind}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def records(path: PathLike, *, record_bytes: int, labels: Optional[PathLike] = None, header_bytes: int = 0,
+            dtype: str = "uint8", shape: Optional[Sequence[int]] = None, output: Optional[str] = None,
+            mean=None, std=None) -> Source:
+    """Fixed-size records of a raw file: record ``i`` is bytes ``[header_bytes + i * record_bytes, ...)``.
+
+    labels: an optional file of one little-endian int64 per record (field ``"label"``).
+    dtype, shape: what a record holds (default: ``uint8``, one flat row); batches are
+        ``{"data": (B, *shape) of dtype, "label": (B,) int64}``.
+    output: ``"float32"`` turns uint8 into float32 scaled by 1/255, then ``(x - mean) / std`` per
+        channel; other dtypes arrive as stored (a conversion that would change values is refused).
+    """
+    kw = dict(source="records", path=_path("path", path), record_bytes=_int("record_bytes", record_bytes, 1),
+              labels=_path("labels", labels) if labels is not None else "", header_bytes=_int("header_bytes", header_bytes),
+              dtype="" if dtype == "uint8" else str(dtype), shape=_shape(shape),
+              output=_output(output, (None, "uint8", "float32", dtype), "sluice.records"))
+    _normalise(kw, output, mean, std, "sluice.records")
+    return Source("records", kw, labels is not None)
+
+
+def npy(path: PathLike, *, labels: Optional[PathLike] = None, shape: Optional[Sequence[int]] = None,
+        output: Optional[str] = None, mean=None, std=None) -> Source:
+    """An ``.npy`` array (format 1.0-3.0, C order, little-endian): sample ``i`` is row ``i``, with the
+    array's dtype and shape: a ``(N, 3)`` float32 array gives ``"data"`` of ``(B, 3)`` float32.
+
+    labels: an optional 1-D integer ``.npy`` of the same length (``"label"``, int64).
+    shape: another per-sample shape of the same element count.
+    output: ``"float32"`` for uint8 arrays (scaled by 1/255, then mean/std); every other dtype
+        arrives as the file has it, and asking to convert it is a UsageError naming both types.
+    """
+    kw = dict(source="npy", path=_path("path", path), labels=_path("labels", labels) if labels is not None else "",
+              shape=_shape(shape), output=output or "")
+    _normalise(kw, output, mean, std, "sluice.npy")
+    return Source("npy", kw, labels is not None)
+
+
+def idx(images: PathLike, *, labels: Optional[PathLike] = None, shape: Optional[Sequence[int]] = None,
+        output: Optional[str] = None, mean=None, std=None) -> Source:
+    """IDX files (the MNIST family), plain or gzip: ``"data"`` of ``(B, *dims)`` as the file's
+    dimensions say (uint8 or int8), ``"label"`` from the labels file. ``output="float32"``: scaled
+    by 1/255, then mean/std; ``shape=`` another per-sample shape, e.g. ``(1, 28, 28)``."""
+    kw = dict(source="idx", images=_path("images", images), labels=_path("labels", labels) if labels is not None else "",
+              shape=_shape(shape), output=_output(output, (None, "uint8", "float32"), "sluice.idx"))
+    _normalise(kw, output, mean, std, "sluice.idx")
+    return Source("idx", kw, labels is not None)
+
+
+def _image_keywords(kind: str, decode: Optional[Image], output: Optional[str], mean, std, kw: Dict[str, Any]) -> None:
+    if decode is None:
+        raise _usage(f"sluice.{kind}: decode= is required; e.g. decode=sluice.image(size=(224, 224))")
+    if not isinstance(decode, Image):
+        raise _usage(f"sluice.{kind}: decode={decode!r} is not accepted; use sluice.image(size=(h, w), ...)")
+    kw.update(size=list(decode.size), random_resized_crop=decode.crop == "random_resized", flip=decode.flip,
+              layout=decode.layout, output=_output(output, (None, "uint8", "float32"), f"sluice.{kind}"))
+    _normalise(kw, output, mean, std, f"sluice.{kind}")
+
+
+def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
+          label_field: Optional[str] = None, shape: Optional[Sequence[int]] = None, output: Optional[str] = None,
+          mean=None, std=None) -> Source:
+    """A sluice shard (``sluice-pack``'s output). Without ``decode=``: records as stored
+    (``"data"``, ``"label"``; ``shape=`` the per-sample shape). With ``decode=sluice.image(...)``:
+    encoded images decoded into ``"data"`` (a shard of single records) or, for a shard with fields
+    (``sluice-pack --fields``), the field ``image_field=`` (default ``"jpg"``) into ``"image"`` and
+    the record's label (or the integer field ``label_field=``) into ``"label"``."""
+    kw: Dict[str, Any] = dict(source="shard", path=_path("path", path), image_field=image_field or "",
+                              label_field=label_field or "")
+    if decode is None:
+        if image_field is not None or label_field is not None:
+            raise _usage("sluice.shard: image_field=/label_field= name the fields an image decode reads; "
+                         "give decode=sluice.image(...) as well")
+        kw.update(shape=_shape(shape), output=_output(output, (None, "uint8", "float32"), "sluice.shard"))
+        _normalise(kw, output, mean, std, "sluice.shard")
+    else:
+        if shape is not None:
+            raise _usage("sluice.shard: shape= is for records as stored; a decoded image's shape is decode=sluice.image's")
+        _image_keywords("shard", decode, output, mean, std, kw)
+        kw["decode"] = "jpeg"
+    return Source("shard", kw, True)
+
+
+def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "jpg;jpeg;png", label_field: str = "cls",
+        output: Optional[str] = None, mean=None, std=None) -> Source:
+    """WebDataset shards for image classification: a tar path or a brace pattern
+    (``"train-{000000..000127}.tar"``). ``<key>.<image_field>`` (any extension of the ``;`` list)
+    is decoded into ``"image"``; ``<key>.<label_field>`` (an integer as text) is ``"label"``."""
+    kw: Dict[str, Any] = dict(source="wds", path=_path("path", path), image_field=image_field, label_field=label_field)
+    _image_keywords("wds", decode, output, mean, std, kw)
+    return Source("wds", kw, True)
+
+
+def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "image/encoded",
+             label_field: str = "image/class/label", output: Optional[str] = None, mean=None, std=None) -> Source:
+    """A TFRecord file of ``tf.train.Example`` (every record's CRC checked): the bytes feature
+    ``image_field`` decoded into ``"image"``, the int64 feature ``label_field`` as ``"label"``
+    (ImageNet's names by default)."""
+    kw: Dict[str, Any] = dict(source="tfrecord", path=_path("path", path), image_field=image_field,
+                              label_field=label_field)
+    _image_keywords("tfrecord", decode, output, mean, std, kw)
+    return Source("tfrecord", kw, True)
+
+
+def mds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "image", label_field: str = "label",
+        output: Optional[str] = None, mean=None, std=None) -> Source:
+    """A MosaicML Streaming (MDS) dataset as ``MDSWriter`` wrote it (its directory or
+    ``index.json``): the column ``image_field`` (jpeg, png or bytes) decoded into ``"image"``, the
+    int column ``label_field`` as ``"label"``."""
+    kw: Dict[str, Any] = dict(source="mds", path=_path("path", path), image_field=image_field, label_field=label_field)
+    _image_keywords("mds", decode, output, mean, std, kw)
+    return Source("mds", kw, True)
+
+
+def _token_dtype(dtype: str, where: str) -> str:
+    if dtype not in ("uint16", "uint32"):
+        raise _usage(f"{where}: dtype={dtype!r} is not accepted; use 'uint16' or 'uint32' (the file's token type)")
+    return dtype
+
+
+def tokens(path: PathLike, *, length: int, stride: int = 0, dtype: str = "uint16", vocab: int = 0,
+           output: Optional[str] = None) -> Source:
+    """A flat token file (as ``numpy.ndarray.tofile`` writes it): windows of ``length`` tokens every
+    ``stride`` (default ``length``) as ``{"input", "target"}``, ``target`` shifted by one.
+    ``vocab``: every token checked below it. ``output="int64"`` widens the ids while they are
+    written (PyTorch before 2.3 has no uint16/uint32 tensors; embeddings take int64)."""
+    kw = dict(source="tokens", path=_path("path", path), length=_int("length", length, 1), stride=_int("stride", stride),
+              dtype=_token_dtype(dtype, "sluice.tokens"), vocab=_int("vocab", vocab),
+              output=_output(output, (None, "int64"), "sluice.tokens"))
+    return Source("tokens", kw, False)
+
+
+def documents(path: PathLike, *, offsets: PathLike, collate: str = "pack", length: int = 1024, pad_value: float = 0,
+              dtype: str = "uint16", vocab: int = 0, output: Optional[str] = None) -> Source:
+    """Documents of a token file with ``offsets`` (``n_docs + 1`` uint64, document ``d`` is tokens
+    ``[offsets[d], offsets[d+1])``). ``collate="pack"``: the batch's documents packed into rows of
+    ``length`` tokens, with ``"tokens.doc_ids"`` (the batch's own document numbering),
+    ``"tokens.position_ids"`` (restarting at each document and each row) and
+    ``"tokens.cu_seqlens"``; the number of rows varies with the documents. ``collate="pad"``: one
+    row per document, padded with ``pad_value`` to the longest (``length=0``) or cut to ``length``,
+    with ``"tokens.lengths"`` and ``"tokens.mask"``."""
+    if collate not in ("pack", "pad"):
+        raise _usage(f"sluice.documents: collate={collate!r} is not accepted; use 'pack' or 'pad'")
+    kw = dict(source="documents", path=_path("path", path), offsets=_path("offsets", offsets), collate=collate,
+              length=_int("length", length, 1 if collate == "pack" else 0), pad_value=float(pad_value),
+              dtype=_token_dtype(dtype, "sluice.documents"), vocab=_int("vocab", vocab),
+              output=_output(output, (None, "int64"), "sluice.documents"))
+    return Source("documents", kw, False)
+
+
+class Loader:
+    """A pipeline over a source: iterate it for batches, an epoch each time.
+
+    Loader(source, *, batch_size=256, sampler=sluice.sample.shuffle(), drop_last=False, workers=2,
+           prefetch=2, depth="fixed", max_workers=0, ram_budget=0, errors="raise", seed=0,
+           distributed=False, rank=None, world_size=None, pin_memory=False)
+
+    batch_size: samples a batch (C++'s collate default, 256). drop_last: drop a final partial batch.
+    sampler:    a :mod:`sluice.sample` sampler (default: shuffle with seed 0).
+    workers:    C++ worker threads (at least 1; they never take the GIL). prefetch: batches ready
+                ahead; the ring has ``prefetch + workers`` slots, its memory bound.
+    depth:      ``"adaptive"`` moves the prefetch depth (up to max(16, prefetch), within
+                ``ram_budget`` bytes when non-zero) to hold the stall under 4 %. max_workers above
+                workers lets sluice add and remove worker threads. The batches stay the same.
+    errors:     ``"raise"`` (a bad record stops the epoch with a FormatError naming it) or
+                ``"skip"`` (dropped from its batch, counted in ``stats()["skipped"]``).
+    seed:       the augmentation seed (random crops and flips).
+    distributed, rank, world_size: split the sampler's order across ranks, from the launcher's
+                environment (torchrun, Open MPI, Slurm, PMI) with ``distributed=True``, or given.
+    pin_memory: accepted for DataLoader code; this build has no CUDA, so it warns and does nothing.
+    """
+
+    def __init__(self, source: Source, *, batch_size: int = 256, sampler: Optional[Sampler] = None,
+                 drop_last: bool = False, workers: int = 2, prefetch: int = 2, depth: str = "fixed",
+                 max_workers: int = 0, ram_budget: int = 0, errors: str = "raise", seed: int = 0,
+                 distributed: bool = False, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 pin_memory: bool = False) -> None:
+        if not isinstance(source, Source):
+            raise _usage(f"Loader: source={source!r} is not a source; make one with sluice.records(...), "
+                         "sluice.npy(...), sluice.wds(...), ...")
+        kw = dict(source.engine)
+        if sampler is None:
+            sampler = sample.shuffle()
+        if not isinstance(sampler, Sampler):
+            raise _usage(f"Loader: sampler={sampler!r} is not accepted; use sluice.sample.sequential(), "
+                         "shuffle(seed=), weighted(weights, seed=) or class_balanced(rule, seed=)")
+        if sampler.kind == "class_balanced" and not source.labelled:
+            raise _usage(f"Loader: sampler=class_balanced needs labels, and sluice.{source.kind}(...) has none"
+                         + (" (give labels=)" if source.kind in ("records", "npy", "idx") else ""))
+        if errors not in ("raise", "skip"):
+            raise _usage(f"Loader: errors={errors!r} is not accepted; use 'raise' or 'skip'")
+        if depth not in ("fixed", "adaptive"):
+            raise _usage(f"Loader: depth={depth!r} is not accepted; use 'fixed' or 'adaptive'")
+        if workers == 0 and not isinstance(workers, bool):
+            raise _usage("Loader: workers=0 is not accepted: sluice's workers are C++ threads that never take the "
+                         "GIL, so workers=1 is what DataLoader's workers=0 is for (one thread, no processes)")
+        if (rank is None) != (world_size is None):
+            given, missing = ("rank", "world_size") if rank is not None else ("world_size", "rank")
+            raise _usage(f"Loader: {given}= is given but {missing}= is not; give both, or neither with "
+                         "distributed=True to read them from the launcher's environment")
+        if pin_memory:
+            warnings.warn("sluice: pin_memory=True does nothing: this sluice module was built without CUDA "
+                          "(batches are in host memory)", stacklevel=2)
+        kw.update(batch_size=_int("batch_size", batch_size, 1), drop_last=bool(drop_last),
+                  workers=_int("workers", workers, 1), prefetch=_int("prefetch", prefetch, 1), depth=depth,
+                  max_workers=_int("max_workers", max_workers), ram_budget=_int("ram_budget", ram_budget),
+                  errors=errors, seed=_int("seed", seed), distributed=bool(distributed) or rank is not None,
+                  rank=-1 if rank is None else _int("rank", rank), world_size=-1 if world_size is None
+                  else _int("world_size", world_size, 1), sampler=sampler.kind, sampler_seed=sampler.seed)
+        if sampler.kind == "weighted":
+            kw["sample_weights"] = list(sampler.weights)
+        if sampler.kind == "class_balanced":
+            kw["weights"] = sampler.rule
+        self.source = source
+        self.sampler = sampler
+        self._engine = _sluice.loader(**kw)
+
+    def __iter__(self) -> LoaderIterator:
+        """A new iterator over the next epoch (or the resumed one, after load_state_dict)."""
+        return iter(self._engine)
+
+    def __len__(self) -> int:
+        """Batches in the epoch the loader is at (:attr:`epoch`)."""
+        return len(self._engine)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being iterated; between iterations, the one the next iter() starts."""
+        return self._engine.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iter() runs. Each iter() advances by itself; this is for loops written
+        for DistributedSampler. After load_state_dict, only the state's own epoch is accepted."""
+        self._engine.set_epoch(_int("epoch", epoch))
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands: mid-epoch, the batches delivered count as consumed; after an
+        epoch, the start of the next. Pickles (bytes and ints) for torch.save / a checkpoint."""
+        return self._engine.state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """The next iter() resumes where ``state_dict`` stood (checked against this pipeline at once:
+        another dataset, sampler, seed or batch size is a UsageError naming each difference)."""
+        self._engine.load_state_dict(state_dict)
+
+    def stats(self) -> Dict[str, Any]:
+        """The pipeline's counters: samples, batches, skipped, stall, per stage busy time, ..."""
+        return self._engine.stats()
+
+    def epoch_stats(self, epoch: int) -> Optional[Dict[str, Any]]:
+        """One epoch's figures (per stage, stall, bottleneck), or None when no longer kept (16 kept)."""
+        return self._engine.epoch_stats(epoch)
+
+    def advise(self, validation_loss: Optional[Dict[int, float]] = None) -> list:
+        """The advisor's recommendations on the kept epochs: ``[{rule, severity, message, value}]``.
+        ``validation_loss={epoch: loss}`` lets it tell a data problem from a model one."""
+        return self._engine.advise(validation_loss or {})
+
+    def close(self) -> None:
+        """Ends the epoch and joins the workers; iterators then end and iter() is a UsageError.
+        Batches already taken stay valid."""
+        self._engine.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._engine.closed
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"sluice.Loader({self.source!r}, sampler={self.sampler!r})"
+
+
+_SOURCES = {f.__name__: f for f in (records, npy, idx, shard, wds, tfrecord, mds, tokens, documents)}
+_LOADER_KEYWORDS = [p for p in _param_names(Loader.__init__) if p != "source"]
+_HOMES: Dict[str, Sequence[str]] = {f"sluice.{n}": _param_names(f) for n, f in _SOURCES.items()}
+_HOMES["sluice.Loader"] = _LOADER_KEYWORDS
+_HOMES["sluice.image"] = _param_names(image)
+
+
+def _checked(fn, where: str):
+    valid = _param_names(fn)
+
+    def call(*args, **kwargs):
+        _check_keywords(where, kwargs, valid)
+        return fn(*args, **kwargs)
+
+    call.__name__, call.__qualname__, call.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    call.__signature__ = inspect.signature(fn)
+    call.__wrapped__ = fn
+    return call
+
+
+for _n, _f in list(_SOURCES.items()):
+    globals()[_n] = _SOURCES[_n] = _checked(_f, f"sluice.{_n}")
+image = _checked(image, "sluice.image")
+_loader_init = Loader.__init__
+
+
+def _loader_init_checked(self, source, **kwargs):
+    _check_keywords("sluice.Loader", kwargs, _LOADER_KEYWORDS)
+    _loader_init(self, source, **kwargs)
+
+
+_loader_init_checked.__signature__ = inspect.signature(_loader_init)
+_loader_init_checked.__doc__ = _loader_init.__doc__
+Loader.__init__ = _loader_init_checked
+
+_IMAGE_WORDS = ("size", "crop", "flip", "layout")
+
+
+def loader(source: str, **keywords) -> Loader:
+    """One call for a source and its loader: ``sluice.loader("npy", path="x.npy", batch_size=256)``
+    is ``sluice.Loader(sluice.npy("x.npy"), batch_size=256)``.
+
+    The keywords are those of the source function (``help(sluice.npy)``), of :class:`Loader`, and,
+    for image sources, of :func:`image` (``size=``, ``crop=``, ``flip=``, ``layout=``). ``sampler=``
+    takes a :mod:`sluice.sample` sampler or its name (``"sequential"``, ``"shuffle"``,
+    ``"weighted"`` with ``sample_weights=``, ``"class_balanced"`` with ``weights=`` the rule), its
+    seed the loader's ``seed=``. A keyword that applies to neither is a TypeError naming where it
+    applies.
+    """
+    if source not in _SOURCES:
+        close = difflib.get_close_matches(str(source), list(_SOURCES), n=1)
+        raise _usage(f"loader: source={source!r} is not accepted; use one of {', '.join(map(repr, _SOURCES))}"
+                     + (f" (did you mean {close[0]!r}?)" if close else ""))
+    fn = _SOURCES[source].__wrapped__
+    src_params = _param_names(fn)
+    images = source in ("wds", "tfrecord", "mds", "shard")
+    valid = list(src_params) + _LOADER_KEYWORDS + (list(_IMAGE_WORDS) if images else []) + ["sample_weights", "weights"]
+    _check_keywords(f"sluice.loader('{source}')", keywords, valid)
+    src_kw = {k: keywords.pop(k) for k in list(keywords) if k in src_params}
+    img_kw = {k: keywords.pop(k) for k in list(keywords) if k in _IMAGE_WORDS}
+    if img_kw:
+        if "size" not in img_kw:
+            raise _usage(f"loader('{source}'): crop=/flip=/layout= decode an image; give size=(h, w) too")
+        src_kw["decode"] = image(**img_kw)
+    s = keywords.pop("sampler", "shuffle")
+    rule = keywords.pop("weights", None)
+    sw = keywords.pop("sample_weights", None)
+    if isinstance(s, str):
+        seed = keywords.get("seed", 0)
+        if s == "sequential":
+            s = sample.sequential()
+        elif s == "shuffle":
+            s = sample.shuffle(seed)
+        elif s == "weighted":
+            if sw is None:
+                raise _usage("loader: sampler='weighted' needs sample_weights= (one weight per sample)")
+            s = sample.weighted(sw, seed)
+            sw = None
+        elif s == "class_balanced":
+            s = sample.class_balanced(rule or "inverse_log", seed)
+            rule = None
+        else:
+            raise _usage(f"loader: sampler={s!r} is not accepted; use 'sequential', 'shuffle', 'weighted' or "
+                         "'class_balanced' (or a sluice.sample sampler)")
+    if sw is not None:
+        raise TypeError("sluice.loader(): sample_weights= applies to sampler='weighted'")
+    if rule is not None:
+        raise TypeError("sluice.loader(): weights= (the class weighting rule) applies to sampler='class_balanced'")
+    positional = src_params[0]
+    if positional not in src_kw:
+        raise _usage(f"loader('{source}'): needs {positional}=")
+    first = src_kw.pop(positional)
+    return Loader(fn(first, **src_kw), sampler=s, **keywords)
+
+
+_HOMES["sluice.loader"] = []

@@ -1,0 +1,82 @@
+"""Samplers: the order of an epoch, drawn from (seed, epoch, position) alone.
+
+Every sampler here gives the same batches for any worker count and resumes mid-epoch exactly; a
+shuffling one reshuffles each epoch (each ``iter(loader)`` starts the next epoch). The names are
+those of C++'s ``sluice::sample``::
+
+    sluice.sample.sequential()                       # 0, 1, 2, ... every epoch
+    sluice.sample.shuffle(seed=7)                    # a permutation per (seed, epoch)
+    sluice.sample.weighted(weights, seed=7)          # draws with replacement, P(i) ~ weights[i]
+    sluice.sample.class_balanced("inverse_frequency", seed=7)   # classes drawn evenly (labels
+                                                     # from the source)
+
+A loader splits any of them across ranks (``distributed=True`` or ``rank=``/``world_size=``).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+__all__ = ["Sampler", "sequential", "shuffle", "weighted", "class_balanced"]
+
+
+class Sampler:
+    """A sampler's description; make one with the functions of this module."""
+
+    __slots__ = ("kind", "seed", "weights", "rule")
+
+    def __init__(self, kind: str, seed: int = 0, weights: Optional[Sequence[float]] = None,
+                 rule: str = "inverse_log") -> None:
+        self.kind = kind
+        self.seed = seed
+        self.weights = weights
+        self.rule = rule
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.kind == "weighted":
+            extra = f", weights=<{len(self.weights)} values>"
+        elif self.kind == "class_balanced":
+            extra = f", rule={self.rule!r}"
+        return f"sluice.sample.{self.kind}(seed={self.seed}{extra})"
+
+
+def _seed(seed: int) -> int:
+    from . import UsageError
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError(f"sluice.sample: seed={seed!r} is not accepted; use a non-negative int")
+    return seed
+
+
+def sequential() -> Sampler:
+    """Positions in file order, the same every epoch (evaluation, or data shuffled offline)."""
+    return Sampler("sequential")
+
+
+def shuffle(seed: int = 0) -> Sampler:
+    """A fresh permutation every epoch, a pure function of (seed, epoch): what a DataLoader with
+    ``shuffle=True`` does, but reproducible and resumable without saving the permutation."""
+    return Sampler("shuffle", _seed(seed))
+
+
+def weighted(weights: Sequence[float], seed: int = 0) -> Sampler:
+    """Draws with replacement, sample ``i`` with probability ``weights[i] / sum(weights)``
+    (alias method: O(1) a draw), as many draws an epoch as there are samples: PyTorch's
+    ``WeightedRandomSampler(weights, len(weights), replacement=True)``."""
+    from . import UsageError
+    w = [float(x) for x in weights]
+    if not w:
+        raise UsageError("sluice.sample.weighted: weights= is empty; give one weight per sample")
+    if any(not (x >= 0.0) for x in w) or not any(x > 0.0 for x in w):
+        raise UsageError("sluice.sample.weighted: weights must be non-negative, with at least one above 0")
+    return Sampler("weighted", _seed(seed), weights=w)
+
+
+def class_balanced(rule: str = "inverse_log", seed: int = 0) -> Sampler:
+    """Draws with replacement so that rare classes come up more often, from the source's labels:
+    a class of ``n`` samples is weighted ``1/log(1 + n)`` (``rule="inverse_log"``, gentle) or
+    ``1/n`` (``rule="inverse_frequency"``, every class equally likely)."""
+    from . import UsageError
+    if rule not in ("inverse_log", "inverse_frequency"):
+        raise UsageError(f"sluice.sample.class_balanced: rule={rule!r} is not accepted; use 'inverse_log' "
+                         "(1/log(1+n)) or 'inverse_frequency' (1/n)")
+    return Sampler("class_balanced", _seed(seed), rule=rule)

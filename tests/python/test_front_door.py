@@ -1,0 +1,394 @@
+"""The Python front door: data as the file says, DataLoader's iteration and resume habits, close
+and Ctrl-C, ranks from every launcher, keywords checked, the current DLPack protocol."""
+import ctypes
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import sluice
+
+N = 100
+
+
+@pytest.fixture()
+def recs(tmp_path):
+    data = np.repeat(np.arange(N, dtype="<u4")[:, None], 4, axis=1)
+    (tmp_path / "d.bin").write_bytes(data.tobytes())
+    (tmp_path / "l.bin").write_bytes((np.arange(N) % 5).astype("<i8").tobytes())
+    return str(tmp_path / "d.bin"), str(tmp_path / "l.bin")
+
+
+def loader_of(recs, **kw):
+    path, labels = recs
+    args = dict(batch_size=10, sampler=sluice.sample.shuffle(seed=3), workers=2)
+    args.update(kw)
+    return sluice.Loader(sluice.records(path, record_bytes=16, labels=labels, dtype="uint32", shape=(4,)), **args)
+
+
+def ids(b):
+    return np.from_dlpack(b["data"])[:, 0].tolist()
+
+
+# --- the data is what the file says ------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int16", "uint8", "bool"])
+def test_npy_rows_keep_the_arrays_dtype_and_shape(tmp_path, dtype):
+    x = (np.arange(7 * 3 * 2) % 5).reshape(7, 3, 2).astype(dtype)
+    np.save(tmp_path / "x.npy", x)
+    ld = sluice.Loader(sluice.npy(tmp_path / "x.npy"), batch_size=4, sampler=sluice.sample.sequential(), workers=1)
+    got = np.concatenate([np.from_dlpack(b["data"]).copy() for b in ld])
+    want_dtype = np.uint8 if dtype == "bool" and got.dtype == np.uint8 else x.dtype  # bool: uint8 on DLPack < 0.8
+    assert got.dtype == want_dtype and got.shape == x.shape
+    assert (got == x.astype(want_dtype)).all()
+
+
+def test_npy_conversions_that_change_values_are_refused(tmp_path):
+    np.save(tmp_path / "f.npy", np.ones((4, 3), np.float32))
+    np.save(tmp_path / "i.npy", np.ones((4, 3), np.int64))
+    np.save(tmp_path / "u.npy", np.full((4, 3), 255, np.uint8))
+    with pytest.raises(sluice.UsageError, match="output='float32' for field 'data' of dtype int64"):
+        sluice.Loader(sluice.npy(tmp_path / "i.npy", output="float32"))
+    with pytest.raises(sluice.UsageError, match="mean=/std= normalise uint8 data; field 'data' is float32"):
+        sluice.Loader(sluice.npy(tmp_path / "f.npy", output="float32", mean=0.5, std=0.5))
+    same = sluice.Loader(sluice.npy(tmp_path / "f.npy", output="float32"), sampler=sluice.sample.sequential())
+    assert (np.from_dlpack(next(iter(same))["data"]) == 1.0).all()            # float32 stays as it is
+    scaled = sluice.Loader(sluice.npy(tmp_path / "u.npy", output="float32"), sampler=sluice.sample.sequential())
+    b = np.from_dlpack(next(iter(scaled))["data"])
+    assert b.dtype == np.float32 and b.shape == (4, 3) and (b == 1.0).all()   # uint8 / 255
+    with pytest.raises(sluice.UsageError, match="shape=.*holds 4 float32 elements, a sample has 3"):
+        sluice.Loader(sluice.npy(tmp_path / "f.npy", shape=(2, 2)))
+
+
+def test_records_with_a_declared_dtype(recs):
+    ld = loader_of(recs, sampler=sluice.sample.sequential())
+    b = next(iter(ld))
+    assert b["data"].dtype == "uint32" and b["data"].shape == (10, 4)
+    assert ids(b) == list(range(10))
+    with pytest.raises(sluice.UsageError, match="not a whole number of uint64"):
+        sluice.Loader(sluice.records(recs[0], record_bytes=12, dtype="uint64"))
+
+
+def test_idx_of_multi_byte_elements_is_refused_not_misread(tmp_path):
+    import struct
+    p = tmp_path / "i16.idx"
+    p.write_bytes(struct.pack(">IIII", 0x0B03, 2, 2, 2) + struct.pack(">8h", *range(8)))
+    with pytest.raises(sluice.UsageError, match="big-endian"):
+        sluice.Loader(sluice.idx(p))
+    u8 = tmp_path / "u8.idx"
+    u8.write_bytes(struct.pack(">IIII", 0x0803, 3, 2, 5) + bytes(range(30)))
+    b = next(iter(sluice.Loader(sluice.idx(u8), sampler=sluice.sample.sequential())))
+    assert b["data"].shape == (3, 2, 5)                                       # the file's dimensions
+
+
+# --- iteration and epochs, as DataLoader ---------------------------------------------------------
+
+def test_iterating_again_is_the_next_epoch_reshuffled(recs):
+    ld = loader_of(recs)
+    e0 = [i for b in ld for i in ids(b)]
+    assert ld.epoch == 1                                    # between epochs: the next one
+    e1 = [i for b in ld for i in ids(b)]
+    assert sorted(e0) == sorted(e1) == list(range(N)) and e0 != e1
+    ref = loader_of(recs)
+    ref.set_epoch(1)                                        # DistributedSampler-style code agrees
+    assert [i for b in ref for i in ids(b)] == e1
+
+
+def test_iter_is_a_fresh_iterator_and_a_half_used_one_continues(recs):
+    ld = loader_of(recs)
+    it = iter(ld)
+    assert it is not ld and iter(it) is it
+    first = [ids(next(it)) for _ in range(3)]
+    rest = [ids(b) for b in it]                             # a second `for` over it continues
+    assert len(first) + len(rest) == 10
+    newer = iter(ld)
+    with pytest.raises(sluice.UsageError, match="ended by a later iter"):
+        next(it)
+    assert sum(1 for _ in newer) == 10
+
+
+def test_keeping_one_batch_per_step_like_evaluation_code(recs):
+    ld = loader_of(recs, prefetch=8)                        # 10 slots: a whole 10-batch epoch kept
+    kept = list(ld)
+    assert len(kept) == 10 and sorted(i for b in kept for i in ids(b)) == list(range(N))
+
+
+# --- resume, as StatefulDataLoader -----------------------------------------------------------
+
+def full_epoch(recs, e):
+    ld = loader_of(recs)
+    ld.set_epoch(e)
+    return [ids(b) for b in ld]
+
+
+def test_resume_mid_epoch_with_the_usual_loop(recs):
+    want = full_epoch(recs, 2)
+    ld = loader_of(recs)
+    ld.set_epoch(2)
+    it = iter(ld)
+    head = [ids(next(it)) for _ in range(4)]
+    sd = ld.state_dict()
+    assert sd["epoch"] == 2
+    new = loader_of(recs)
+    new.load_state_dict(sd)
+    assert new.epoch == 2                                   # right at once
+    tail = []
+    for epoch in range(2, 4):                              # the usual loop: set_epoch included
+        new.set_epoch(epoch)
+        got = [ids(b) for b in new]
+        if epoch == 2:
+            tail = got
+        else:
+            assert got == full_epoch(recs, 3)
+    assert head + tail == want
+    with pytest.raises(sluice.UsageError, match="would discard the resume"):
+        again = loader_of(recs)
+        again.load_state_dict(sd)
+        again.set_epoch(5)
+
+
+def test_second_resume_within_one_epoch(recs):
+    want = full_epoch(recs, 0)
+    a = loader_of(recs)
+    it = iter(a)
+    got = [ids(next(it)) for _ in range(2)]
+    b = loader_of(recs)
+    b.load_state_dict(a.state_dict())
+    it = iter(b)
+    got += [ids(next(it)) for _ in range(3)]
+    c = loader_of(recs)
+    c.load_state_dict(b.state_dict())
+    got += [ids(x) for x in c]
+    assert got == want
+
+
+def test_states_at_an_epochs_start_and_end(recs):
+    ld = loader_of(recs)
+    ld.set_epoch(3)
+    sd = ld.state_dict()                                    # before iterating: the start of epoch 3
+    r = loader_of(recs)
+    r.load_state_dict(sd)
+    assert r.epoch == 3 and [ids(b) for b in r] == full_epoch(recs, 3)
+    done = loader_of(recs)
+    for _ in done:
+        pass
+    end = done.state_dict()                                 # after epoch 0: the start of epoch 1
+    assert end["epoch"] == 1
+    r = loader_of(recs)
+    r.load_state_dict(end)
+    assert [ids(b) for b in r] == full_epoch(recs, 1)
+    inside = loader_of(recs)                                # taken inside the loop, at the last batch
+    for _ in inside:
+        last = inside.state_dict()
+    r = loader_of(recs)
+    r.load_state_dict(last)
+    assert r.epoch == 1 and [ids(b) for b in r] == full_epoch(recs, 1)
+
+
+# --- close, with, Ctrl-C, del ------------------------------------------------------------------
+
+def test_close_and_with_stop_iteration(recs):
+    ld = loader_of(recs)
+    it = iter(ld)
+    kept = next(it)
+    ld.close()
+    assert list(it) == []                                   # no more batches after close()
+    assert ids(kept)                                        # a batch taken stays valid
+    with pytest.raises(sluice.UsageError, match="closed"):
+        iter(ld)
+    ld.close()                                              # twice is harmless
+    with loader_of(recs) as w:
+        assert sum(1 for _ in w) == 10
+    assert w.closed
+
+
+SLOW = r"""
+import os, signal, sys, threading, time, io, tarfile
+sys.path.insert(0, sys.argv[1])
+import sluice
+from PIL import Image
+path = os.path.join(sys.argv[2], "big.tar")
+with tarfile.open(path, "w") as tar:
+    for g in range(96):
+        buf = io.BytesIO(); Image.new("RGB", (64, 48), (g, g, g)).save(buf, format="JPEG")
+        for name, data in ((f"{g:04d}.jpg", buf.getvalue()), (f"{g:04d}.cls", b"1")):
+            info = tarfile.TarInfo(name); info.size = len(data); tar.addfile(info, io.BytesIO(data))
+ld = sluice.Loader(sluice.wds(path, decode=sluice.image(size=(1024, 1024))), batch_size=96, workers=1, prefetch=1)
+it = iter(ld)
+sent = {}
+def interrupt():
+    time.sleep(0.2)
+    sent["t"] = time.perf_counter()
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=interrupt).start()
+t0 = time.perf_counter()
+try:
+    next(it)
+    print("batch-first", time.perf_counter() - t0)
+except KeyboardInterrupt:
+    print("interrupt", time.perf_counter() - sent["t"])
+it = iter(ld)
+t0 = time.perf_counter()
+del it, ld
+print("del", time.perf_counter() - t0)
+"""
+
+
+def test_ctrl_c_reaches_the_trainer_promptly_and_del_returns(tmp_path):
+    pytest.importorskip("PIL")
+    out = subprocess.run([sys.executable, "-c", SLOW, os.path.dirname(os.path.dirname(sluice.__file__)),
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split() for line in out.stdout.splitlines())
+    assert "interrupt" in lines, out.stdout          # the batch takes longer than 0.2 s to make
+    assert float(lines["interrupt"]) < 0.5           # about 50 ms; generous for a loaded machine
+    assert float(lines["del"]) < 2.0
+
+
+# --- ranks ----------------------------------------------------------------------------------
+
+RANKED = r"""
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import sluice
+kw = eval(sys.argv[3])
+ld = sluice.Loader(sluice.records(sys.argv[2], record_bytes=16, dtype="uint32"), batch_size=10, **kw)
+print(" ".join(str(int(i)) for b in ld for i in np.from_dlpack(b["data"])[:, 0]))
+"""
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PMI_RANK", "PMI_SIZE",
+                 "PMIX_RANK")
+
+
+def run_ranked(recs, env_vars, kw="dict(distributed=True)"):
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(env_vars)
+    return subprocess.run([sys.executable, "-c", RANKED, os.path.dirname(os.path.dirname(sluice.__file__)), recs[0], kw],
+                          env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("launcher", [
+    lambda r: {"SLURM_PROCID": str(r), "SLURM_NTASKS": "2"},
+    lambda r: {"PMI_RANK": str(r), "PMI_SIZE": "2"},
+    lambda r: {"RANK": str(r), "WORLD_SIZE": "2"},
+], ids=["slurm", "pmi", "torchrun"])
+def test_ranks_from_every_launcher_split_the_data(recs, launcher):
+    outs = []
+    for r in (0, 1):
+        p = run_ranked(recs, launcher(r))
+        assert p.returncode == 0, p.stderr
+        outs.append([int(x) for x in p.stdout.split()])
+    assert len(outs[0]) == len(outs[1]) == N // 2 and sorted(outs[0] + outs[1]) == list(range(N))
+
+
+def test_explicit_ranks_and_partial_environments(recs):
+    a = run_ranked(recs, {}, "dict(rank=0, world_size=4)")
+    b = run_ranked(recs, {}, "dict(rank=3, world_size=4)")
+    assert len(a.stdout.split()) == 25 and not set(a.stdout.split()) & set(b.stdout.split())
+    p = run_ranked(recs, {"SLURM_PROCID": "1"})
+    assert p.returncode != 0 and "SLURM_PROCID is set but SLURM_NTASKS is not" in p.stderr
+    p = run_ranked(recs, {"PMIX_RANK": "1"})
+    assert p.returncode != 0 and "PMIX_RANK is set but no world size" in p.stderr
+    with pytest.raises(sluice.UsageError, match="rank= is given but world_size= is not"):
+        sluice.Loader(sluice.records(recs[0], record_bytes=16), rank=1)
+    with pytest.raises(sluice.UsageError, match="rank=4 is not below world_size=4"):
+        sluice.Loader(sluice.records(recs[0], record_bytes=16), rank=4, world_size=4)
+
+
+# --- keywords and errors -------------------------------------------------------------------
+
+def test_keywords_that_do_not_apply_are_type_errors_naming_where_they_apply(recs):
+    with pytest.raises(TypeError, match="did you mean 'record_bytes'"):
+        sluice.records(recs[0], record_byte=16)
+    with pytest.raises(TypeError, match=r"'offsets' applies to sluice.documents\(\)"):
+        sluice.records(recs[0], record_bytes=16, offsets="x")
+    with pytest.raises(TypeError, match="DataLoader's num_workers: in sluice, workers="):
+        sluice.Loader(sluice.records(recs[0], record_bytes=16), num_workers=4)
+    with pytest.raises(TypeError, match="'decode' applies to"):
+        sluice.loader("npy", path="x.npy", decode=None)
+    with pytest.raises(TypeError, match="vocab"):
+        sluice.loader("wds", path="x.tar", size=(8, 8), vocab=3)
+    with pytest.raises(sluice.UsageError, match="mean=/std= normalise float32 output"):
+        sluice.records(recs[0], record_bytes=16, mean=0.5)
+
+
+def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
+    for call, words in [
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=0), "batch_size=0"),
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), workers=0), "workers=0"),
+        (lambda: sluice.image(size=(0, 4)), "size="),
+        (lambda: sluice.image(size=(4, 4), crop="middle"), "crop='middle'"),
+        (lambda: sluice.sample.class_balanced("sqrt"), "rule='sqrt'"),
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), sampler=sluice.sample.class_balanced()),
+         "needs labels"),
+    ]:
+        with pytest.raises(sluice.UsageError, match=words) as e:
+            call()
+        assert isinstance(e.value, ValueError) and isinstance(e.value, sluice.Error)
+    with pytest.raises(sluice.IOError) as e:
+        sluice.Loader(sluice.records(recs[0] + ".missing", record_bytes=16))
+    assert isinstance(e.value, OSError) and isinstance(e.value, sluice.Error)
+    assert sluice.Error.__module__ == "sluice"
+
+
+def test_help_documents_what_it_says():
+    assert "npy" in sluice.__doc__ and "state_dict" in sluice.__doc__
+    for f in (sluice.records, sluice.npy, sluice.wds, sluice.tokens, sluice.documents, sluice.image, sluice.Loader,
+              sluice.sample.shuffle, sluice.loader):
+        assert f.__doc__ and len(f.__doc__) > 80, f
+    import inspect
+    assert "record_bytes" in str(inspect.signature(sluice.records))
+
+
+# --- DLPack -----------------------------------------------------------------------------------
+
+def capsule_name(cap):
+    get = ctypes.pythonapi.PyCapsule_GetName
+    get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get(cap).decode()
+
+
+class Holder:
+    """Hands numpy a capsule made with the given __dlpack__ keywords (numpy < 2 passes none)."""
+
+    def __init__(self, t, **kw):
+        self.t, self.kw = t, kw
+
+    def __dlpack__(self, stream=None, **_):
+        return self.t.__dlpack__(**self.kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_versioned_legacy_copy_device_and_stream(recs):
+    b = next(iter(loader_of(recs, sampler=sluice.sample.sequential())))
+    t = b["data"]
+    assert capsule_name(t.__dlpack__()) == "dltensor"
+    assert capsule_name(t.__dlpack__(max_version=(0, 8))) == "dltensor"
+    assert capsule_name(t.__dlpack__(max_version=(1, 0))) == "dltensor_versioned"
+    view = np.from_dlpack(Holder(t))
+    copy = np.from_dlpack(Holder(t, copy=True))
+    assert view.ctypes.data == t.data_ptr and copy.ctypes.data != t.data_ptr
+    assert (copy == view).all()
+    ctypes.memset(t.data_ptr + 3 * 16, 0xFF, 4)               # write the batch: the copy keeps its value
+    assert view[3, 0] == 0xFFFFFFFF and copy[3, 0] == 3
+    with pytest.raises(BufferError, match="CPU tensor has no stream"):
+        t.__dlpack__(stream=1)
+    with pytest.raises(BufferError, match="does not copy across devices"):
+        t.__dlpack__(dl_device=(2, 0))
+    assert capsule_name(t.__dlpack__(dl_device=(1, 0), copy=False)) == "dltensor"
+
+
+def test_numpy_2_takes_versioned_capsules(recs):
+    if int(np.__version__.split(".")[0]) < 2:
+        pytest.skip(f"numpy {np.__version__} predates the versioned protocol (the numpy-2 venv runs this)")
+    b = next(iter(loader_of(recs, sampler=sluice.sample.sequential())))
+    x = np.from_dlpack(b["data"])                             # numpy 2 asks for max_version=(1, 0)
+    assert x.ctypes.data == b["data"].data_ptr and x[:, 0].tolist() == list(range(10))
+    c = np.from_dlpack(b["data"], copy=True)
+    assert c.ctypes.data != b["data"].data_ptr and (c == x).all()
+    assert np.from_dlpack(b["data"], device="cpu").shape == (10, 4)
