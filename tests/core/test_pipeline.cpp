@@ -273,6 +273,56 @@ TEST_CASE("destroying a loader mid-epoch with full queues and busy workers retur
   CHECK(worst_ms < 2000.0);
 }
 
+TEST_CASE("set_interrupt: a waiting consumer gives up when told, and the epoch goes on") {
+  mem_reader r(64, 16);
+  std::atomic<int> checks{0};
+  auto loader = from(sample::sequential(64)) | read(r) | map([](record_view v) {
+                  std::this_thread::sleep_for(2ms);  // a slow batch: 16 samples, ~32 ms
+                  return v;
+                }) |
+                collate({.batch = 16}) | prefetch(1, {.workers = 1});
+  loader.set_interrupt([&] { return checks.fetch_add(1) == 0; }, 1ms);  // the first check says stop
+  auto range = loader.epoch(0);
+  CHECK_THROWS_AS((void)range.begin(), sluice::interrupted);
+  auto it = range.begin();  // the first batch waited for again, not a second start
+  std::vector<std::uint64_t> ids;
+  for (; it != std::default_sentinel; ++it)
+    for (auto id : it->ids()) ids.push_back(id);
+  CHECK(ids.size() == 64);
+  CHECK(ids.front() == 0);
+  CHECK(ids.back() == 63);
+  CHECK(checks.load() >= 2);
+}
+
+TEST_CASE("one worker writing a whole batch stops within a sample when the loader goes") {
+  mem_reader r(512, 16);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    auto loader = from(sample::sequential(512)) | read(r) | map([](record_view v) {
+                    std::this_thread::sleep_for(5ms);  // 512 samples, one batch: ~2.5 s to write
+                    return v;
+                  }) |
+                  collate({.batch = 512}) | prefetch(1, {.workers = 1, .split_batches = false});
+    auto range = loader.epoch(0);
+    loader.set_interrupt([] { return true; }, 50ms);
+    CHECK_THROWS_AS((void)range.begin(), sluice::interrupted);  // the worker is inside batch 0 now
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(ms < 1000.0);
+}
+
+TEST_CASE("batches_from: what a resume yields, 0 after an epoch's last batch") {
+  mem_reader r(100, 16);
+  auto loader = from(sample::shuffle(100, {.seed = 1})) | read(r) | collate({.batch = 30}) | prefetch(1);
+  CHECK(loader.batches_from(loader.state(0, 0)) == 4);
+  CHECK(loader.batches_from(loader.state(0, 60)) == 2);
+  CHECK(loader.batches_from(loader.state(0, 100)) == 0);
+  auto dropping = from(sample::shuffle(100, {.seed = 1})) | read(r) | collate({.batch = 30, .drop_last = true}) |
+                  prefetch(1);
+  CHECK(dropping.batches_from(dropping.state(0, 90)) == 0);
+  CHECK(dropping.batches_from(dropping.state(0, 30)) == 2);
+}
+
 TEST_CASE("resume: a restored loader yields exactly the batches not yet delivered") {
   mem_reader r(2000, 16);
   auto make = [&] { return from(sample::shuffle(2000, {.seed = 3})) | read(r) | collate({.batch = 64}) | prefetch(2, {.seed = 3}); };
