@@ -578,5 +578,3 @@ def loader(source: str, **keywords) -> Loader:
     first = src_kw.pop(positional)
     return Loader(fn(first, **src_kw), sampler=s, **keywords)
 
-
-_HOMES["sluice.loader"] = []

@@ -33,7 +33,7 @@
 //   len(loader)           batches in the epoch the loader is at (loader.epoch).
 //   loader.epoch          the epoch being iterated, or, between iterations, the one the next
 //                         iter() starts; right after load_state_dict, the state's epoch.
-//   state_dict()          {"sluice_state": bytes, "epoch": e, "batches": k}: where the loader
+//   state_dict()          {"sluice_state": bytes, "epoch": e, "position": samples}: where the loader
 //                         stands. Mid-epoch: the delivered batches count as consumed; after an
 //                         epoch's last batch: the start of the next epoch; before any iteration
 //                         (or after set_epoch): the start of the epoch the next iter() runs.
@@ -412,7 +412,6 @@ struct py_loader {
   std::uint64_t next_epoch = 0;           // what the next iter() starts
   std::optional<std::uint64_t> current;   // the epoch of the running (or last) iteration
   bool finished = false;                  // the current iteration delivered its last batch
-  std::uint64_t delivered = 0;            // batches of the current iteration
   std::uint64_t generation = 0;           // bumped by iter(), load_state_dict() and close()
   std::optional<loader_state> pending;    // load_state_dict's state, for the next iter()
   bool closed = false;
@@ -523,12 +522,10 @@ inline loader_handle& open_handle(const py_loader& self) {
 // close(): the running epoch ends, the workers are joined and the ring freed (batches the trainer
 // still holds stay valid: their memory is reference-counted).
 inline void close(py_loader& self) {
-  std::unique_ptr<loader_handle> h;
   {
     py::gil_scoped_release nogil;
     const std::lock_guard lk(self.iterating);
-    h = std::move(self.handle);
-    h.reset();
+    self.handle.reset();
   }
   self.closed = true;
   ++self.generation;
@@ -567,7 +564,6 @@ inline py::dict next_batch(py_iterator& it) {
     self.finished = true;
     throw py::stop_iteration();
   }
-  ++self.delivered;
   std::vector<std::shared_ptr<tensor>> held;
   held.reserve(ts.size());
   try {
@@ -602,7 +598,6 @@ inline std::shared_ptr<py_iterator> start_iteration(const std::shared_ptr<py_loa
   }
   self->current = e;
   self->finished = false;
-  self->delivered = 0;
   self->next_epoch = e + 1;
   return std::make_shared<py_iterator>(py_iterator{self, ++self->generation});
 }
