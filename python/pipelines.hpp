@@ -52,6 +52,7 @@ struct options {
   std::string image_field, label_field;  // image sources; empty: the source's convention
   std::int64_t rank = -1, world_size = -1;  // explicit rank (both or neither); -1: from the environment
   std::int64_t sampler_seed = -1;           // the sampler's seed; -1: seed (the loader's augmentation seed)
+  std::uint64_t hold_budget = std::uint64_t{1} << 30;  // loader_options::hold_budget
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -77,7 +78,11 @@ inline sluice::collate_options collate_of(const options& o) {
 }
 
 inline sluice::loader_options loader_opts(const options& o) {
+  if (o.workers == 0 && o.max_workers != 0)
+    throw sluice::usage_error("sluice: workers=0 fills each batch in the trainer's own thread, so max_workers=" +
+                              std::to_string(o.max_workers) + " has no threads to tune; give workers>=1 with it");
   sluice::loader_options l{.workers = o.workers, .max_workers = std::max(o.workers, o.max_workers), .seed = o.seed};
+  l.hold_budget = static_cast<std::size_t>(o.hold_budget);
   if (o.errors == "skip") l.errors = sluice::on_error::skip;
   else if (o.errors != "raise") bad_value("errors", "'" + o.errors + "'", "'raise' or 'skip'");
   return l;

@@ -16,9 +16,6 @@ namespace {
 
 loader_ptr make_loader(const options& o) {
   if (o.batch_size == 0) throw sluice::usage_error("sluice: batch_size must be at least 1");
-  if (o.workers == 0)
-    throw sluice::usage_error("sluice: workers=0: sluice's workers are C++ threads that never take the GIL, so "
-                              "there is no in-process mode to fall back to; use workers=1 (one thread) or more");
   const bool images = o.source == "wds" || o.source == "tfrecord" || o.source == "mds" || (o.source == "shard" && !o.decode.empty());
   if (!images && (!o.image_field.empty() || !o.label_field.empty()))
     throw sluice::usage_error("sluice: image_field= and label_field= name the image and label of the image sources "
@@ -46,7 +43,7 @@ PYBIND11_MODULE(_sluice, m) {
          std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
          std::uint64_t vocab, double pad_value, std::vector<double> sample_weights, std::string depth,
          std::size_t max_workers, std::uint64_t ram_budget, std::string image_field, std::string label_field,
-         std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed) {
+         std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -54,6 +51,7 @@ PYBIND11_MODULE(_sluice, m) {
                   std::move(offsets), std::move(dtype), std::move(collate), length, stride, vocab, pad_value,
                   std::move(sample_weights), max_workers, std::move(depth), ram_budget, std::move(image_field),
                   std::move(label_field), rank, world_size, sampler_seed};
+        o.hold_budget = hold_budget;
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -70,5 +68,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{}, py::arg("depth") = "fixed",
       py::arg("max_workers") = 0, py::arg("ram_budget") = 0, py::arg("image_field") = "",
       py::arg("label_field") = "", py::arg("rank") = -1, py::arg("world_size") = -1, py::arg("sampler_seed") = -1,
+      py::arg("hold_budget") = std::uint64_t{1} << 30,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

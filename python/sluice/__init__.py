@@ -35,9 +35,11 @@ habits reach):
 - ``state_dict()`` / ``load_state_dict()`` resume mid-epoch in this or another process, exactly;
   the usual loop, ``set_epoch`` included, then continues with the remaining batches.
 - Batches are the same for any worker count; they depend on (seed, epoch, rank, world) only.
-- Keeping a batch keeps its slot of the ring (``prefetch + workers`` slots): keep ``.clone()``\\ s of
-  what outlives the step, or raise ``prefetch=``. Asking for a batch while holding every slot is a
-  UsageError saying so.
+- Keeping batches works (``list(loader)``, evaluation code that keeps outputs): a kept batch keeps
+  its slot of the ring, and the ring grows by whole slots for them while the grown slots' bytes stay
+  within ``hold_budget=`` (1 GiB by default; ``stats()["slots_grown"]``). Past it, asking for
+  another batch is a UsageError naming the budget and how to raise it.
+- ``workers=0`` fills each batch in the calling thread when it is asked for, as DataLoader's does.
 - ``close()`` or ``with`` joins the workers; Ctrl-C reaches the trainer within about 50 ms.
 - Ranks from torchrun, Open MPI, Slurm or PMI with ``distributed=True``, or ``rank=``/``world_size=``.
 
@@ -361,13 +363,21 @@ class Loader:
     """A pipeline over a source: iterate it for batches, an epoch each time.
 
     Loader(source, *, batch_size=256, sampler=sluice.sample.shuffle(), drop_last=False, workers=2,
-           prefetch=2, depth="fixed", max_workers=0, ram_budget=0, errors="raise", seed=0,
-           distributed=False, rank=None, world_size=None, pin_memory=False)
+           prefetch=2, depth="fixed", max_workers=0, ram_budget=0, hold_budget=1 << 30, errors="raise",
+           seed=0, distributed=False, rank=None, world_size=None, pin_memory=False)
 
     batch_size: samples a batch (C++'s collate default, 256). drop_last: drop a final partial batch.
     sampler:    a :mod:`sluice.sample` sampler (default: shuffle with seed 0).
-    workers:    C++ worker threads (at least 1; they never take the GIL). prefetch: batches ready
-                ahead; the ring has ``prefetch + workers`` slots, its memory bound.
+    workers:    C++ worker threads (they never take the GIL); ``0`` starts none: each batch is filled
+                in the calling thread when asked for, nothing runs ahead (as DataLoader's
+                ``num_workers=0``; for debugging, or where threads are unwelcome). The batches
+                are the same for any count. prefetch: batches ready ahead; the ring has
+                ``prefetch + workers`` slots (1 with ``workers=0``) for the pipeline to fill.
+    hold_budget: bytes the batches a trainer keeps may add to the ring (default 1 GiB): each kept
+                batch holds its slot, and the ring grows by a slot per kept batch while the grown
+                slots (each counted at the largest batch so far) fit in it. Memory is bounded by
+                the ring's slots plus this budget. ``0``: never grows; keeping every slot and
+                asking for more is a UsageError.
     depth:      ``"adaptive"`` moves the prefetch depth (up to max(16, prefetch), within
                 ``ram_budget`` bytes when non-zero) to hold the stall under 4 %. max_workers above
                 workers lets sluice add and remove worker threads. The batches stay the same.
@@ -381,7 +391,8 @@ class Loader:
 
     def __init__(self, source: Source, *, batch_size: int = 256, sampler: Optional[Sampler] = None,
                  drop_last: bool = False, workers: int = 2, prefetch: int = 2, depth: str = "fixed",
-                 max_workers: int = 0, ram_budget: int = 0, errors: str = "raise", seed: int = 0,
+                 max_workers: int = 0, ram_budget: int = 0, hold_budget: int = 1 << 30, errors: str = "raise",
+                 seed: int = 0,
                  distributed: bool = False, rank: Optional[int] = None, world_size: Optional[int] = None,
                  pin_memory: bool = False) -> None:
         if not isinstance(source, Source):
@@ -400,9 +411,9 @@ class Loader:
             raise _usage(f"Loader: errors={errors!r} is not accepted; use 'raise' or 'skip'")
         if depth not in ("fixed", "adaptive"):
             raise _usage(f"Loader: depth={depth!r} is not accepted; use 'fixed' or 'adaptive'")
-        if workers == 0 and not isinstance(workers, bool):
-            raise _usage("Loader: workers=0 is not accepted: sluice's workers are C++ threads that never take the "
-                         "GIL, so workers=1 is what DataLoader's workers=0 is for (one thread, no processes)")
+        if workers == 0 and not isinstance(workers, bool) and max_workers:
+            raise _usage(f"Loader: workers=0 fills each batch in the calling thread, so max_workers={max_workers!r} "
+                         "has no threads to tune; give workers>=1 with it")
         if (rank is None) != (world_size is None):
             given, missing = ("rank", "world_size") if rank is not None else ("world_size", "rank")
             raise _usage(f"Loader: {given}= is given but {missing}= is not; give both, or neither with "
@@ -411,8 +422,9 @@ class Loader:
             warnings.warn("sluice: pin_memory=True does nothing: this sluice module was built without CUDA "
                           "(batches are in host memory)", stacklevel=2)
         kw.update(batch_size=_int("batch_size", batch_size, 1), drop_last=bool(drop_last),
-                  workers=_int("workers", workers, 1), prefetch=_int("prefetch", prefetch, 1), depth=depth,
+                  workers=_int("workers", workers), prefetch=_int("prefetch", prefetch, 1), depth=depth,
                   max_workers=_int("max_workers", max_workers), ram_budget=_int("ram_budget", ram_budget),
+                  hold_budget=_int("hold_budget", hold_budget),
                   errors=errors, seed=_int("seed", seed), distributed=bool(distributed) or rank is not None,
                   rank=-1 if rank is None else _int("rank", rank), world_size=-1 if world_size is None
                   else _int("world_size", world_size, 1), sampler=sampler.kind, sampler_seed=sampler.seed)

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -155,9 +156,10 @@ TEST_CASE("bounded memory: a stalled consumer stops the workers") {
   CHECK(s.batch_bytes == batch_bytes);
 }
 
-TEST_CASE("holding more batches than the ring has slots is a usage error, not a hang") {
+TEST_CASE("holding more batches than the ring has slots, with no hold_budget, is a usage error, not a hang") {
   mem_reader r(1000, 8);
-  auto loader = from(sample::sequential(1000)) | read(r) | collate({.batch = 10}) | prefetch(1, {.workers = 1});
+  auto loader = from(sample::sequential(1000)) | read(r) | collate({.batch = 10}) |
+                prefetch(1, {.workers = 1, .hold_budget = 0});
   std::vector<batch> kept;
   bool threw = false;
   try {
@@ -165,10 +167,125 @@ TEST_CASE("holding more batches than the ring has slots is a usage error, not a 
     for (auto& b : range) kept.push_back(std::move(b));
   } catch (const usage_error& e) {
     threw = true;
-    CHECK(std::string(e.what()).find("holds 2 batches") != std::string::npos);
+    CHECK(std::string(e.what()).find("keeps 2 batches") != std::string::npos);
+    CHECK(std::string(e.what()).find("hold_budget = 0 bytes") != std::string::npos);
   }
   CHECK(threw);
   CHECK(kept.size() == 2);
+  CHECK(loader.stats().slots_grown == 0);
+}
+
+TEST_CASE("keeping batches: the ring grows by whole slots within hold_budget, every kept batch stays its own") {
+  mem_reader r(1000, 8);
+  for (std::size_t workers : {0u, 1u, 3u}) {
+    CAPTURE(workers);
+    auto loader = from(sample::shuffle(1000, {.seed = 3})) | read(r) | collate({.batch = 10}) |
+                  prefetch(2, {.workers = workers});
+    std::vector<batch> kept;  // a whole evaluation pass, as list(loader) keeps it
+    for (auto& b : loader.epoch(1)) kept.push_back(std::move(b));
+    REQUIRE(kept.size() == 100);
+    std::vector<std::uint64_t> seen;
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      CHECK(kept[k].index() == k);
+      for (std::size_t i = 0; i < kept[k].size(); ++i) {
+        seen.push_back(kept[k].ids()[i]);
+        CHECK(std::memcmp(kept[k].sample(i).data(), r.record(kept[k].ids()[i]).data(), 8) == 0);
+      }
+    }
+    std::sort(seen.begin(), seen.end());
+    for (std::uint64_t i = 0; i < seen.size(); ++i) REQUIRE(seen[i] == i);  // each sample once
+    const auto s = loader.stats();
+    CHECK(s.slots_grown >= 100 - (workers == 0 ? 1 : 2 + workers));
+    CHECK(s.slots_grown * s.batch_bytes <= s.hold_budget);
+    CHECK(s.hold_budget == (std::size_t{1} << 30));
+    // Dropped, the grown slots serve the next epoch like the others; the batches are the same.
+    kept.clear();
+    std::vector<std::uint64_t> again;
+    for (auto& b : loader.epoch(1))
+      for (auto id : b.ids()) again.push_back(id);
+    auto fresh = from(sample::shuffle(1000, {.seed = 3})) | read(r) | collate({.batch = 10}) | prefetch(2);
+    std::vector<std::uint64_t> expect;
+    for (auto& b : fresh.epoch(1))
+      for (auto id : b.ids()) expect.push_back(id);
+    CHECK(again == expect);
+  }
+}
+
+TEST_CASE("keeping batches: past hold_budget the error names the budget and how to raise it") {
+  mem_reader r(1000, 8);
+  std::size_t batch_bytes = 0;
+  {
+    auto probe = from(sample::sequential(1000)) | read(r) | collate({.batch = 10}) | prefetch(1, {.workers = 1});
+    for (auto& b : probe.epoch(0)) (void)b;
+    batch_bytes = probe.stats().batch_bytes;
+  }
+  REQUIRE(batch_bytes > 0);
+  // Room for 5 grown slots of the largest batch, not 6.
+  auto loader = from(sample::sequential(1000)) | read(r) | collate({.batch = 10}) |
+                prefetch(1, {.workers = 1, .hold_budget = 5 * batch_bytes + batch_bytes / 2});
+  std::vector<batch> kept;
+  std::string message;
+  try {
+    for (auto& b : loader.epoch(0)) kept.push_back(std::move(b));
+  } catch (const usage_error& e) {
+    message = e.what();
+  }
+  CHECK(kept.size() == 2 + 5);
+  CHECK(loader.stats().slots_grown == 5);
+  CHECK(message.find("keeps 7 batches") != std::string::npos);
+  CHECK(message.find("grew by 5") != std::string::npos);
+  CHECK(message.find("Raise hold_budget") != std::string::npos);
+  CHECK(message.find("Loader(hold_budget=...)") != std::string::npos);
+  // Letting them go, the same loader runs a whole epoch again.
+  kept.clear();
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(1)) n += b.size();
+  CHECK(n == 1000);
+}
+
+TEST_CASE("workers = 0: the trainer's own thread fills each batch, and the batches are those of any worker count") {
+  mem_reader r(1000, 8);
+  const auto trainer = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0};
+  auto inline_loader = from(sample::shuffle(1000, {.seed = 9})) | read(r) | map([&](record_view v) {
+                         if (std::this_thread::get_id() != trainer) elsewhere.fetch_add(1);
+                         return v;
+                       }) |
+                       collate({.batch = 64}) | prefetch(2, {.workers = 0});
+  auto threaded = from(sample::shuffle(1000, {.seed = 9})) | read(r) | collate({.batch = 64}) | prefetch(2, {.workers = 3});
+  for (std::uint64_t e : {0u, 1u}) {
+    const auto a = digest(inline_loader, e), b = digest(threaded, e);
+    CHECK(a.batches == 16);
+    CHECK(a.ids == b.ids);
+    CHECK(a.hash == b.hash);
+  }
+  CHECK(elsewhere.load() == 0);
+  const auto s = inline_loader.stats();
+  CHECK(s.workers == 0);
+  CHECK(s.samples == 2000);
+  // Resume mid-epoch, and an abandoned epoch followed by another.
+  loader_state st;
+  {
+    auto range = inline_loader.epoch(2);
+    auto it = range.begin();
+    ++it;
+    ++it;
+    st = inline_loader.state();
+  }
+  std::vector<std::uint64_t> rest, expect;
+  for (auto& b : inline_loader.resume(st))
+    for (auto id : b.ids()) rest.push_back(id);
+  std::size_t k = 0;
+  for (auto& b : threaded.epoch(2))
+    if (k++ >= 3)  // batches 0-2 were delivered before the state
+      for (auto id : b.ids()) expect.push_back(id);
+  CHECK(rest == expect);
+  inline_loader.set_workers(4);  // no threads to move: nothing changes
+  CHECK(digest(inline_loader, 0).batches == 16);
+  CHECK(inline_loader.stats().workers == 0);
+  CHECK_THROWS_AS((void)(from(sample::sequential(10)) | read(r) | collate({.batch = 4}) |
+                         prefetch(2, {.workers = 0, .max_workers = 2})),
+                  usage_error);
 }
 
 TEST_CASE("batches kept by the trainer stay valid after the loader is gone") {

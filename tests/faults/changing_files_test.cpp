@@ -210,11 +210,12 @@ TEST_CASE("the trainer may keep batch 0 for a whole epoch, and the last batch ac
   check_batch(keep);
 }
 
-TEST_CASE("holding every slot but one works, holding all of them is the one usage_error") {
+TEST_CASE("holding every slot but one works, holding all of them is the one usage_error (no hold_budget)") {
   sluice_test::temp_dir d;
   const auto p = write_records(d, "data.bin", 64);
   auto r = open_records(p);
-  auto loader = from(sample::sequential(64)) | read(r) | collate({.batch = 2}) | prefetch(2, {.workers = 1});
+  auto loader = from(sample::sequential(64)) | read(r) | collate({.batch = 2}) |
+                prefetch(2, {.workers = 1, .hold_budget = 0});
   const std::size_t slots = 3;  // depth 2 + 1 worker
   std::vector<batch> held;
   auto range = loader.epoch(0);

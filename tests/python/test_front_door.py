@@ -111,9 +111,50 @@ def test_iter_is_a_fresh_iterator_and_a_half_used_one_continues(recs):
 
 
 def test_keeping_one_batch_per_step_like_evaluation_code(recs):
-    ld = loader_of(recs, prefetch=8)                        # 10 slots: a whole 10-batch epoch kept
-    kept = list(ld)
+    ld = loader_of(recs)                                    # 4 slots of its own (prefetch 2 + 2 workers)
+    kept = list(ld)                                         # a whole 10-batch epoch kept
     assert len(kept) == 10 and sorted(i for b in kept for i in ids(b)) == list(range(N))
+    assert ld.stats()["slots_grown"] >= 6 and ld.stats()["hold_budget"] == 1 << 30
+    targets = []
+    for b in ld:                                            # views kept without .clone(), as eval code does
+        targets.append(np.from_dlpack(b["label"]))
+    assert len(targets) == 10
+    del kept
+    again = [ids(b) for b in ld]                            # the grown ring serves the next epoch too
+    assert sorted(i for b in again for i in b) == list(range(N))
+
+
+def test_keeping_past_hold_budget_names_the_budget(recs):
+    ld = loader_of(recs, workers=1, prefetch=1, hold_budget=0)
+    kept = []
+    with pytest.raises(sluice.UsageError, match=r"hold_budget = 0 bytes.*Loader\(hold_budget=\.\.\.\)"):
+        for b in ld:
+            kept.append(b)
+    assert len(kept) == 2                                   # the ring's own 2 slots
+    per_batch = ld.stats()["batch_bytes"]
+    small = loader_of(recs, workers=1, prefetch=1, hold_budget=3 * per_batch)
+    with pytest.raises(sluice.UsageError, match="keeps 5 batches.*grew by 3"):
+        list(small)
+    assert small.stats()["slots_grown"] == 3
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_workers_0_runs_in_the_calling_thread_with_the_same_batches(recs, workers):
+    ref = [ids(b) for b in loader_of(recs)]
+    ld = loader_of(recs, workers=workers)
+    assert [ids(b) for b in ld] == ref
+    assert ld.stats()["workers"] == workers
+    state = None
+    for k, b in enumerate(ld):                              # epoch 1, resumed after 4 batches
+        if k == 3:
+            state = ld.state_dict()
+            break
+    again = loader_of(recs, workers=workers)
+    again.load_state_dict(state)
+    again.set_epoch(1)
+    full = loader_of(recs, workers=2)
+    full.set_epoch(1)
+    assert [ids(b) for b in again] == [ids(b) for b in full][4:]
 
 
 # --- resume, as StatefulDataLoader -----------------------------------------------------------
@@ -318,7 +359,8 @@ def test_keywords_that_do_not_apply_are_type_errors_naming_where_they_apply(recs
 def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
     for call, words in [
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=0), "batch_size=0"),
-        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), workers=0), "workers=0"),
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), workers=0, max_workers=2), "workers=0"),
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), hold_budget=-1), "hold_budget=-1"),
         (lambda: sluice.image(size=(0, 4)), "size="),
         (lambda: sluice.image(size=(4, 4), crop="middle"), "crop='middle'"),
         (lambda: sluice.sample.class_balanced("sqrt"), "rule='sqrt'"),

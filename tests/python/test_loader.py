@@ -80,12 +80,13 @@ def test_epochs_differ_and_repeat(records):
 
 
 def test_slot_returns_when_the_last_tensor_dies(records):
-    # depth 1 + 1 worker: 2 slots. Holding a tensor of each keeps both out of the ring.
-    ld = make(records, workers=1, prefetch=1)
+    # depth 1 + 1 worker: 2 slots, and no budget to grow by. Holding a tensor of each keeps both
+    # out of the ring.
+    ld = make(records, workers=1, prefetch=1, hold_budget=0)
     it = iter(ld)
     first = torch.from_dlpack(next(it)["data"])
     second = next(it)["label"]
-    with pytest.raises(sluice.UsageError, match="holds 2 batches"):
+    with pytest.raises(sluice.UsageError, match="keeps 2 batches"):
         next(it)
     # The held batch is intact after the refusal: each row is its record's index, repeated.
     rows = first.numpy().view("<u4")

@@ -22,13 +22,23 @@
 //    dropped. The ring has C = max_depth + max_workers slots; a worker may start batch k only
 //    while fewer than depth + workers batches are being filled or wait for the consumer, and a
 //    slot is free. A slow consumer therefore stops the workers; memory never grows past C slots.
-//  * The trainer may keep any batches (batch 0 for a whole epoch, the last batch across an epoch
-//    boundary) as long as it holds fewer than C: the others cycle through the remaining slots.
-//    Holding all C and asking for another is the one usage_error (nothing could ever be filled).
+//  * Keeping batches. The trainer may keep any batches (batch 0 for a whole epoch, the last batch
+//    across an epoch boundary, every batch of an evaluation pass): a kept batch keeps its slot.
+//    When the trainer waits for a batch while the batches it keeps leave fewer than depth + workers
+//    slots to fill, the ring adds a slot per kept batch (in chunks of slot objects; storage comes
+//    with the slot's first batch), as long as the added slots, each counted at the largest batch
+//    so far, fit in loader_options::hold_budget (1 GiB by default; stats().slots_grown). Grown
+//    slots stay for later epochs. Holding every slot with no budget left and asking for another
+//    is the one usage_error (nothing could ever be filled); it names the budget and how to raise it.
+//  * In the calling thread (loader_options::workers = 0): no worker thread is started; next()
+//    claims the ticket and fills the batch itself, through the same code a worker runs, so the
+//    batches are those of any worker count. The ring has one slot of its own (nothing runs
+//    ahead), slot warming is off, and set_workers() has no threads to move.
 //
 // Guarantees:
 //  * Determinism: same sampler, seed and epoch -> bit-identical batches for any worker count.
-//  * Bounded memory: batches alive <= depth + workers <= C; bytes in flight are reported.
+//  * Bounded memory: batches being filled or waiting <= depth + workers <= C; the batches the trainer
+//    keeps add at most hold_budget bytes of grown slots; bytes in flight are reported.
 //  * No allocation in steady state: slots, their id arrays and the workers' sample lists are
 //    allocated on first use; a slot's storage grows to the largest batch it held, then is reused.
 //  * A fresh loader's first epoch does not pay for the ring's memory on the workers' path: as soon
@@ -120,7 +130,10 @@ namespace sluice {
 enum class on_error : std::uint8_t { raise, skip };
 
 struct loader_options {
-  std::size_t workers = 2;       // worker threads at the start
+  std::size_t workers = 2;       // worker threads at the start; 0: no worker thread, the trainer's
+                                 // own call for a batch fills it (as DataLoader's num_workers=0:
+                                 // nothing runs ahead, no thread is started; see "In the calling
+                                 // thread" above)
   std::size_t max_workers = 0;   // threads spawned (0: = workers); set_workers() moves within it
   std::uint64_t seed = 0;        // for augmentation: sample_context.seed
   on_error errors = on_error::raise;
@@ -131,6 +144,12 @@ struct loader_options {
                                  // allocates and touches the ring's other slots (see above)
   std::vector<int> cpus{};       // pin worker w to cpus[w % size] (core/affinity.hpp); empty: no
                                  // pinning (the default)
+  std::size_t hold_budget = std::size_t{1} << 30;  // bytes of batches the trainer may keep beyond
+                                 // what the ring's own slots leave to the pipeline: the ring grows
+                                 // by whole slots while the extra slots' bytes (counted at the
+                                 // largest batch so far) stay within it (see "Keeping batches"
+                                 // above; stats().slots_grown). 0: the ring never grows, and holding
+                                 // every slot is a usage_error. Default 1 GiB.
 };
 
 // loader_state (where an interrupted epoch stands, and a fingerprint of the pipeline it stands
@@ -236,23 +255,30 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   ring(batch_chain<SampleChain, Collate, BatchStages...> chain, Depth depth, loader_options opt)
       : chain_(std::move(chain)), depth_policy_(std::move(depth)), opt_(opt) {
-    if (opt_.workers == 0) throw usage_error("sluice: prefetch: workers must be at least 1");
+    inline_ = opt_.workers == 0;
+    if (inline_ && opt_.max_workers != 0)
+      throw usage_error("sluice: prefetch: workers = 0 fills each batch in the trainer's own thread, so max_workers = " +
+                        std::to_string(opt_.max_workers) + " has no threads to tune; give workers >= 1 with it");
     (void)detail::unpinned_set();  // before the trainer pins its thread, if it does
     detail::check_cpus(opt_.cpus, "prefetch({.cpus})");
     if (opt_.max_workers < opt_.workers) opt_.max_workers = opt_.workers;
+    if (inline_) opt_.warm_slots = false;  // no thread besides the trainer's
+    lanes_ = std::max<std::size_t>(1, opt_.max_workers);
     max_depth_ = std::max<std::size_t>(1, depth_policy_.max_depth());
     depth_ = std::clamp<std::size_t>(depth_policy_.initial_depth(), 1, max_depth_);
     active_workers_ = opt_.workers;
-    capacity_ = max_depth_ + opt_.max_workers;
+    // In the calling thread nothing runs ahead: one slot for the batch being filled, and the
+    // batches the trainer keeps grow the ring as with workers.
+    capacity_ = base_capacity_ = inline_ ? 1 : max_depth_ + opt_.max_workers;
     slots_ = std::make_unique<slot_type[]>(capacity_);
-    for (std::size_t i = 0; i < capacity_; ++i) slots_[i].stage_state = &slots_[i].states;
-    counters_ = std::make_unique<worker_counters<n_last>[]>(opt_.max_workers);
+    for (std::size_t i = 0; i < capacity_; ++i) slot_at(i).stage_state = &slot_at(i).states;
+    counters_ = std::make_unique<worker_counters<n_last>[]>(lanes_);
     // Each worker's sample lists, reserved here so no allocation waits for a thread to start.
-    scratch_ = std::make_unique<scratch_type[]>(opt_.max_workers);
+    scratch_ = std::make_unique<scratch_type[]>(lanes_);
     split_ = can_split && opt_.split_batches && opt_.max_workers > 1;
-    jobs_ = std::make_unique<write_job[]>(opt_.max_workers);
+    jobs_ = std::make_unique<write_job[]>(lanes_);
     if constexpr (warms_slots) warm_threads_.reserve(capacity_);
-    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+    for (std::size_t w = 0; w < lanes_; ++w) {
       scratch_[w].samples.reserve(chain_.collate.batch_size());
       scratch_[w].positions.reserve(chain_.collate.batch_size());
     }
@@ -263,7 +289,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   ~ring() {
     shutdown();
     for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slots_[i];
+      auto& s = slot_at(i);
       for_each_stage([&](auto& st, auto& state) {
         if constexpr (requires { st.on_destroy(s, state); }) st.on_destroy(s, state);
       }, s);
@@ -298,7 +324,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     cv_work_.notify_all();
     cv_idle_.wait(lk, [&] { return filling_ == 0; });  // no worker touches the sampler now
     for (std::size_t i = 0; i < capacity_; ++i) {      // drop what the old run prepared
-      auto& s = slots_[i];
+      auto& s = slot_at(i);
       if (s.status == slot_status::ready || s.status == slot_status::failed) {
         s.status = slot_status::free;
         s.error = nullptr;
@@ -341,7 +367,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     generation_.fetch_add(1, std::memory_order_relaxed);
     active_ = false;
     for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slots_[i];
+      auto& s = slot_at(i);
       if (s.status == slot_status::ready || s.status == slot_status::failed) {
         s.status = slot_status::free;
         s.error = nullptr;
@@ -373,12 +399,14 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       k = delivered_;
       s = find_ticket_locked(k);
       if (s == nullptr) {
-        if (consumer_held_ >= capacity_)
-          throw usage_error("sluice: the trainer holds " + std::to_string(consumer_held_) +
-                            " batches, every slot of the ring, so batch " + std::to_string(k) +
-                            " can never be prepared; drop a batch before asking for more (C++: let its handle go or "
-                            "reset() it; Python: del its tensors, or keep .clone()s of what outlives the step), "
-                            "or raise the prefetch depth (ring slots: " + std::to_string(capacity_) + ")");
+        grow_for_kept_locked();
+        if (consumer_held_ >= capacity_) throw_ring_full_locked(k);
+        if (inline_) {  // workers = 0: this thread fills batch k, then takes it
+          if (stop_.load(std::memory_order_relaxed)) return {};
+          next_ticket_ = k;
+          run_ticket(lk, 0, scratch_[0], inline_sample_counter_);
+          continue;
+        }
         await_locked(k);
         const auto arrived = [&] {
           return (s = find_ticket_locked(k)) != nullptr || stop_.load(std::memory_order_relaxed) || !active_;
@@ -441,10 +469,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     // A policy that also tunes the worker count (policy/workers.hpp) answers update_workers.
     if constexpr (requires { depth_policy_.update_workers(sig); }) {
-      const std::size_t nw = std::clamp<std::size_t>(depth_policy_.update_workers(sig), 1, opt_.max_workers);
-      if (nw != active_workers_) {
-        active_workers_ = nw;
-        cv_work_.notify_all();
+      if (!inline_) {
+        const std::size_t nw = std::clamp<std::size_t>(depth_policy_.update_workers(sig), 1, opt_.max_workers);
+        if (nw != active_workers_) {
+          active_workers_ = nw;
+          cv_work_.notify_all();
+        }
       }
     }
     last_receive_ns_ = t_receive;
@@ -509,6 +539,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // not change: a ticket's batch does not depend on which worker fills it.
   void set_workers(std::size_t n) {
     std::lock_guard lk(m_);
+    if (inline_) return;  // no worker threads to move (workers = 0)
     active_workers_ = std::clamp<std::size_t>(n, 1, opt_.max_workers);
     cv_work_.notify_all();
   }
@@ -562,7 +593,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     s.stages.resize(n_last + 1);
     for (std::size_t i = 0; i <= n_last; ++i) s.stages[i].name = all_stage_names[i];
-    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+    for (std::size_t w = 0; w < lanes_; ++w) {
       const auto& c = counters_[w];
       s.worker_busy_ns += c.busy_ns.get();
       s.worker_wait_ns += c.wait_ns.get();
@@ -588,15 +619,17 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.depth = depth_;
     s.workers = active_workers_;
     s.capacity = capacity_;
+    s.slots_grown = capacity_ - base_capacity_;
+    s.hold_budget = opt_.hold_budget;
     // Variable-length fields make batches differ in size: a filled batch counts its own bytes
     // (published to this thread by the status change under m_), a batch being filled counts the
     // largest slot so far (its size is not known, nor safe to read, until it is filled); the peak
     // is bounded by the largest slot times the peak count.
     s.batch_bytes = slot_bytes_;
     for (std::size_t i = 0; i < capacity_; ++i) {
-      const auto st = slots_[i].status;
+      const auto st = slot_at(i).status;
       if (st == slot_status::filling) s.bytes_in_flight += slot_bytes_;
-      else if (st != slot_status::free) s.bytes_in_flight += slots_[i].used_bytes;
+      else if (st != slot_status::free) s.bytes_in_flight += slot_at(i).used_bytes;
     }
     s.peak_batches_in_flight = peak_live_;
     s.peak_bytes_in_flight = peak_live_ * slot_bytes_;
@@ -643,7 +676,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     c.consumer_wait_ns = clock_.wait_ns();
     c.consumer_busy_ns = clock_.busy_ns();
     c.warmup_wait_ns = clock_.warmup_wait_ns();
-    for (std::size_t w = 0; w < opt_.max_workers; ++w) {
+    for (std::size_t w = 0; w < lanes_; ++w) {
       const auto& k = counters_[w];
       c.worker_busy_ns += k.busy_ns.get();
       c.worker_wait_ns += k.wait_ns.get();
@@ -709,7 +742,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   std::size_t count_ready_locked() const noexcept {
     std::size_t r = 0;
-    for (std::size_t i = 0; i < capacity_; ++i) r += slots_[i].status == slot_status::ready;
+    for (std::size_t i = 0; i < capacity_; ++i) r += slot_at(i).status == slot_status::ready;
     return r;
   }
 
@@ -768,55 +801,104 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         if (--help->helpers == 0) cv_help_.notify_all();
         continue;
       }
-      const std::uint64_t k = next_ticket_++;
-      const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
-      auto& s = *free_slot_locked();  // can_claim saw one
-      s.status = slot_status::filling;
-      s.index = k;
-      ++live_;
-      ++filling_;
-      peak_live_ = std::max(peak_live_, live_ - warming_);
-      const std::uint64_t epoch = epoch_, first = start_ + k * chain_.collate.batch_size();
-      const std::uint64_t last = std::min<std::uint64_t>(first + chain_.collate.batch_size(), total_);
-      lk.unlock();
+      run_ticket(lk, w, scratch, sample_counter);
+    }
+  }
 
-      const std::uint64_t t0 = now_ns();
-      scratch.join_wait_ns = 0;
-      scratch.helping_ns = 0;
-      bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
-      if (ok && !s.error && s.count != 0) {
-        for_each_stage_indexed([&](auto& st, auto& state, auto index) {
-          counters_[w].stage_calls[n_stages + 1 + index].add(1);
-          if constexpr (requires { st.on_filled(s, state); }) {
-            const stage_clock timed(opt_.stage_timing, counters_[w].stage_ns[n_stages + 1 + index]);
+  // Claims the next ticket and fills it into a free slot (the caller saw one: can_claim, or the
+  // trainer's own thread with workers = 0). Called and returns with m_ held (`lk`); fills without.
+  void run_ticket(std::unique_lock<std::mutex>& lk, std::size_t w, scratch_type& scratch,
+                  std::uint64_t& sample_counter) {
+    const std::uint64_t k = next_ticket_++;
+    const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
+    auto& s = *free_slot_locked();  // can_claim saw one
+    s.status = slot_status::filling;
+    s.index = k;
+    ++live_;
+    ++filling_;
+    peak_live_ = std::max(peak_live_, live_ - warming_);
+    const std::uint64_t epoch = epoch_, first = start_ + k * chain_.collate.batch_size();
+    const std::uint64_t last = std::min<std::uint64_t>(first + chain_.collate.batch_size(), total_);
+    lk.unlock();
+
+    const std::uint64_t t0 = now_ns();
+    scratch.join_wait_ns = 0;
+    scratch.helping_ns = 0;
+    bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
+    if (ok && !s.error && s.count != 0) {
+      for_each_stage_indexed([&](auto& st, auto& state, auto index) {
+        counters_[w].stage_calls[n_stages + 1 + index].add(1);
+        if constexpr (requires { st.on_filled(s, state); }) {
+          const stage_clock timed(opt_.stage_timing, counters_[w].stage_ns[n_stages + 1 + index]);
+          try {
+            st.on_filled(s, state);
+          } catch (...) {
             try {
-              st.on_filled(s, state);
+              throw_stage_error(std::decay_t<decltype(st)>::name, s.count ? s.ids[0] : 0);
             } catch (...) {
-              try {
-                throw_stage_error(std::decay_t<decltype(st)>::name, s.count ? s.ids[0] : 0);
-              } catch (...) {
-                s.error = std::current_exception();
-              }
+              s.error = std::current_exception();
             }
           }
-        }, s);
-      }
-      const std::uint64_t filled_ns = now_ns() - t0;  // less the wait for helpers to leave
-      counters_[w].busy_ns.add(filled_ns - std::min(filled_ns, scratch.join_wait_ns));
-
-      lk.lock();
-      --filling_;
-      if (filling_ == 0) cv_idle_.notify_all();
-      if (generation_.load(std::memory_order_relaxed) != gen || !ok) {  // cancelled
-        s.status = slot_status::free;
-        s.error = nullptr;
-        --live_;
-        cv_work_.notify_all();
-        continue;
-      }
-      s.status = s.error ? slot_status::failed : slot_status::ready;
-      cv_ready_.notify_all();
+        }
+      }, s);
     }
+    const std::uint64_t filled_ns = now_ns() - t0;  // less the wait for helpers to leave
+    counters_[w].busy_ns.add(filled_ns - std::min(filled_ns, scratch.join_wait_ns));
+
+    lk.lock();
+    --filling_;
+    if (filling_ == 0) cv_idle_.notify_all();
+    if (generation_.load(std::memory_order_relaxed) != gen || !ok) {  // cancelled
+      s.status = slot_status::free;
+      s.error = nullptr;
+      --live_;
+      cv_work_.notify_all();
+      return;
+    }
+    s.status = s.error ? slot_status::failed : slot_status::ready;
+    cv_ready_.notify_all();
+  }
+
+  // Slot i: the ring's own slots first, then those it grew by (in chunks: a slot never moves,
+  // workers and batches point at it). Under m_ past the ring's own slots.
+  slot_type& slot_at(std::size_t i) noexcept {
+    if (i < base_capacity_) return slots_[i];
+    i -= base_capacity_;
+    return grown_[i / grow_chunk][i % grow_chunk];
+  }
+  const slot_type& slot_at(std::size_t i) const noexcept { return const_cast<ring*>(this)->slot_at(i); }
+
+  // Keeping batches (under m_): each batch the trainer keeps takes a slot from those the pipeline
+  // fills. While it keeps more than the ring's slots leave room for (depth + active workers to fill;
+  // one with workers = 0), the ring adds a slot per kept batch, as long as the added slots' bytes,
+  // each counted at the largest batch so far, stay within hold_budget.
+  void grow_for_kept_locked() {
+    const std::size_t room = inline_ ? 1 : depth_ + active_workers_;
+    const std::size_t per_slot = std::max<std::size_t>(slot_bytes_, 1);
+    while (capacity_ < consumer_held_ + room) {
+      const std::size_t grown = capacity_ - base_capacity_;
+      if (grown + 1 > opt_.hold_budget / per_slot) return;
+      if (grown % grow_chunk == 0) {
+        grown_.push_back(std::make_unique<slot_type[]>(grow_chunk));
+        for (std::size_t i = 0; i < grow_chunk; ++i) grown_.back()[i].stage_state = &grown_.back()[i].states;
+      }
+      ++capacity_;
+      cv_work_.notify_all();  // a free slot: a worker may claim
+    }
+  }
+  // The trainer holds every slot and the budget allows no more: nothing could ever be filled.
+  [[noreturn]] void throw_ring_full_locked(std::uint64_t k) const {
+    std::size_t held_bytes = 0;
+    for (std::size_t i = 0; i < capacity_; ++i)
+      if (slot_at(i).status == slot_status::held) held_bytes += slot_at(i).storage_bytes;
+    throw usage_error(
+        "sluice: the trainer keeps " + std::to_string(consumer_held_) + " batches (" + std::to_string(held_bytes) +
+        " bytes), every slot of the ring, so batch " + std::to_string(k) + " can never be prepared: the ring has " +
+        std::to_string(base_capacity_) + " slots of its own and grew by " + std::to_string(capacity_ - base_capacity_) +
+        " of " + std::to_string(std::max<std::size_t>(slot_bytes_, 1)) + " bytes, all that hold_budget = " +
+        std::to_string(opt_.hold_budget) + " bytes allows. Raise hold_budget (C++: loader_options::hold_budget; "
+        "Python: Loader(hold_budget=...)), or drop batches before asking for more (C++: let their handles go or "
+        "reset() them; Python: del their tensors, or keep .clone()s of what outlives the step)");
   }
 
   // Batches held by the trainer do not count against depth + workers (only batches being filled
@@ -831,7 +913,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   slot_type* free_slot_locked() noexcept {
     slot_type* unsized = nullptr;
     for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slots_[i];
+      auto& s = slot_at(i);
       if (s.status != slot_status::free) continue;
       if (s.data != nullptr) return &s;
       if (unsized == nullptr) unsized = &s;
@@ -840,7 +922,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
   slot_type* find_ticket_locked(std::uint64_t k) noexcept {
     for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slots_[i];
+      auto& s = slot_at(i);
       if ((s.status == slot_status::ready || s.status == slot_status::failed) && s.index == k) return &s;
     }
     return nullptr;
@@ -1312,7 +1394,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::size_t sized = 0;
     slot_type* target = nullptr;
     for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& c = slots_[i];
+      auto& c = slot_at(i);
       if (c.status != slot_status::free || c.data != nullptr) ++sized;
       else if (target == nullptr) target = &c;
     }
@@ -1382,7 +1464,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   Depth depth_policy_;
   loader_options opt_;
   std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
+  std::size_t base_capacity_ = 1;  // the ring's own slots; capacity_ - base_capacity_ grew for kept batches
+  std::size_t lanes_ = 1;          // per-worker arrays (counters, scratch, jobs): max_workers, at least 1
+  bool inline_ = false;            // workers = 0: the trainer's thread fills each batch in next()
+  std::uint64_t inline_sample_counter_ = 0;
   std::unique_ptr<slot_type[]> slots_;
+  static constexpr std::size_t grow_chunk = 16;
+  std::vector<std::unique_ptr<slot_type[]>> grown_;  // under m_: the slots grown for kept batches
   std::unique_ptr<worker_counters<n_last>[]> counters_;
   std::unique_ptr<scratch_type[]> scratch_;  // one per worker thread, touched only by it
   std::unique_ptr<write_job[]> jobs_;        // one per worker: the batch it writes

@@ -93,7 +93,9 @@ struct pipeline_stats {
   std::vector<cache_stage_stats> caches;  // one per cache stage, in pipeline order
   std::size_t depth = 0;                // current prefetch depth
   std::size_t workers = 0;              // active workers
-  std::size_t capacity = 0;             // ring slots (max depth + max workers)
+  std::size_t capacity = 0;             // ring slots (max depth + max workers, + slots_grown)
+  std::size_t slots_grown = 0;          // slots added for batches the trainer keeps
+  std::size_t hold_budget = 0;          // the bytes those may take (loader_options::hold_budget)
   std::size_t batch_bytes = 0;          // bytes of one slot
   std::size_t bytes_in_flight = 0;
   std::size_t peak_bytes_in_flight = 0;
