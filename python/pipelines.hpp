@@ -53,6 +53,10 @@ struct options {
   std::int64_t rank = -1, world_size = -1;  // explicit rank (both or neither); -1: from the environment
   std::int64_t sampler_seed = -1;           // the sampler's seed; -1: seed (the loader's augmentation seed)
   std::uint64_t hold_budget = std::uint64_t{1} << 30;  // loader_options::hold_budget
+  // Detection (wds): the members of the boxes and their classes; boxes<>'s options.
+  std::string boxes, classes, box_format = "xyxy";
+  bool box_normalized = false;
+  double box_min_size = 1.0, box_min_visible = 0.0;
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -163,6 +167,7 @@ using loader_ptr = std::shared_ptr<sluice::python::py_loader>;
 
 loader_ptr make_records_loader(const options& o);  // idx, records, npy, shard (as stored)
 loader_ptr make_image_loader(const options& o);    // shard + decode="jpeg", wds, tfrecord
+loader_ptr make_detection_loader(const options& o);  // wds with boxes= and classes=
 loader_ptr make_token_loader(const options& o);    // tokens, documents
 
 }  // namespace sluice_module

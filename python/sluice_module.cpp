@@ -23,6 +23,10 @@ loader_ptr make_loader(const options& o) {
                           (o.source == "shard" ? " without decode=" : "") + " takes neither");
   if (o.source == "idx" || o.source == "records" || o.source == "npy" || (o.source == "shard" && o.decode.empty()))
     return make_records_loader(o);
+  if (o.source == "wds" && !o.boxes.empty()) return make_detection_loader(o);
+  if (!o.boxes.empty() || !o.classes.empty())
+    throw sluice::usage_error("sluice: boxes= and classes= are read from WebDataset samples (source='wds'), not source='" +
+                              o.source + "'");
   if (o.source == "shard" || o.source == "wds" || o.source == "tfrecord" || o.source == "mds") return make_image_loader(o);
   if (o.source == "tokens" || o.source == "documents") return make_token_loader(o);
   bad_value("source", "'" + o.source + "'", "'idx', 'records', 'npy', 'shard', 'wds', 'tfrecord', 'mds', 'tokens' or 'documents'");
@@ -43,7 +47,9 @@ PYBIND11_MODULE(_sluice, m) {
          std::string offsets, std::string dtype, std::string collate, std::size_t length, std::size_t stride,
          std::uint64_t vocab, double pad_value, std::vector<double> sample_weights, std::string depth,
          std::size_t max_workers, std::uint64_t ram_budget, std::string image_field, std::string label_field,
-         std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget) {
+         std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget,
+         std::string boxes, std::string classes, std::string box_format, bool box_normalized, double box_min_size,
+         double box_min_visible) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -52,6 +58,12 @@ PYBIND11_MODULE(_sluice, m) {
                   std::move(sample_weights), max_workers, std::move(depth), ram_budget, std::move(image_field),
                   std::move(label_field), rank, world_size, sampler_seed};
         o.hold_budget = hold_budget;
+        o.boxes = std::move(boxes);
+        o.classes = std::move(classes);
+        o.box_format = std::move(box_format);
+        o.box_normalized = box_normalized;
+        o.box_min_size = box_min_size;
+        o.box_min_visible = box_min_visible;
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -68,6 +80,8 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("pad_value") = 0.0, py::arg("sample_weights") = std::vector<double>{}, py::arg("depth") = "fixed",
       py::arg("max_workers") = 0, py::arg("ram_budget") = 0, py::arg("image_field") = "",
       py::arg("label_field") = "", py::arg("rank") = -1, py::arg("world_size") = -1, py::arg("sampler_seed") = -1,
-      py::arg("hold_budget") = std::uint64_t{1} << 30,
+      py::arg("hold_budget") = std::uint64_t{1} << 30, py::arg("boxes") = "", py::arg("classes") = "",
+      py::arg("box_format") = "xyxy", py::arg("box_normalized") = false, py::arg("box_min_size") = 1.0,
+      py::arg("box_min_visible") = 0.0,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

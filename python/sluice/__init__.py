@@ -26,7 +26,9 @@ naming the sources that take it):
 ``documents``       tokens + document offsets: packed rows or padded documents
 ==================  ===========================================================================
 
-Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout=...)``.
+Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout=...)``;
+``sluice.wds`` also takes ``boxes=sluice.boxes("boxes.npy", classes="classes.npy")`` for detection:
+boxes and their classes that follow the image's crop and flip.
 
 How a Loader behaves (as PyTorch's DataLoader and torchdata's StatefulDataLoader do, where their
 habits reach):
@@ -62,7 +64,7 @@ from .sample import Sampler
 
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
-    "image", "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "tokens", "documents", "loader", "sample",
+    "Boxes", "image", "boxes", "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "tokens", "documents", "loader", "sample",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -196,6 +198,54 @@ def image(size: Tuple[int, int], *, crop: str = "center", flip: bool = False, la
     return Image((h, w), crop, bool(flip), layout)
 
 
+class Boxes:
+    """Boxes that follow a decoded image: see :func:`boxes`."""
+
+    __slots__ = ("field", "classes", "format", "normalized", "min_size", "min_visible")
+
+    def __init__(self, field: str, classes: str, format: str, normalized: bool, min_size: float,
+                 min_visible: float) -> None:
+        self.field, self.classes, self.format = field, classes, format
+        self.normalized, self.min_size, self.min_visible = normalized, min_size, min_visible
+
+    def __repr__(self) -> str:
+        return (f"sluice.boxes({self.field!r}, classes={self.classes!r}, format={self.format!r}, "
+                f"normalized={self.normalized}, min_size={self.min_size}, min_visible={self.min_visible})")
+
+
+def boxes(field: str = "boxes.npy", *, classes: str = "classes.npy", format: str = "xyxy", normalized: bool = False,
+          min_size: float = 1.0, min_visible: float = 0.0) -> Boxes:
+    """Object boxes of a WebDataset sample, for ``sluice.wds(..., boxes=sluice.boxes(...))``.
+
+    field:      the member with the sample's boxes (default ``<key>.boxes.npy``): float32 rows of 4
+                (an ``.npy`` of shape ``(n, 4)``, its dtype checked, or raw little-endian float32).
+    classes:    the member with one int64 class per box (default ``<key>.classes.npy``).
+    format:     ``"xyxy"`` (x0, y0, x1, y1; the default) or ``"xywh"``; in pixels of the stored
+                image, or fractions of its width and height with ``normalized=True``.
+    min_size, min_visible: a box whose clipped side is under ``min_size`` output pixels, or whose
+                visible share of its area is under ``min_visible``, is dropped with its class.
+
+    The boxes follow the image's geometry: the same crop (centre or random_resized), scale and
+    flip as the pixels, drawn once per sample, so they cannot disagree. Batches hold
+    ``"boxes"`` (n, 4) float32 and ``"classes"`` (n,) int64 for all the batch's boxes, with
+    ``"boxes.offsets"`` / ``"classes.offsets"`` (B + 1,) int64: sample i's are rows
+    ``offsets[i]:offsets[i + 1]`` (C++: ``sluice::boxes<...>`` + ``ragged<...>``).
+    """
+    for name, v in (("field", field), ("classes", classes)):
+        if not isinstance(v, str) or not v or "/" in v:
+            raise _usage(f"sluice.boxes: {name}={v!r} is not accepted; use a member's extension, e.g. 'boxes.npy'")
+    if format not in ("xyxy", "xywh"):
+        raise _usage(f"sluice.boxes: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    try:
+        ms, mv = float(min_size), float(min_visible)
+    except (TypeError, ValueError):
+        raise _usage("sluice.boxes: min_size= and min_visible= take numbers") from None
+    if ms < 0 or not 0 <= mv <= 1:
+        raise _usage(f"sluice.boxes: min_size={min_size!r}, min_visible={min_visible!r} are not accepted; use "
+                     "min_size >= 0 and min_visible in [0, 1]")
+    return Boxes(field, classes, format, bool(normalized), ms, mv)
+
+
 class Source:
     """What a loader reads: made by :func:`records`, :func:`npy`, :func:`idx`, :func:`shard`,
     :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`tokens` or :func:`documents`."""
@@ -292,14 +342,28 @@ def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Option
     return Source("shard", kw, True)
 
 
-def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "jpg;jpeg;png", label_field: str = "cls",
-        output: Optional[str] = None, mean=None, std=None) -> Source:
-    """WebDataset shards for image classification: a tar path or a brace pattern
-    (``"train-{000000..000127}.tar"``). ``<key>.<image_field>`` (any extension of the ``;`` list)
-    is decoded into ``"image"``; ``<key>.<label_field>`` (an integer as text) is ``"label"``."""
-    kw: Dict[str, Any] = dict(source="wds", path=_path("path", path), image_field=image_field, label_field=label_field)
+def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "jpg;jpeg;png",
+        label_field: Optional[str] = None, boxes: Optional[Boxes] = None, output: Optional[str] = None,
+        mean=None, std=None) -> Source:
+    """WebDataset shards: a tar path or a brace pattern (``"train-{000000..000127}.tar"``).
+    ``<key>.<image_field>`` (any extension of the ``;`` list) is decoded into ``"image"``.
+
+    Classification (the default): ``<key>.<label_field>`` (default ``cls``, an integer as text)
+    is ``"label"``. Detection: ``boxes=sluice.boxes(...)`` reads each sample's boxes and their
+    classes instead, following the image's crop and flip (see :func:`boxes`); no ``"label"``."""
+    kw: Dict[str, Any] = dict(source="wds", path=_path("path", path), image_field=image_field)
+    if boxes is None:
+        kw["label_field"] = "cls" if label_field is None else label_field
+    else:
+        if not isinstance(boxes, Boxes):
+            raise _usage(f"sluice.wds: boxes={boxes!r} is not accepted; use sluice.boxes('boxes.npy', classes=...)")
+        if label_field is not None:
+            raise _usage("sluice.wds: label_field= names a classification label; with boxes= each box has its "
+                         "class (sluice.boxes(classes=...))")
+        kw.update(boxes=boxes.field, classes=boxes.classes, box_format=boxes.format,
+                  box_normalized=boxes.normalized, box_min_size=boxes.min_size, box_min_visible=boxes.min_visible)
     _image_keywords("wds", decode, output, mean, std, kw)
-    return Source("wds", kw, True)
+    return Source("wds", kw, boxes is None)
 
 
 def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "image/encoded",
@@ -501,6 +565,7 @@ _LOADER_KEYWORDS = [p for p in _param_names(Loader.__init__) if p != "source"]
 _HOMES: Dict[str, Sequence[str]] = {f"sluice.{n}": _param_names(f) for n, f in _SOURCES.items()}
 _HOMES["sluice.Loader"] = _LOADER_KEYWORDS
 _HOMES["sluice.image"] = _param_names(image)
+_HOMES["sluice.boxes"] = _param_names(boxes)
 
 
 def _checked(fn, where: str):
@@ -519,6 +584,7 @@ def _checked(fn, where: str):
 for _n, _f in list(_SOURCES.items()):
     globals()[_n] = _SOURCES[_n] = _checked(_f, f"sluice.{_n}")
 image = _checked(image, "sluice.image")
+boxes = _checked(boxes, "sluice.boxes")
 _loader_init = Loader.__init__
 
 

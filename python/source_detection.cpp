@@ -1,0 +1,109 @@
+// The Python module's detection source: WebDataset samples of an encoded image, its boxes and a
+// class per box (sluice.wds(..., boxes=sluice.boxes(...))). The image is decoded like every image
+// source (size, crop or random_resized_crop, flip, layout); the boxes follow the image's geometry
+// (the same crop, scale and flip, drawn once per sample) and lose their class with them when they
+// leave the crop; images are stacked, boxes and classes ragged:
+//   {"image": (B, ...), "boxes": (n, 4) float32, "boxes.offsets": (B+1,) int64,
+//    "classes": (n,) int64, "classes.offsets": (B+1,) int64}
+// Members are named at run time (boxes=, classes=, image_field=); an .npy member's dtype is checked
+// against the field's (float32 boxes, int64 classes): another dtype is a FormatError naming the
+// shard, the sample and the member, never bytes read as another type.
+#include "pipelines.hpp"
+
+#if SLUICE_WITH_TURBOJPEG
+#include "sluice/codec/jpeg.hpp"
+#include "sluice/io/wds.hpp"
+#include "sluice/stage/decode.hpp"
+#endif
+#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
+#include "sluice/codec/image.hpp"
+#endif
+
+namespace sluice_module {
+
+#if SLUICE_WITH_TURBOJPEG
+namespace {
+
+#if SLUICE_WITH_PNG
+using image_codec = sluice::codecs::image;  // JPEG or PNG, by the first bytes
+#else
+using image_codec = sluice::codecs::jpeg;
+#endif
+
+using detection = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>,
+                                 sluice::field<"boxes", float, sluice::variable>,
+                                 sluice::field<"classes", std::int64_t, sluice::variable>>;
+
+// Samplers for data without one label per sample: order and per-sample weights.
+template <class F>
+loader_ptr with_detection_sampler(const options& o, std::size_t n, F&& f) {
+  using namespace sluice::sample;
+  const auto r = rank_of(o);
+  const std::uint64_t seed = o.sampler_seed >= 0 ? static_cast<std::uint64_t>(o.sampler_seed) : o.seed;
+  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
+  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = seed}), r});
+  if (o.sampler == "weighted") {
+    if (o.sample_weights.size() != n)
+      throw sluice::usage_error("sluice: sampler='weighted' needs sample_weights= with one weight per sample (" +
+                                std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
+    return f(distributed{weighted(o.sample_weights, {.seed = seed}), r});
+  }
+  bad_value("sampler", "'" + o.sampler + "'",
+            "'sequential', 'shuffle' or 'weighted' for detection data (a sample has many classes, not one label)");
+}
+
+}  // namespace
+
+loader_ptr make_detection_loader(const options& o) {
+  constexpr sluice::fixed_string Img = "image";
+  constexpr sluice::fixed_string Box = "boxes";
+  constexpr sluice::fixed_string Cls = "classes";
+  if (o.path.empty()) throw sluice::usage_error("sluice: source='wds' needs path=");
+  if (o.boxes.empty() || o.classes.empty())
+    throw sluice::usage_error("sluice: detection needs boxes= and classes= (the members of each sample's boxes and "
+                              "their classes)");
+  sluice::io::wds_dataset<detection> data(
+      o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field},
+                              {"boxes", o.boxes},
+                              {"classes", o.classes}}});
+  if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
+    throw sluice::usage_error("sluice: source='wds' needs size=(height, width), both positive");
+  if (o.layout != "chw" && o.layout != "hwc") bad_value("layout", "'" + o.layout + "'", "'chw' or 'hwc'");
+  const image_codec codec({.width = o.size[1], .height = o.size[0],
+                           .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop
+                                                         : sluice::codecs::fit::crop,
+                           .random_flip = o.flip,
+                           .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
+  sluice::boxes<Box, Cls> follow{};
+  if (o.box_format == "xywh") follow.format = sluice::codecs::box_format::xywh;
+  else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
+  follow.normalized = o.box_normalized;
+  follow.min_size = o.box_min_size;
+  follow.min_visible = o.box_min_visible;
+  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
+  const std::size_t n = data.size();
+  if (o.output == "float32") {
+    return with_detection_sampler(o, n, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                  sluice::decode<Img>(codec, follow) |
+                                  sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std},
+                                                  sluice::ragged<Box>{.row = {4}}, sluice::ragged<Cls>{}) |
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
+    });
+  }
+  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  return with_detection_sampler(o, n, [&](auto s) {
+    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                sluice::decode<Img>(codec, follow) |
+                                sluice::collate(bo, sluice::stack<Img>{}, sluice::ragged<Box>{.row = {4}},
+                                                sluice::ragged<Cls>{}) |
+                                sluice::prefetch(depth_of(o), loader_opts(o)));
+  });
+}
+#else
+loader_ptr make_detection_loader(const options& o) {
+  throw sluice::usage_error("sluice: source='" + o.source + "' with image decoding needs a module built with TurboJPEG");
+}
+#endif
+
+}  // namespace sluice_module

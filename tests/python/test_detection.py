@@ -1,0 +1,96 @@
+"""Detection from Python: WebDataset boxes and classes that follow RandomResizedCrop + flip
+(examples/python/detection.py writes the shards and checks every box against the pixels), and
+the mistakes a user makes with them: boxes of another dtype, a missing member, a label or a
+class-balanced sampler where each box has its own class."""
+import io
+import os
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+import sluice
+
+pytest.importorskip("PIL")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+import detection  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("det")
+    return detection.write_shards(str(d), 120, 3)
+
+
+def test_boxes_follow_the_crop_and_flip_for_any_worker_count(shards):
+    pattern, written = shards
+    t, digest = detection.run_epoch(pattern, 96, 2)
+    assert t["samples"] == 120 and t["checked"] > 100
+    assert t["wrong"] == 0 and t["outside"] == 0
+    assert 0 < t["kept"] < sum(written.values())          # random_resized_crop drops some
+    assert detection.run_epoch(pattern, 96, 0)[1] == digest
+    assert detection.run_epoch(pattern, 96, 2, epoch=1)[1] != digest  # another epoch, other crops
+
+
+def test_batch_layout_and_centre_crop_keeps_every_box_of_a_square_image(tmp_path):
+    img = np.full((64, 64, 3), 118, np.uint8)
+    img[8:24, 8:40] = detection.PALETTE[2]
+    jpg = io.BytesIO()
+    detection.Image.fromarray(img).save(jpg, format="JPEG", quality=95)
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        for k in range(3):
+            detection.add_member(tar, f"s{k}.jpg", jpg.getvalue())
+            detection.add_member(tar, f"s{k}.boxes.npy", detection.npy_bytes(np.array([[8, 8, 40, 24]], np.float32)))
+            detection.add_member(tar, f"s{k}.classes.npy", detection.npy_bytes(np.array([2], np.int64)))
+    src = sluice.wds(str(tmp_path / "a.tar"), decode=sluice.image((32, 32), layout="chw"), boxes=sluice.boxes(),
+                     output="float32")
+    b = next(iter(sluice.Loader(src, batch_size=3, sampler=sluice.sample.sequential())))
+    assert set(b) == {"image", "boxes", "boxes.offsets", "classes", "classes.offsets"}
+    assert b["image"].shape == (3, 3, 32, 32) and b["image"].dtype == "float32"
+    assert np.from_dlpack(b["boxes"]).tolist() == [[4, 4, 20, 12]] * 3  # halved with the image
+    assert np.from_dlpack(b["boxes.offsets"]).tolist() == [0, 1, 2, 3]
+    assert np.from_dlpack(b["classes"]).tolist() == [2, 2, 2]
+
+
+def write_one(path, boxes, classes=np.array([1], np.int64)):
+    img = io.BytesIO()
+    detection.Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(img, format="JPEG")
+    with tarfile.open(path, "w") as tar:
+        detection.add_member(tar, "k0.jpg", img.getvalue())
+        if boxes is not None:
+            detection.add_member(tar, "k0.boxes.npy", detection.npy_bytes(boxes))
+        if classes is not None:
+            detection.add_member(tar, "k0.classes.npy", detection.npy_bytes(classes))
+    return str(path)
+
+
+def first_batch(path, **kw):
+    src = sluice.wds(path, decode=sluice.image((8, 8)), boxes=sluice.boxes(**kw))
+    return next(iter(sluice.Loader(src, batch_size=1, sampler=sluice.sample.sequential())))
+
+
+def test_boxes_of_another_dtype_are_a_format_error_naming_the_member(tmp_path):
+    path = write_one(tmp_path / "f8.tar", np.array([[1, 1, 4, 4]], np.float64))  # numpy's default float
+    with pytest.raises(sluice.FormatError, match=r"f8\.tar.*(<f8|float64)") as e:
+        first_batch(path)
+    assert "boxes" in str(e.value)
+    path = write_one(tmp_path / "nocls.tar", np.array([[1, 1, 4, 4]], np.float32), classes=None)
+    with pytest.raises(sluice.FormatError, match="classes"):
+        first_batch(path)
+
+
+def test_detection_mistakes_are_usage_errors_or_type_errors(tmp_path):
+    path = write_one(tmp_path / "ok.tar", np.array([[1, 1, 4, 4]], np.float32))
+    img = sluice.image((8, 8))
+    with pytest.raises(sluice.UsageError, match="label_field= names a classification label"):
+        sluice.wds(path, decode=img, boxes=sluice.boxes(), label_field="cls")
+    with pytest.raises(sluice.UsageError, match="class_balanced needs labels"):
+        sluice.Loader(sluice.wds(path, decode=img, boxes=sluice.boxes()), sampler=sluice.sample.class_balanced())
+    with pytest.raises(sluice.UsageError, match="format='cxcywh'"):
+        sluice.boxes(format="cxcywh")
+    with pytest.raises(sluice.UsageError, match="boxes=.*not accepted"):
+        sluice.wds(path, decode=img, boxes="boxes.npy")
+    with pytest.raises(TypeError, match=r"'boxes' applies to sluice.wds\(\)"):
+        sluice.npy(path, boxes=sluice.boxes())
+    assert len(first_batch(path)["boxes"]) == 1
