@@ -411,6 +411,31 @@ TEST_CASE("set_interrupt: a waiting consumer gives up when told, and the epoch g
   CHECK(checks.load() >= 2);
 }
 
+TEST_CASE("set_interrupt with workers = 0: a fill in the trainer's thread gives up between samples, the batch is filled again") {
+  mem_reader r(64, 16);
+  std::atomic<bool> stop{false}, fired{false};
+  std::atomic<int> checks{0}, mapped{0};
+  auto loader = from(sample::sequential(64)) | read(r) | map([&](record_view v) {
+                  std::this_thread::sleep_for(2ms);  // longer than the check's period: checked each sample
+                  ++mapped;
+                  if (v.id == 5 && !fired.exchange(true)) stop = true;  // one "Ctrl-C", while batch 0 is filled
+                  return v;
+                }) |
+                collate({.batch = 32}) | prefetch(1, {.workers = 0});
+  loader.set_interrupt([&] { ++checks; return stop.exchange(false); }, 1ms);
+  auto range = loader.epoch(0);
+  CHECK_THROWS_AS((void)range.begin(), sluice::interrupted);
+  CHECK(mapped.load() == 6);  // it stopped at the next sample, not after the batch's 32
+  auto it = range.begin();  // batch 0, filled again from its first sample
+  std::vector<std::uint64_t> ids;
+  for (; it != std::default_sentinel; ++it)
+    for (auto id : it->ids()) ids.push_back(id);
+  REQUIRE(ids.size() == 64);
+  for (std::uint64_t i = 0; i < 64; ++i) CHECK(ids[i] == i);
+  CHECK(checks.load() >= 2);
+  CHECK(loader.stats().batches == 2);
+}
+
 TEST_CASE("one worker writing a whole batch stops within a sample when the loader goes") {
   mem_reader r(512, 16);
   const auto t0 = std::chrono::steady_clock::now();

@@ -257,7 +257,8 @@ with tarfile.open(path, "w") as tar:
         buf = io.BytesIO(); Image.new("RGB", (64, 48), (g, g, g)).save(buf, format="JPEG")
         for name, data in ((f"{g:04d}.jpg", buf.getvalue()), (f"{g:04d}.cls", b"1")):
             info = tarfile.TarInfo(name); info.size = len(data); tar.addfile(info, io.BytesIO(data))
-ld = sluice.Loader(sluice.wds(path, decode=sluice.image(size=(1024, 1024))), batch_size=96, workers=1, prefetch=1)
+ld = sluice.Loader(sluice.wds(path, decode=sluice.image(size=(1024, 1024))), batch_size=96, workers=int(sys.argv[3]),
+                   prefetch=1)
 it = iter(ld)
 sent = {}
 def interrupt():
@@ -278,10 +279,11 @@ print("del", time.perf_counter() - t0)
 """
 
 
-def test_ctrl_c_reaches_the_trainer_promptly_and_del_returns(tmp_path):
+@pytest.mark.parametrize("workers", [1, 0])  # 0: the batch is filled in the trainer's own thread
+def test_ctrl_c_reaches_the_trainer_promptly_and_del_returns(tmp_path, workers):
     pytest.importorskip("PIL")
     out = subprocess.run([sys.executable, "-c", SLOW, os.path.dirname(os.path.dirname(sluice.__file__)),
-                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+                          str(tmp_path), str(workers)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = dict(line.split() for line in out.stdout.splitlines())
     assert "interrupt" in lines, out.stdout          # the batch takes longer than 0.2 s to make

@@ -33,7 +33,9 @@
 //  * In the calling thread (loader_options::workers = 0): no worker thread is started; next()
 //    claims the ticket and fills the batch itself, through the same code a worker runs, so the
 //    batches are those of any worker count. The ring has one slot of its own (nothing runs
-//    ahead), slot warming is off, and set_workers() has no threads to move.
+//    ahead), slot warming is off, and set_workers() has no threads to move. The set_interrupt
+//    check runs between samples while the trainer's thread fills (Ctrl-C from Python arrives within
+//    about 50 ms); it cancels the fill, and the next call fills the same batch again.
 //
 // Guarantees:
 //  * Determinism: same sampler, seed and epoch -> bit-identical batches for any worker count.
@@ -404,7 +406,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         if (inline_) {  // workers = 0: this thread fills batch k, then takes it
           if (stop_.load(std::memory_order_relaxed)) return {};
           next_ticket_ = k;
+          inline_next_check_ns_ = now_ns() + static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(interrupt_every_).count());
           run_ticket(lk, 0, scratch_[0], inline_sample_counter_);
+          if (std::exchange(inline_interrupted_, false)) throw interrupted();  // the same batch next time
           continue;
         }
         await_locked(k);
@@ -868,6 +873,28 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
   const slot_type& slot_at(std::size_t i) const noexcept { return const_cast<ring*>(this)->slot_at(i); }
 
+  // workers = 0, on the trainer's own thread while it fills a batch: the set_interrupt check, every
+  // interrupt_every_ between samples (never on a worker thread). A true answer cancels the fill (the
+  // generation moves on, so every write stops as for a cancelled epoch); next() then throws
+  // sluice::interrupted and its next call fills the same batch again.
+  bool inline_interrupt_due() {
+    if (!inline_ || !interrupt_) [[likely]] return false;
+    if (inline_interrupted_) return true;
+    const std::uint64_t t = now_ns();
+    if (t < inline_next_check_ns_) return false;
+    inline_next_check_ns_ = t + static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(interrupt_every_).count());
+    bool stop = true;  // a check that throws stops the fill too (next() then throws interrupted)
+    try {
+      stop = interrupt_();
+    } catch (...) {
+    }
+    if (!stop) return false;
+    inline_interrupted_ = true;
+    generation_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
   // Keeping batches (under m_): each batch the trainer keeps takes a slot from those the pipeline
   // fills. While it keeps more than the ring's slots leave room for (depth + active workers to fill;
   // one with workers = 0), the ring adds a slot per kept batch, as long as the added slots' bytes,
@@ -988,7 +1015,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
     // 1. Run the per-sample stages and check each sample: views only, nothing written yet.
     for (std::uint64_t pos = first; pos < last; ++pos) {
-      if (generation_.load(std::memory_order_relaxed) != gen) return false;
+      if (inline_interrupt_due() || generation_.load(std::memory_order_relaxed) != gen) return false;
       std::uint64_t id = 0;
       try {
         const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
@@ -1149,7 +1176,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         if (i > j.failed.load(std::memory_order_relaxed)) return written;
         // Cancelled (a new epoch, the loader destroyed): a batch written in one chunk (no split)
         // stops here too, within one sample's work, not after the whole batch.
-        if (generation_.load(std::memory_order_relaxed) != j.gen) return written;
+        if (inline_interrupt_due() || generation_.load(std::memory_order_relaxed) != j.gen) return written;
         try {
           write_one(*j.s, j.samples[i], i, j.epoch, j.positions[i], sc);
           ++written;
@@ -1468,6 +1495,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::size_t lanes_ = 1;          // per-worker arrays (counters, scratch, jobs): max_workers, at least 1
   bool inline_ = false;            // workers = 0: the trainer's thread fills each batch in next()
   std::uint64_t inline_sample_counter_ = 0;
+  std::uint64_t inline_next_check_ns_ = 0;  // workers = 0: the trainer's thread only
+  bool inline_interrupted_ = false;         // workers = 0: the trainer's thread only
   std::unique_ptr<slot_type[]> slots_;
   static constexpr std::size_t grow_chunk = 16;
   std::vector<std::unique_ptr<slot_type[]>> grown_;  // under m_: the slots grown for kept batches
