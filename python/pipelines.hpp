@@ -19,6 +19,7 @@
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/distributed.hpp"
 #include "sluice/policy/workers.hpp"
+#include "sluice/sample/any_sampler.hpp"
 #include "sluice/sample/rank.hpp"
 
 namespace sluice_module {
@@ -127,40 +128,44 @@ inline sluice::sample::distributed_options rank_of(const options& o) {
   return sluice::sample::rank_from_environment().distributed({});
 }
 
-// Calls f(sampler) with the sampler the options name, for a dataset of n samples with `labels`.
-template <class F>
-auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_t>& labels, F&& f) {
+// The sampler the options name, for a dataset of n samples with `labels`, split across ranks;
+// erased (sample::any_sampler: one indirect call a position), so each source compiles one loader
+// whatever the sampler.
+inline sluice::sample::any_sampler sampler_of(const options& o, std::size_t n, const std::vector<std::int64_t>& labels) {
   using namespace sluice::sample;  // samplers and weighting rules
   const auto r = rank_of(o);
   const std::uint64_t seed = o.sampler_seed >= 0 ? static_cast<std::uint64_t>(o.sampler_seed) : o.seed;
-  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
-  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = seed}), r});
+  if (o.sampler == "sequential") return distributed{sequential(n), r};
+  if (o.sampler == "shuffle") return distributed{shuffle(n, {.seed = seed}), r};
   if (o.sampler == "weighted") {
     if (o.sample_weights.size() != n)
       throw sluice::usage_error("sluice: sampler='weighted' needs sample_weights= with one weight per sample (" +
                             std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
-    return f(distributed{weighted(o.sample_weights, {.seed = seed}), r});
+    return distributed{weighted(o.sample_weights, {.seed = seed}), r};
   }
   if (o.sampler == "class_balanced") {
     if (labels.empty()) throw sluice::usage_error("sluice: sampler='class_balanced' needs labels");
-    if (o.weights == "inverse_log")
-      return f(distributed{class_balanced<inverse_log>(labels, {}, {.seed = seed}), r});
+    if (o.weights == "inverse_log") return distributed{class_balanced<inverse_log>(labels, {}, {.seed = seed}), r};
     if (o.weights == "inverse_frequency")
-      return f(distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = seed}), r});
+      return distributed{class_balanced<inverse_frequency>(labels, {}, {.seed = seed}), r};
     bad_value("weights", "'" + o.weights + "'", "'inverse_log' (1/log(1+n)) or 'inverse_frequency' (1/n)");
   }
   bad_value("sampler", "'" + o.sampler + "'", "'sequential', 'shuffle', 'weighted' or 'class_balanced'");
 }
 
-// Token data: only order samplers (sequential, shuffle) apply; there are no labels.
+// Calls f(sampler) with the sampler the options name (sampler_of).
 template <class F>
-auto with_order_sampler(const options& o, std::size_t n, F&& f) {
-  using namespace sluice::sample;
-  const auto r = rank_of(o);
-  const std::uint64_t seed = o.sampler_seed >= 0 ? static_cast<std::uint64_t>(o.sampler_seed) : o.seed;
-  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
-  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = seed}), r});
-  bad_value("sampler", "'" + o.sampler + "'", "'sequential' or 'shuffle' for token data (it has no labels)");
+auto with_sampler(const options& o, std::size_t n, const std::vector<std::int64_t>& labels, F&& f) {
+  return f(sampler_of(o, n, labels));
+}
+
+// Data without one label a sample (tokens, detection): the samplers that need no labels. `what`
+// names the data in the refusal.
+template <class F>
+auto with_order_sampler(const options& o, std::size_t n, F&& f, const char* what = "token data (it has no labels)") {
+  if (o.sampler == "class_balanced")
+    bad_value("sampler", "'class_balanced'", std::string("'sequential', 'shuffle' or 'weighted' for ") + what);
+  return f(sampler_of(o, n, {}));
 }
 
 using loader_ptr = std::shared_ptr<sluice::python::py_loader>;

@@ -30,27 +30,11 @@ using image_codec = sluice::codecs::image;  // JPEG or PNG, by the first bytes
 using image_codec = sluice::codecs::jpeg;
 #endif
 
+constexpr const char* kDetection = "detection data (a sample has many classes, not one label)";
+
 using detection = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>,
                                  sluice::field<"boxes", float, sluice::variable>,
                                  sluice::field<"classes", std::int64_t, sluice::variable>>;
-
-// Samplers for data without one label per sample: order and per-sample weights.
-template <class F>
-loader_ptr with_detection_sampler(const options& o, std::size_t n, F&& f) {
-  using namespace sluice::sample;
-  const auto r = rank_of(o);
-  const std::uint64_t seed = o.sampler_seed >= 0 ? static_cast<std::uint64_t>(o.sampler_seed) : o.seed;
-  if (o.sampler == "sequential") return f(distributed{sequential(n), r});
-  if (o.sampler == "shuffle") return f(distributed{shuffle(n, {.seed = seed}), r});
-  if (o.sampler == "weighted") {
-    if (o.sample_weights.size() != n)
-      throw sluice::usage_error("sluice: sampler='weighted' needs sample_weights= with one weight per sample (" +
-                                std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
-    return f(distributed{weighted(o.sample_weights, {.seed = seed}), r});
-  }
-  bad_value("sampler", "'" + o.sampler + "'",
-            "'sequential', 'shuffle' or 'weighted' for detection data (a sample has many classes, not one label)");
-}
 
 }  // namespace
 
@@ -83,22 +67,22 @@ loader_ptr make_detection_loader(const options& o) {
   const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
   const std::size_t n = data.size();
   if (o.output == "float32") {
-    return with_detection_sampler(o, n, [&](auto s) {
+    return with_order_sampler(o, n, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
                                   sluice::decode<Img>(codec, follow) |
                                   sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std},
                                                   sluice::ragged<Box>{.row = {4}}, sluice::ragged<Cls>{}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
-    });
+    }, kDetection);
   }
   if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
-  return with_detection_sampler(o, n, [&](auto s) {
+  return with_order_sampler(o, n, [&](auto s) {
     return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
                                 sluice::decode<Img>(codec, follow) |
                                 sluice::collate(bo, sluice::stack<Img>{}, sluice::ragged<Box>{.row = {4}},
                                                 sluice::ragged<Cls>{}) |
                                 sluice::prefetch(depth_of(o), loader_opts(o)));
-  });
+  }, kDetection);
 }
 #else
 loader_ptr make_detection_loader(const options& o) {

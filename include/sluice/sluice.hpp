@@ -51,6 +51,7 @@
 #include "sluice/policy/placement.hpp"
 #include "sluice/policy/workers.hpp"
 #include "sluice/sample/alias.hpp"
+#include "sluice/sample/any_sampler.hpp"
 #include "sluice/sample/balanced_batch.hpp"
 #include "sluice/sample/class_balanced.hpp"
 #include "sluice/sample/class_weights.hpp"

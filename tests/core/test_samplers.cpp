@@ -374,3 +374,43 @@ TEST_CASE("loss_aware: bad feedback is a usage_error naming the ids, and changes
   CHECK_THROWS_AS(sample::loss_aware(10, {.alpha = 0.0}), usage_error);
   CHECK_THROWS_AS(sample::loss_aware(0), usage_error);
 }
+
+TEST_CASE("any_sampler: the same batches and state as the sampler it holds, prepare forwarded, copies deep") {
+  sluice_test::mem_reader r(500, 8);
+  std::vector<std::int64_t> labels(500);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i < 400 ? 0 : 1 + i % 3);
+  // An epoch-dependent rule: at() refuses an epoch that was not prepared, so a prepare() that
+  // did not reach the held sampler fails the epoch.
+  using cb = sample::class_balanced<sample::power_schedule>;
+  auto ids_of = [&](auto order, std::uint64_t epoch, loader_state* st) {
+    auto loader = from(std::move(order)) | read(r) | collate({.batch = 32}) | prefetch(2, {.workers = 2});
+    std::vector<std::uint64_t> ids;
+    for (auto& b : loader.epoch(epoch))
+      for (auto id : b.ids()) ids.push_back(id);
+    if (st != nullptr) *st = loader.state(epoch, 64);
+    return ids;
+  };
+  for (std::uint64_t e : {0u, 3u}) {
+    loader_state direct, erased;
+    const auto want = ids_of(sample::distributed{cb(labels, {}, {.seed = 4}), {.rank = 1, .world = 2}}, e, &direct);
+    const auto got = ids_of(sample::any_sampler(sample::distributed{cb(labels, {}, {.seed = 4}), {.rank = 1, .world = 2}}),
+                            e, &erased);
+    CHECK(got == want);
+    CHECK(erased.fingerprint == direct.fingerprint);  // a state saved one way resumes the other
+    CHECK(erased.fingerprint.sampler_kind == "distributed(class_balanced)");
+  }
+  // Another sampler or seed behind the same erased type is another fingerprint.
+  sample::any_sampler a = sample::shuffle(500, {.seed = 1}), b = sample::shuffle(500, {.seed = 2});
+  CHECK(a.fingerprint() != b.fingerprint());
+  CHECK(a.inner<sample::shuffle>() != nullptr);
+  CHECK(a.inner<sample::sequential>() == nullptr);
+  // Copies are deep: preparing one does not prepare the other.
+  sample::any_sampler c = cb(labels, {}, {.seed = 4});
+  c.prepare(2);
+  sample::any_sampler d = c;
+  d.prepare(5);
+  CHECK_NOTHROW((void)c.at(2, 0));
+  CHECK_THROWS_AS((void)c.at(5, 0), usage_error);
+  CHECK_NOTHROW((void)d.at(5, 0));
+  CHECK(sample::any_sampler(sample::sequential(7)).size(0) == 7);
+}
