@@ -91,10 +91,14 @@ void BM_roofline_memcpy_gather(benchmark::State& state) { gather(state, static_c
 // One thread, gathering into `slots` buffers in turn (the loader's ring: prefetch(2) + 1 worker = 3).
 void BM_roofline_memcpy_gather_ring(benchmark::State& state) { gather(state, 1, static_cast<std::size_t>(state.range(0))); }
 
-void BM_sluice_pipeline(benchmark::State& state) {
+// Sampler: sample::shuffle itself, or the same shuffle behind sample::any_sampler (one virtual call
+// a position, as the Python module runs every sampler): BM_sluice_pipeline_any_sampler over
+// BM_sluice_pipeline is what erasing the sampler costs.
+template <class Sampler>
+void run_pipeline(benchmark::State& state) {
   const auto workers = static_cast<std::size_t>(state.range(0));
   auto& r = reader();
-  auto loader = sluice::from(sluice::sample::shuffle(records, {.seed = 1})) | sluice::read(r) |
+  auto loader = sluice::from(Sampler(sluice::sample::shuffle(records, {.seed = 1}))) | sluice::read(r) |
                 sluice::collate({.batch = batch}) | sluice::prefetch(2, {.workers = workers});
   std::uint64_t epoch = 0;
   for (auto _ : state) {
@@ -106,6 +110,8 @@ void BM_sluice_pipeline(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * records * record_bytes));
 }
+void BM_sluice_pipeline(benchmark::State& state) { run_pipeline<sluice::sample::shuffle>(state); }
+void BM_sluice_pipeline_any_sampler(benchmark::State& state) { run_pipeline<sluice::sample::any_sampler>(state); }
 
 // The first epoch of a freshly opened file against the second, 1 worker, the file in the page
 // cache: what first-touch page faults cost and what each populate_mode does about them. Each
@@ -191,6 +197,7 @@ BENCHMARK(BM_first_epoch)
 BENCHMARK(BM_roofline_memcpy_gather)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_roofline_memcpy_gather_ring)->Arg(3)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_sluice_pipeline)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_sluice_pipeline_any_sampler)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 int main(int argc, char** argv) {
   return sluice_bench::run_main(argc, argv,
