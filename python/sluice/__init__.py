@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import os
 import warnings
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -111,8 +112,8 @@ def _usage(msg: str) -> UsageError:
 
 
 def _int(name: str, v: Any, low: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise _usage(f"{name}={v!r} is not accepted; use an int >= {low}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or v >= 1 << 63:
+        raise _usage(f"{name}={v!r} is not accepted; use an int >= {low} (and below 2**63)")
     return v
 
 
@@ -205,8 +206,22 @@ class Boxes:
 
     def __init__(self, field: str, classes: str, format: str, normalized: bool, min_size: float,
                  min_visible: float) -> None:
+        for name, v in (("field", field), ("classes", classes)):
+            if not isinstance(v, str) or not v or "/" in v:
+                raise _usage(f"sluice.boxes: {name}={v!r} is not accepted; use a member's extension, e.g. 'boxes.npy'")
+        if format not in ("xyxy", "xywh"):
+            raise _usage(f"sluice.boxes: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+        if not isinstance(normalized, bool):
+            raise _usage(f"sluice.boxes: normalized={normalized!r} is not accepted; use True or False")
+        try:
+            ms, mv = float(min_size), float(min_visible)
+        except (TypeError, ValueError):
+            raise _usage("sluice.boxes: min_size= and min_visible= take numbers") from None
+        if not (math.isfinite(ms) and ms >= 0 and math.isfinite(mv) and 0 <= mv <= 1):
+            raise _usage(f"sluice.boxes: min_size={min_size!r}, min_visible={min_visible!r} are not accepted; use "
+                         "a finite min_size >= 0 and min_visible in [0, 1]")
         self.field, self.classes, self.format = field, classes, format
-        self.normalized, self.min_size, self.min_visible = normalized, min_size, min_visible
+        self.normalized, self.min_size, self.min_visible = normalized, ms, mv
 
     def __repr__(self) -> str:
         return (f"sluice.boxes({self.field!r}, classes={self.classes!r}, format={self.format!r}, "
@@ -231,19 +246,7 @@ def boxes(field: str = "boxes.npy", *, classes: str = "classes.npy", format: str
     ``"boxes.offsets"`` / ``"classes.offsets"`` (B + 1,) int64: sample i's are rows
     ``offsets[i]:offsets[i + 1]`` (C++: ``sluice::boxes<...>`` + ``ragged<...>``).
     """
-    for name, v in (("field", field), ("classes", classes)):
-        if not isinstance(v, str) or not v or "/" in v:
-            raise _usage(f"sluice.boxes: {name}={v!r} is not accepted; use a member's extension, e.g. 'boxes.npy'")
-    if format not in ("xyxy", "xywh"):
-        raise _usage(f"sluice.boxes: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
-    try:
-        ms, mv = float(min_size), float(min_visible)
-    except (TypeError, ValueError):
-        raise _usage("sluice.boxes: min_size= and min_visible= take numbers") from None
-    if ms < 0 or not 0 <= mv <= 1:
-        raise _usage(f"sluice.boxes: min_size={min_size!r}, min_visible={min_visible!r} are not accepted; use "
-                     "min_size >= 0 and min_visible in [0, 1]")
-    return Boxes(field, classes, format, bool(normalized), ms, mv)
+    return Boxes(field, classes, format, normalized, min_size, min_visible)
 
 
 class Source:
@@ -436,12 +439,13 @@ class Loader:
                 in the calling thread when asked for, nothing runs ahead (as DataLoader's
                 ``num_workers=0``; for debugging, or where threads are unwelcome). The batches
                 are the same for any count. prefetch: batches ready ahead; the ring has
-                ``prefetch + workers`` slots (1 with ``workers=0``) for the pipeline to fill.
+                ``prefetch + workers`` slots of its own (2 with ``workers=0``).
     hold_budget: bytes the batches a trainer keeps may add to the ring (default 1 GiB): each kept
                 batch holds its slot, and the ring grows by a slot per kept batch while the grown
                 slots (each counted at the largest batch so far) fit in it. Memory is bounded by
-                the ring's slots plus this budget. ``0``: never grows; keeping every slot and
-                asking for more is a UsageError.
+                the ring's slots plus this budget; kept batches let go give their grown slots'
+                memory back. ``0``: never grows; keeping every slot and asking for more is a
+                UsageError.
     depth:      ``"adaptive"`` moves the prefetch depth (up to max(16, prefetch), within
                 ``ram_budget`` bytes when non-zero) to hold the stall under 4 %. max_workers above
                 workers lets sluice add and remove worker threads. The batches stay the same.

@@ -413,4 +413,16 @@ TEST_CASE("any_sampler: the same batches and state as the sampler it holds, prep
   CHECK_THROWS_AS((void)c.at(5, 0), usage_error);
   CHECK_NOTHROW((void)d.at(5, 0));
   CHECK(sample::any_sampler(sample::sequential(7)).size(0) == 7);
+  // An lvalue sampler is copied in; a moved-from any_sampler copies as moved-from.
+  const sample::shuffle sh(500, {.seed = 9});
+  sample::any_sampler e(sh);
+  CHECK(e.at(1, 3) == sh.at(1, 3));
+  sample::any_sampler f = std::move(e);
+  sample::any_sampler g = e;  // NOLINT(bugprone-use-after-move): what a copy of it does
+  g = f;
+  CHECK(g.at(2, 7) == sh.at(2, 7));
+  // Where no reader names the dataset, the state takes the sampler's dataset_size(): forwarded.
+  CHECK(sample::any_sampler(sample::shuffle(500, {})).dataset_size() == 500);
+  CHECK(sample::any_sampler(sample::distributed{sample::sequential(5), {}}).dataset_size() ==
+        state_fingerprint::unknown);
 }

@@ -89,6 +89,12 @@ def test_detection_mistakes_are_usage_errors_or_type_errors(tmp_path):
         sluice.Loader(sluice.wds(path, decode=img, boxes=sluice.boxes()), sampler=sluice.sample.class_balanced())
     with pytest.raises(sluice.UsageError, match="format='cxcywh'"):
         sluice.boxes(format="cxcywh")
+    for bad in (dict(min_size=float("nan")), dict(min_size=float("inf")), dict(min_size=-1), dict(min_visible=1.5),
+                dict(normalized="false")):
+        with pytest.raises(sluice.UsageError, match="sluice.boxes"):
+            sluice.boxes(**bad)
+    with pytest.raises(sluice.UsageError, match="min_size"):
+        sluice.Boxes("boxes.npy", "classes.npy", "xyxy", False, -3, 0)  # the class checks too
     with pytest.raises(sluice.UsageError, match="boxes=.*not accepted"):
         sluice.wds(path, decode=img, boxes="boxes.npy")
     with pytest.raises(TypeError, match=r"'boxes' applies to sluice.wds\(\)"):

@@ -144,6 +144,8 @@ def test_workers_0_runs_in_the_calling_thread_with_the_same_batches(recs, worker
     ld = loader_of(recs, workers=workers)
     assert [ids(b) for b in ld] == ref
     assert ld.stats()["workers"] == workers
+    strict = loader_of(recs, workers=workers, hold_budget=0)  # the loop keeps its previous batch: no growth needed
+    assert [ids(b) for b in strict] == ref and strict.stats()["slots_grown"] == 0
     state = None
     for k, b in enumerate(ld):                              # epoch 1, resumed after 4 batches
         if k == 3:
@@ -363,6 +365,7 @@ def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=0), "batch_size=0"),
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), workers=0, max_workers=2), "workers=0"),
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), hold_budget=-1), "hold_budget=-1"),
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), hold_budget=1 << 70), "hold_budget="),
         (lambda: sluice.image(size=(0, 4)), "size="),
         (lambda: sluice.image(size=(4, 4), crop="middle"), "crop='middle'"),
         (lambda: sluice.sample.class_balanced("sqrt"), "rule='sqrt'"),

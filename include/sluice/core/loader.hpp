@@ -27,13 +27,18 @@
 //    When the trainer waits for a batch while the batches it keeps leave fewer than depth + workers
 //    slots to fill, the ring adds a slot per kept batch (in chunks of slot objects; storage comes
 //    with the slot's first batch), as long as the added slots, each counted at the largest batch
-//    so far, fit in loader_options::hold_budget (1 GiB by default; stats().slots_grown). Grown
-//    slots stay for later epochs. Holding every slot with no budget left and asking for another
-//    is the one usage_error (nothing could ever be filled); it names the budget and how to raise it.
+//    so far, fit in loader_options::hold_budget (1 GiB by default; stats().slots_grown). A Python
+//    loop keeps its previous batch while it asks for the next, so its ring grows by one slot on
+//    its first wait. Grown slots stay for later epochs, but a grown slot gives its storage back
+//    when the trainer lets its batch go and the ring has more sized slots than the batches still
+//    kept plus depth + workers need: a list(loader) that is dropped returns its memory (where no
+//    batch stage holds slot storage: with pin or to_device the grown slots keep theirs). Holding
+//    every slot with no budget left and asking for another is the one usage_error (nothing could
+//    ever be filled); it names the budget and how to raise it.
 //  * In the calling thread (loader_options::workers = 0): no worker thread is started; next()
 //    claims the ticket and fills the batch itself, through the same code a worker runs, so the
-//    batches are those of any worker count. The ring has one slot of its own (nothing runs
-//    ahead), slot warming is off, and set_workers() has no threads to move. The set_interrupt
+//    batches are those of any worker count. The ring has two slots of its own (the batch being
+//    filled, and the one the trainer still has while it asks for the next), slot warming is off, and set_workers() has no threads to move. The set_interrupt
 //    check runs between samples while the trainer's thread fills (Ctrl-C from Python arrives within
 //    about 50 ms); it cancels the fill, and the next call fills the same batch again.
 //
@@ -176,6 +181,13 @@ concept provides_storage = requires(S& s, std::size_t n, void* p) {
   s.deallocate(p, n);
 };
 
+// A batch stage that acts on a slot's storage around its reuse (to_device: waits for the copy out of
+// it; records an event when the batch is let go).
+template <class S, class Slot>
+concept holds_slot_storage =
+    requires(S& st, Slot& s, typename slot_state_of<S>::type& state) { st.before_fill(s, state); } ||
+    requires(S& st, Slot& s, typename slot_state_of<S>::type& state) { st.on_release(s, state); };
+
 // warming: an unsized slot the warming thread is allocating and touching (counted in live_, not
 // claimable, not a batch).
 enum class slot_status : std::uint8_t { free, filling, ready, failed, held, warming };
@@ -269,9 +281,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     max_depth_ = std::max<std::size_t>(1, depth_policy_.max_depth());
     depth_ = std::clamp<std::size_t>(depth_policy_.initial_depth(), 1, max_depth_);
     active_workers_ = opt_.workers;
-    // In the calling thread nothing runs ahead: one slot for the batch being filled, and the
-    // batches the trainer keeps grow the ring as with workers.
-    capacity_ = base_capacity_ = inline_ ? 1 : max_depth_ + opt_.max_workers;
+    // In the calling thread nothing runs ahead: a slot for the batch being filled and one for the
+    // batch the trainer still has while it asks for the next (a Python loop's variable); more
+    // kept batches grow the ring as with workers.
+    capacity_ = base_capacity_ = inline_ ? 2 : max_depth_ + opt_.max_workers;
     slots_ = std::make_unique<slot_type[]>(capacity_);
     for (std::size_t i = 0; i < capacity_; ++i) slot_at(i).stage_state = &slot_at(i).states;
     counters_ = std::make_unique<worker_counters<n_last>[]>(lanes_);
@@ -530,14 +543,24 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         }
       }
     }, s);
+    std::byte* give_back = nullptr;
+    std::size_t give_back_bytes = 0;
     {
       std::lock_guard lk(m_);
       s.status = slot_status::free;
       --live_;
       --consumer_held_;
       if (failed && !release_error_) release_error_ = failed;
+      if (gives_back_storage && is_grown(s) && s.data != nullptr &&
+          sized_slots_locked() > consumer_held_ + room_locked()) {
+        give_back = s.data;  // a kept batch let go: its grown slot is not needed to run
+        give_back_bytes = s.storage_bytes;
+        s.data = nullptr;
+        s.storage_bytes = 0;
+      }
     }
     cv_work_.notify_all();
+    if (give_back != nullptr) free_storage(give_back, give_back_bytes);
   }
 
   // Changes the number of active workers (within max_workers). Order and content of batches do
@@ -633,6 +656,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.batch_bytes = slot_bytes_;
     for (std::size_t i = 0; i < capacity_; ++i) {
       const auto st = slot_at(i).status;
+      // A slot being filled is its worker's (its storage may be growing): counted at the largest.
+      s.ring_bytes += st == slot_status::filling ? slot_bytes_ : slot_at(i).storage_bytes;
       if (st == slot_status::filling) s.bytes_in_flight += slot_bytes_;
       else if (st != slot_status::free) s.bytes_in_flight += slot_at(i).used_bytes;
     }
@@ -829,7 +854,23 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     const std::uint64_t t0 = now_ns();
     scratch.join_wait_ns = 0;
     scratch.helping_ns = 0;
-    bool ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
+    bool ok = false;
+    try {
+      ok = fill(s, w, k, epoch, first, last, gen, scratch, sample_counter);
+    } catch (...) {
+      // Nothing in fill is expected to throw (a stage's error is stored in the slot); should it,
+      // the slot goes back and the state stays whole. On a worker this ends the process as any
+      // exception leaving a thread would; with workers = 0 the trainer receives it.
+      lk.lock();
+      --filling_;
+      if (filling_ == 0) cv_idle_.notify_all();
+      s.status = slot_status::free;
+      s.error = nullptr;
+      --live_;
+      if (next_ticket_ == k + 1) next_ticket_ = k;
+      cv_work_.notify_all();
+      throw;
+    }
     if (ok && !s.error && s.count != 0) {
       for_each_stage_indexed([&](auto& st, auto& state, auto index) {
         counters_[w].stage_calls[n_stages + 1 + index].add(1);
@@ -900,7 +941,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // one with workers = 0), the ring adds a slot per kept batch, as long as the added slots' bytes,
   // each counted at the largest batch so far, stay within hold_budget.
   void grow_for_kept_locked() {
-    const std::size_t room = inline_ ? 1 : depth_ + active_workers_;
+    const std::size_t room = room_locked();
     const std::size_t per_slot = std::max<std::size_t>(slot_bytes_, 1);
     while (capacity_ < consumer_held_ + room) {
       const std::size_t grown = capacity_ - base_capacity_;
@@ -912,6 +953,16 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       ++capacity_;
       cv_work_.notify_all();  // a free slot: a worker may claim
     }
+  }
+  // The slots the pipeline fills besides those the trainer keeps (under m_).
+  std::size_t room_locked() const noexcept { return inline_ ? 1 : depth_ + active_workers_; }
+  bool is_grown(const slot_type& s) const noexcept { return &s < slots_.get() || &s >= slots_.get() + base_capacity_; }
+  // Slots with storage, or in use (under m_).
+  std::size_t sized_slots_locked() const noexcept {
+    std::size_t n = 0;
+    // A free slot's storage changes only under m_; a slot in use is counted without reading it.
+    for (std::size_t i = 0; i < capacity_; ++i) n += slot_at(i).status != slot_status::free || slot_at(i).data != nullptr;
+    return n;
   }
   // The trainer holds every slot and the budget allows no more: nothing could ever be filled.
   [[noreturn]] void throw_ring_full_locked(std::uint64_t k) const {
@@ -1486,6 +1537,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // Only storage the loader allocates itself is warmed: a stage's (pin's pool) may hand out a
   // block still being read by a copy, and is page-locked or reused anyway.
   static constexpr bool warms_slots = !(provides_storage<BatchStages> || ...);
+  // A grown slot gives its storage back (release()) only when no batch stage keeps a hold on it
+  // (a device copy out of it still in flight, an event recorded on release): the loader's own
+  // storage, no before_fill or on_release hook.
+  static constexpr bool gives_back_storage = warms_slots && !(holds_slot_storage<BatchStages, slot_type> || ...);
 
   batch_chain<SampleChain, Collate, BatchStages...> chain_;
   Depth depth_policy_;

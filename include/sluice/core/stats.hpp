@@ -96,6 +96,7 @@ struct pipeline_stats {
   std::size_t capacity = 0;             // ring slots (max depth + max workers, + slots_grown)
   std::size_t slots_grown = 0;          // slots added for batches the trainer keeps
   std::size_t hold_budget = 0;          // the bytes those may take (loader_options::hold_budget)
+  std::size_t ring_bytes = 0;           // storage the ring's slots hold now (kept batches included)
   std::size_t batch_bytes = 0;          // bytes of one slot
   std::size_t bytes_in_flight = 0;
   std::size_t peak_bytes_in_flight = 0;

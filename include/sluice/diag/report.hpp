@@ -80,7 +80,7 @@ inline void to_json(json_writer& w, const pipeline_stats& s) {
       .field("peak_bytes_in_flight", s.peak_bytes_in_flight)
       .field("peak_batches_in_flight", s.peak_batches_in_flight).field("ready_batches", s.ready_batches)
       .field("slots_warmed", s.slots_warmed).field("slots_grown", s.slots_grown)
-      .field("hold_budget", s.hold_budget)
+      .field("hold_budget", s.hold_budget).field("ring_bytes", s.ring_bytes)
       .end_object();
 }
 

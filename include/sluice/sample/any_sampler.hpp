@@ -16,7 +16,8 @@
 // state saved through an any_sampler resumes only the same sampler, seed and data, and equals the
 // state of the same loader built with the sampler itself. The cost is one virtual call per
 // position (at) and per epoch (size, prepare): a few nanoseconds against the sample's own work.
-// Copies are deep (each holds its own sampler, as a copied sampler would); moves are cheap.
+// Copies are deep (each holds its own sampler, as a copied sampler would); moves are cheap (a
+// moved-from any_sampler may only be assigned to or destroyed).
 // inner<S>() gives the sampler back, or nullptr when it is another type.
 #pragma once
 
@@ -35,14 +36,14 @@ class any_sampler {
  public:
   using sampler_concept = sampler_tag;
 
-  template <sampler S>
-    requires(!std::is_same_v<std::remove_cvref_t<S>, any_sampler>)
+  template <class S>
+    requires(sampler<std::remove_cvref_t<S>> && !std::is_same_v<std::remove_cvref_t<S>, any_sampler>)
   any_sampler(S&& s)  // NOLINT(google-explicit-constructor): any sampler is an any_sampler
       : p_(std::make_unique<model<std::remove_cvref_t<S>>>(std::forward<S>(s))) {}
-  any_sampler(const any_sampler& o) : p_(o.p_->clone()) {}
+  any_sampler(const any_sampler& o) : p_(o.p_ ? o.p_->clone() : nullptr) {}
   any_sampler(any_sampler&&) noexcept = default;
   any_sampler& operator=(const any_sampler& o) {
-    if (this != &o) p_ = o.p_->clone();
+    if (this != &o) p_ = o.p_ ? o.p_->clone() : nullptr;
     return *this;
   }
   any_sampler& operator=(any_sampler&&) noexcept = default;
@@ -52,6 +53,9 @@ class any_sampler {
   [[nodiscard]] std::uint64_t at(std::uint64_t epoch, std::uint64_t pos) const { return p_->at(epoch, pos); }
   void prepare(std::uint64_t epoch) { p_->prepare(epoch); }
   [[nodiscard]] sampler_fingerprint fingerprint() const { return p_->fingerprint(); }
+  // The held sampler's dataset_size() (core/state.hpp identifies a dataset no reader names by it),
+  // or state_fingerprint::unknown when it has none.
+  [[nodiscard]] std::uint64_t dataset_size() const { return p_->dataset_size(); }
 
   template <class S>
   [[nodiscard]] const S* inner() const noexcept {
@@ -66,6 +70,7 @@ class any_sampler {
     [[nodiscard]] virtual std::uint64_t at(std::uint64_t epoch, std::uint64_t pos) const = 0;
     virtual void prepare(std::uint64_t epoch) = 0;
     [[nodiscard]] virtual sampler_fingerprint fingerprint() const = 0;
+    [[nodiscard]] virtual std::uint64_t dataset_size() const = 0;
     [[nodiscard]] virtual std::unique_ptr<concept_t> clone() const = 0;
   };
   template <class S>
@@ -84,6 +89,10 @@ class any_sampler {
     // itself (every sampler in sample/ has one; a user's sampler without one is identified by
     // its size at epoch 0).
     [[nodiscard]] sampler_fingerprint fingerprint() const override { return fingerprint_of(s, 0); }
+    [[nodiscard]] std::uint64_t dataset_size() const override {
+      if constexpr (requires { static_cast<std::uint64_t>(s.dataset_size()); }) return static_cast<std::uint64_t>(s.dataset_size());
+      else return state_fingerprint::unknown;
+    }
     [[nodiscard]] std::unique_ptr<concept_t> clone() const override { return std::make_unique<model>(s); }
   };
   std::unique_ptr<concept_t> p_;
