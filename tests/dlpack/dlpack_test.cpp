@@ -150,10 +150,10 @@ TEST_CASE("misuse is a usage_error: no such tensor, index past the end, empty ha
 }
 
 TEST_CASE("an export holds the slot after the batch is dropped, and its deleter returns it") {
-  // Depth 1 and one worker: the ring has 2 slots.
+  // Depth 1 and one worker: the ring has 2 slots, and no budget to grow by for kept batches.
   mem_reader r(64, 12);
   auto loader = from(sample::sequential{r.size()}) | read(r) | collate({.batch = 8}) |
-                prefetch(1, {.workers = 1});
+                prefetch(1, {.workers = 1, .hold_budget = 0});
   auto range = loader.epoch(0);
   auto it = range.begin();
   REQUIRE(it->index() == 0);

@@ -60,9 +60,10 @@ TEST_CASE("float data: values equal, and a torch op reads the same memory") {
 }
 
 TEST_CASE("the slot returns to the ring when the last tensor dies, the batch handle first") {
-  // Depth 1 and one worker: the ring has 2 slots.
+  // Depth 1 and one worker: the ring has 2 slots, and no budget to grow by for kept batches.
   mem_reader r(64, 12);
-  auto loader = from(sample::sequential{r.size()}) | read(r) | collate({.batch = 8}) | prefetch(1, {.workers = 1});
+  auto loader = from(sample::sequential{r.size()}) | read(r) | collate({.batch = 8}) |
+                prefetch(1, {.workers = 1, .hold_budget = 0});
   auto range = loader.epoch(0);
   auto it = range.begin();
   at::Tensor data0 = at::fromDLPack(to_dlpack(*it, "data"));
