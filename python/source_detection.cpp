@@ -8,27 +8,17 @@
 // Members are named at run time (boxes=, classes=, image_field=); an .npy member's dtype is checked
 // against the field's (float32 boxes, int64 classes): another dtype is a FormatError naming the
 // shard, the sample and the member, never bytes read as another type.
-#include "pipelines.hpp"
+#include "image_codec.hpp"
 
 #if SLUICE_WITH_TURBOJPEG
-#include "sluice/codec/jpeg.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/stage/decode.hpp"
-#endif
-#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
-#include "sluice/codec/image.hpp"
 #endif
 
 namespace sluice_module {
 
 #if SLUICE_WITH_TURBOJPEG
 namespace {
-
-#if SLUICE_WITH_PNG
-using image_codec = sluice::codecs::image;  // JPEG or PNG, by the first bytes
-#else
-using image_codec = sluice::codecs::jpeg;
-#endif
 
 constexpr const char* kDetection = "detection data (a sample has many classes, not one label)";
 
@@ -50,14 +40,7 @@ loader_ptr make_detection_loader(const options& o) {
       o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field},
                               {"boxes", o.boxes},
                               {"classes", o.classes}}});
-  if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
-    throw sluice::usage_error("sluice: source='wds' needs size=(height, width), both positive");
-  if (o.layout != "chw" && o.layout != "hwc") bad_value("layout", "'" + o.layout + "'", "'chw' or 'hwc'");
-  const image_codec codec({.width = o.size[1], .height = o.size[0],
-                           .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop
-                                                         : sluice::codecs::fit::crop,
-                           .random_flip = o.flip,
-                           .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
+  const image_codec codec = codec_of(o);
   sluice::boxes<Box, Cls> follow{};
   if (o.box_format == "xywh") follow.format = sluice::codecs::box_format::xywh;
   else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");

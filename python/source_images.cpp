@@ -5,20 +5,16 @@
 // libpng is built in) to size=(h, w) with random_resized_crop= and flip=, in layout= CHW or HWC,
 // and collated to uint8 or normalised float32. Every source here is one reader type with the
 // fields {"image", "label"}, so the loaders compiled are one set per reader type.
-#include "pipelines.hpp"
+#include "image_codec.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 #if SLUICE_WITH_TURBOJPEG
-#include "sluice/codec/jpeg.hpp"
 #include "sluice/io/mds.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/tf_example.hpp"
 #include "sluice/io/wds.hpp"
-#endif
-#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
-#include "sluice/codec/image.hpp"
 #endif
 
 namespace sluice_module {
@@ -26,27 +22,11 @@ namespace sluice_module {
 #if SLUICE_WITH_TURBOJPEG
 namespace {
 
-#if SLUICE_WITH_PNG
-using image_codec = sluice::codecs::image;  // JPEG or PNG, by the first bytes
-#else
-using image_codec = sluice::codecs::jpeg;
-#endif
-
 // Image classification: an encoded image and an integer label, whatever the source calls them.
 using classes = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>, sluice::field<"label", std::int64_t>>;
 
 // The name a source's field takes: the user's, else the source's convention.
 std::string name_or(const std::string& given, const char* convention) { return given.empty() ? convention : given; }
-
-image_codec codec_of(const options& o) {
-  if (o.size.size() != 2 || o.size[0] <= 0 || o.size[1] <= 0)
-    throw sluice::usage_error("sluice: source='" + o.source + "' needs size=(height, width), both positive");
-  if (o.layout != "chw" && o.layout != "hwc") bad_value("layout", "'" + o.layout + "'", "'chw' or 'hwc'");
-  return image_codec({.width = o.size[1], .height = o.size[0],
-                      .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop : sluice::codecs::fit::crop,
-                      .random_flip = o.flip,
-                      .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
-}
 
 // Samples with fields "image" (encoded) and "label" (an integer): decoded, collated.
 template <class Reader>
