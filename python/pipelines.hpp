@@ -78,7 +78,7 @@ inline sluice::collate_options collate_of(const options& o) {
   c.mean = o.mean;
   c.std = o.std;
   c.shape = o.shape;
-  if (!o.mean.empty()) c.channels = o.mean.size();
+  c.channels = std::max<std::size_t>(1, std::max(o.mean.size(), o.std.size()));
   return c;
 }
 

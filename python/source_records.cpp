@@ -111,6 +111,12 @@ loader_ptr records_loader(const options& o, Reader r, std::vector<std::int64_t> 
     row.shape = o.shape;
   }
   if (row.shape.empty()) row.shape = {static_cast<std::int64_t>(row_bytes / item)};
+  // mean=/std= of C values normalise channels interleaved in each sample (element i is channel
+  // i % C): a sample must hold whole C-channel pixels.
+  if (const std::size_t ch = std::max(o.mean.size(), o.std.size()); ch > 1 && elements(row.shape) % ch != 0)
+    throw sluice::usage_error("sluice: mean=/std= have " + std::to_string(ch) + " values (one per channel), but a sample holds " +
+                              std::to_string(elements(row.shape)) + " elements, not a whole number of " +
+                              std::to_string(ch) + "-channel pixels; give one value for all, or a per-channel count that divides it");
   std::vector<sluice::python::tensor_view_spec> views;
   if (u8) {
     // uint8: the classic collate's own outputs (as stored, or normalised float32).

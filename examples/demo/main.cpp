@@ -469,6 +469,8 @@ run_record train_run(const std::string& name, const std::string& sampler_name, S
     auto& ob = rec.observation;
     ob.epoch = e;
     ob.step_time_s = rec.step_mean_ms / 1e3;
+    ob.step_time_std_s = rec.step_std_ms / 1e3;  // the run's step jitter so far: R7's noise band
+    ob.steps = dsteps;
     ob.wait_fraction = rec.stall_fraction;
     ob.validation_loss = rec.validation.loss;
     ob.class_std = rec.balance.class_std;

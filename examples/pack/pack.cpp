@@ -111,14 +111,16 @@ options:
                         crc   (default) record count, every record's CRC-32C against the CRC of
                               the input bytes, every label, the class names
                         full  crc, and every JPEG record decoded in full with TurboJPEG (a
-                              truncated or corrupt JPEG fails); imagefolder inputs are also
-                              decoded while packing, so --skip-bad can skip them
+                              truncated or corrupt JPEG fails); every input's JPEG records
+                              (files, tar members, TFRecord records, fields) are also decoded
+                              while packing, so --skip-bad can skip them
                         none  no check (the same as --no-verify)
   --skip-bad          a bad input (unreadable, empty, not JPEG, bad header, failed decode, not a
-                      regular file; for wds/tfrecord a whole file that does not open) is skipped
-                      instead of ending the pack; each is listed as "path<TAB>reason" in
-                      PATH.skipped.tsv and their count is printed. Without it the first bad input
-                      ends the pack, naming the file and the cause.
+                      regular file; for wds/tfrecord a file that does not open, or a bad record or
+                      member inside one) is skipped instead of ending the pack; each is listed as
+                      "path<TAB>reason" in PATH.skipped.tsv (a tar member as "in.tar member
+                      'NAME'") and their count is printed. Without it the first bad input ends the
+                      pack, naming the file, the member and the cause.
   --no-checksums      do not store per-record CRC-32C in the shard
   --no-jpeg-check     imagefolder: do not check the JPEGs
   --no-verify         --verify none
@@ -542,6 +544,16 @@ struct packed {
   std::vector<std::string> class_names;
   std::vector<std::pair<std::string, std::string>> skipped;  // path, reason
   std::uint64_t bytes = 0;
+  // Where each record came from, so that verification names the input, not the partial file:
+  // inputs[from_input[i]] and the record's index in it (a tar's member is found again by it).
+  std::vector<std::string> inputs;
+  std::vector<std::uint32_t> from_input;
+  std::vector<std::uint64_t> from_record;
+  void source(std::string_view input, std::uint64_t record) {
+    if (inputs.empty() || inputs.back() != input) inputs.emplace_back(input);
+    from_input.push_back(static_cast<std::uint32_t>(inputs.size() - 1));
+    from_record.push_back(record);
+  }
 };
 
 // Adds a record to the shard and remembers what verification must find.
@@ -605,8 +617,45 @@ void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) 
     }
     if (std::exchange(first, false)) phase("read");
     add(w, p, f->bytes(), label);
+    p.source(path.string(), 0);
     bar.update(p.labels.size() + p.skipped.size(), p.bytes);
   }
+}
+
+// An archive's record as the input check sees it: with --verify full a JPEG record (or member) is
+// decoded in full here, before it is packed, so --skip-bad can skip it and a failure names the
+// input and the member, not the shard being written.
+void check_record(const options& o, std::span<const std::byte> rec) {
+#if SLUICE_WITH_TURBOJPEG
+  if (o.verify == verify_mode::full && looks_like_jpeg(rec)) decode_fully(rec);
+#else
+  (void)o;
+  (void)rec;
+#endif
+}
+
+// "in.tar member 'train/0005.jpg'" for record i of a WebDataset tar (the tar is walked again to
+// find the member: only for a message), "in.tfrecord record 5" otherwise.
+std::string record_name(const options& o, const std::string& input, std::uint64_t i) {
+  if (o.kind == "wds" && o.fields.empty()) {
+    try {
+      const sluice::io::wds_tar_reader r(input, {.record_field = o.field, .label_field = o.label,
+                                                 .index = sluice::io::saved_index::ignore, .ignore_zeros = o.ignore_zeros});
+      if (i < r.size()) {
+        const std::uint64_t at = r.offset(static_cast<std::size_t>(i));
+        std::string name;
+        sluice::io::detail::walk_tar(r.file().bytes(), input, o.ignore_zeros,
+                                     [&](const sluice::io::detail::tar_member_view& m) {
+                                       if (m.data != at) return true;
+                                       name.assign(m.name);
+                                       return false;
+                                     });
+        if (!name.empty()) return input + " member '" + name + "'";
+      }
+    } catch (const sluice::error&) {  // the input changed since: the record number still says where
+    }
+  }
+  return input + " record " + std::to_string(i);
 }
 
 template <class Reader, class MakeReader>
@@ -638,13 +687,15 @@ void pack_readers(const options& o, sluice::io::shard_writer& w, packed& p, Make
       try {
         rec = r.record(i);
         label = r.label(i);
+        check_record(o, rec);
       } catch (const sluice::error& e) {
-        input_error err(std::string(r.path()) + " record " + std::to_string(i), e.what());
+        input_error err(record_name(o, std::string(r.path()), i), e.what());
         if (!o.skip_bad) throw err;
         p.skipped.emplace_back(err.file, err.reason);
         continue;
       }
       add(w, p, rec, label);
+      p.source(r.path(), i);
       bar.update(p.labels.size(), p.bytes);
     }
 }
@@ -855,6 +906,7 @@ void pack_field_sources(const options& o, sluice::io::shard_writer& w, packed& p
       std::int64_t label = -1;
       try {
         label = r.get(i, views);
+        for (const auto& v : views) check_record(o, v);
       } catch (const sluice::error& e) {
         input_error err(std::string(r.path()) + " record " + std::to_string(i), e.what());
         if (!o.skip_bad) throw err;
@@ -862,6 +914,7 @@ void pack_field_sources(const options& o, sluice::io::shard_writer& w, packed& p
         continue;
       }
       add_fields(w, p, views, label);
+      p.source(r.path(), i);
       bar.update(p.labels.size(), p.bytes);
     }
 }
@@ -869,6 +922,15 @@ void pack_field_sources(const options& o, sluice::io::shard_writer& w, packed& p
 // Re-opens the sealed partial file and checks it against what was packed.
 void verify(const options& o, const std::string& file, const packed& p) {
   auto fail = [&](std::string why) { throw verify_error("sluice-pack: verification of '" + file + "' failed: " + why); };
+  // "record 5 (from in.tar member 's0005.jpg')": the shard's record and the input it was packed from.
+  auto rec_name = [&](std::size_t i) {
+    std::string n = "record " + std::to_string(i);
+    if (i < p.from_input.size()) {
+      const std::string& in = p.inputs[p.from_input[i]];
+      n += " (from " + (o.kind == "imagefolder" ? "'" + in + "'" : record_name(o, in, p.from_record[i])) + ")";
+    }
+    return n;
+  };
   try {
     sluice::io::shard_reader r(file, {.verify = false});
     if (r.size() != p.labels.size())
@@ -878,7 +940,7 @@ void verify(const options& o, const std::string& file, const packed& p) {
     for (std::size_t i = 0; i < r.size() && !p.schema.empty(); ++i) {
       // Every record's field table is checked by for_each_field; each field against the input.
       r.for_each_field(i, [&](std::size_t k, std::span<const std::byte> v) {
-        const std::string where = "record " + std::to_string(i) + ", field '" + p.schema[k].name + "': ";
+        const std::string where = rec_name(i) + ", field '" + p.schema[k].name + "': ";
         if (sluice::io::crc32c(v) != p.field_crcs[i * p.schema.size() + k]) fail(where + "bytes differ from the input");
         if (o.verify == verify_mode::full && looks_like_jpeg(v)) {
           try {
@@ -888,18 +950,18 @@ void verify(const options& o, const std::string& file, const packed& p) {
           }
         }
       });
-      if (r.label(i) != p.labels[i]) fail("record " + std::to_string(i) + ": label differs");
+      if (r.label(i) != p.labels[i]) fail(rec_name(i) + ": label differs");
       if (i == 0) phase("verify");
     }
     for (std::size_t i = 0; i < r.size() && p.schema.empty(); ++i) {
       const auto rec = r.record(i);
-      if (sluice::io::crc32c(rec) != p.crcs[i]) fail("record " + std::to_string(i) + ": bytes differ from the input");
-      if (r.label(i) != p.labels[i]) fail("record " + std::to_string(i) + ": label differs");
+      if (sluice::io::crc32c(rec) != p.crcs[i]) fail(rec_name(i) + ": bytes differ from the input");
+      if (r.label(i) != p.labels[i]) fail(rec_name(i) + ": label differs");
       if (o.verify == verify_mode::full && looks_like_jpeg(rec)) {
         try {
           decode_fully(rec);
         } catch (const sluice::format_error& e) {  // e.g. a record over the shard format's 4 GiB limit
-          fail("record " + std::to_string(i) + ": " + e.cause());
+          fail(rec_name(i) + ": " + e.cause());
         }
       }
       if (i == 0) phase("verify");
@@ -951,6 +1013,7 @@ int run(const options& o) {
     progress bar(r->size(), o.quiet);
     for (std::size_t i = 0; i < r->size(); ++i) {
       add(w, p, r->record(i), r->label(i));
+      p.source(o.inputs[0], i);
       bar.update(p.labels.size(), p.bytes);
     }
 #endif

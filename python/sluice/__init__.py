@@ -156,11 +156,28 @@ def _output(v: Any, allowed: Sequence[Optional[str]], where: str) -> str:
     return v or ""
 
 
-def _normalise(kw: Dict[str, Any], output: Optional[str], mean: Any, std: Any, where: str) -> None:
+def _normalise(kw: Dict[str, Any], output: Optional[str], mean: Any, std: Any, where: str,
+               channels: Optional[int] = None) -> None:
+    """mean=/std=: finite values, std above zero, one value for all channels or one per channel
+    (``channels`` where the source knows them: 3 for decoded images). Records check the channel
+    count against their per-sample element count when the source is opened."""
     if (mean is not None or std is not None) and output != "float32":
         raise _usage(f"{where}: mean=/std= normalise float32 output; give output='float32' as well")
-    kw["mean"] = _floats("mean", mean)
-    kw["std"] = _floats("std", std)
+    m, s = _floats("mean", mean), _floats("std", std)
+    for name, vals in (("mean", m), ("std", s)):
+        if any(not math.isfinite(x) for x in vals):
+            raise _usage(f"{where}: {name}={vals!r} is not accepted; every value must be finite")
+    if any(x <= 0 for x in s):
+        raise _usage(f"{where}: std={s!r} is not accepted; every value must be above zero")
+    if len(m) > 1 and len(s) > 1 and len(m) != len(s):
+        raise _usage(f"{where}: mean= has {len(m)} values and std= has {len(s)}; give one per channel for both "
+                     "(or one value to apply to every channel)")
+    n = max(len(m), len(s))
+    if channels is not None and n > 1 and n != channels:
+        raise _usage(f"{where}: mean=/std= have {n} values for {channels} channels; give {channels} (one per "
+                     "channel) or one for all")
+    kw["mean"] = m
+    kw["std"] = s
 
 
 class Image:
@@ -318,7 +335,7 @@ def _image_keywords(kind: str, decode: Optional[Image], output: Optional[str], m
         raise _usage(f"sluice.{kind}: decode={decode!r} is not accepted; use sluice.image(size=(h, w), ...)")
     kw.update(size=list(decode.size), random_resized_crop=decode.crop == "random_resized", flip=decode.flip,
               layout=decode.layout, output=_output(output, (None, "uint8", "float32"), f"sluice.{kind}"))
-    _normalise(kw, output, mean, std, f"sluice.{kind}")
+    _normalise(kw, output, mean, std, f"sluice.{kind}", channels=3)
 
 
 def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,

@@ -105,12 +105,15 @@ TEST_CASE("epoch CSV round trip") {
   o.wait_fraction = 0.25;
   o.class_std = 3.5;
   auto row = to_csv_row(o);
-  CHECK(row == "4,,0.25,,,3.5,,,,,,,,,,");
+  CHECK(row == "4,,0.25,,,3.5,,,,,,,,,,,,");
   o.bottleneck_stage = "decode";
   o.bottleneck_share = 0.83;
-  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,");
+  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,,,");
   o.comm_time_s = 0.004;
-  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,0.004");
+  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,0.004,,");
+  o.step_time_std_s = 0.0011;
+  o.steps = 900;
+  CHECK(to_csv_row(o) == "4,,0.25,,,3.5,,,,,,,,decode,0.83,0.004,0.0011,900");
 }
 
 TEST_CASE("epoch CSV: rows with and without the bottleneck columns are read back") {
@@ -125,11 +128,15 @@ TEST_CASE("epoch CSV: rows with and without the bottleneck columns are read back
     f << epoch_csv_header << "\n" << to_csv_row(a) << "\n"
       << "1,,0.1,,,,,,,,,,\n"   // 13 fields: recorded before the bottleneck columns existed
       << "2,0.01,0.1,,,,,,,,,,,read,0.5\n"  // 15: before comm_time_s
-      << "3,0.01,0.1,,,,,,,,,,,read,0.5,0.002\n";
+      << "3,0.01,0.1,,,,,,,,,,,read,0.5,0.002\n"
+      << "4,0.01,0.1,,,,,,,,,,,read,0.5,0.002,0.003,450\n";  // 18: with the step jitter
   }
   const auto h = read_epoch_csv(path);
   std::remove(path.c_str());
-  REQUIRE(h.size() == 4);
+  REQUIRE(h.size() == 5);
+  CHECK(h[4].step_time_std_s == doctest::Approx(0.003));
+  CHECK(h[4].steps == doctest::Approx(450));
+  CHECK(std::isnan(h[3].steps));
   CHECK(std::isnan(h[0].comm_time_s));
   CHECK(std::isnan(h[2].comm_time_s));
   CHECK(h[2].bottleneck_stage == "read");

@@ -289,6 +289,52 @@ TEST_CASE("R7 stays quiet below 10 % growth, on one epoch, and without timings")
   CHECK(!rule_slowdown_cause(h));
 }
 
+TEST_CASE("R7 is silent on noise: within the step jitter, the standard error, or the earlier epochs' spread") {
+  auto jittery = [](std::uint64_t e, double step_ms, double std_ms, double steps) {
+    auto o = epoch_of(e, step_ms, 0.1 * step_ms);
+    o.step_time_std_s = std_ms / 1e3;
+    o.steps = steps;
+    return o;
+  };
+  // A shared 2-core machine as the demo sees it: 2.77 -> 3.29 ms, steps scattered by about 1 ms.
+  std::vector<epoch_observation> h = {jittery(0, 2.77, 1.0, 900), jittery(1, 3.29, 1.1, 900)};
+  CHECK(!rule_slowdown_cause(h));
+  // The same growth with steps that scatter little is a slowdown.
+  h = {jittery(0, 2.77, 0.1, 900), jittery(1, 3.29, 0.1, 900)};
+  CHECK(rule_slowdown_cause(h));
+  // Past the jitter but from two steps each: within three standard errors of the difference.
+  h = {jittery(0, 2.77, 0.4, 2), jittery(1, 3.29, 0.4, 2)};
+  CHECK(!rule_slowdown_cause(h));
+  // Earlier epochs scattered around 11 ms by about 1 ms: 13.5 ms is within three robust
+  // deviations of their median (4.4 ms), 16 ms is not.
+  h = {epoch_of(0, 10.0, 1.0), epoch_of(1, 12.0, 1.0), epoch_of(2, 11.0, 1.0), epoch_of(3, 13.5, 1.0)};
+  CHECK(!rule_slowdown_cause(h));
+  h.back() = epoch_of(3, 16.0, 1.0);
+  CHECK(rule_slowdown_cause(h));
+  // A slowdown that began an epoch ago is still one: the slow epoch does not widen the band.
+  h = {epoch_of(0, 3.5, 0.1), epoch_of(1, 3.4, 0.1), epoch_of(2, 7.7, 0.1), epoch_of(3, 7.8, 0.1)};
+  CHECK(rule_slowdown_cause(h));
+  // Noise-only histories: 200 runs of 8 epochs whose mean step moves with the machine's load by
+  // up to 25 % while single steps scatter by a third of the step; no prefix of any run warns.
+  std::uint64_t x = 88172645463325252ull;
+  auto uniform = [&] {  // xorshift64
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<double>(x >> 11) / 9007199254740992.0;
+  };
+  std::size_t warnings = 0;
+  for (int run = 0; run < 200; ++run) {
+    h.clear();
+    for (std::uint64_t e = 0; e < 8; ++e) {
+      h.push_back(jittery(e, 3.0 * (1 + 0.25 * uniform()), 1.0, 500 + 500 * uniform()));
+      if (rule_slowdown_cause(h)) ++warnings;
+      for (const auto& r : advise(h)) CHECK(r.rule != "R7 slowdown-cause");
+    }
+  }
+  CHECK(warnings == 0);
+}
+
 TEST_CASE("rank summaries and the job's observation in the JSON report") {
   json_writer w;
   w.begin_array();
@@ -303,5 +349,5 @@ TEST_CASE("rank summaries and the job's observation in the JSON report") {
   json_writer o;
   auto ob = epoch_of(2, 10.0, 1.0, 4.0);
   to_json(o, ob);
-  CHECK(o.str().find(R"("comm_time_s":0.004})") != std::string::npos);
+  CHECK(o.str().find(R"("comm_time_s":0.004,"step_time_std_s":)") != std::string::npos);
 }

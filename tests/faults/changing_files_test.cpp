@@ -66,7 +66,9 @@ TEST_CASE("a file truncated under a running loader is an error naming it (raise)
     FAIL("no error after the file was truncated");
   } catch (const stage_error& e) {
     CHECK(e.stage() == "read");
-    CHECK(e.sample_id() >= 100);
+    // A sample past the cut, or one of a batch written while the file changed: such a batch
+    // fails whole, as its bytes may hold the new file's (a rewrite starts with a truncation).
+    CHECK(e.sample_id() >= 8);
     const std::string why = sluice_test::innermost_text(e);
     CHECK(why.find(p) != std::string::npos);
     CHECK(why.find("changed while in use") != std::string::npos);

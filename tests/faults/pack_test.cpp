@@ -409,8 +409,8 @@ TEST_CASE("pack: a truncated JPEG fails --verify full, in the input check and in
   r = run_pack({"imagefolder", root, "-o", out, "-q"});
   CHECK(r.code == 0);
   fs::remove(out);
-  // wds records are not checked while packing: the truncated JPEG reaches the shard and its
-  // verification (decode of every JPEG record in the .partial) fails.
+  // A tar's members get the same input check: the truncated member is named by its tar and its
+  // member name, before anything reaches the shard, and --skip-bad skips it and lists it.
   std::vector<std::byte> t;
   sluice::io::append_tar_member(t, "a.jpg", tiny_jpeg(1));
   sluice::io::append_tar_member(t, "a.cls", sluice_test::as_bytes("0"));
@@ -420,8 +420,20 @@ TEST_CASE("pack: a truncated JPEG fails --verify full, in the input check and in
   sluice_test::write_file(d.file("s.tar"), t);
   r = run_pack({"wds", d.file("s.tar"), "-o", out, "-q", "--verify", "full"});
   CHECK(r.code == 1);
-  CHECK(r.err.find("verification of '" + out + ".partial' failed: record 1") != std::string::npos);
+  CHECK(r.err.find(d.file("s.tar") + " member 'b.jpg'") != std::string::npos);
+  CHECK(r.err.find(".partial") == std::string::npos);
   check_nothing_left(out);
+  r = run_pack({"wds", d.file("s.tar"), "-o", out, "-q", "--verify", "full", "--skip-bad"});
+  CHECK(r.code == 0);
+  {
+    sluice::io::shard_reader packed(out);
+    CHECK(packed.size() == 1);
+    CHECK(packed.label(0) == 0);
+    const auto report = sluice_test::read_file(out + ".skipped.tsv");
+    CHECK(std::string(reinterpret_cast<const char*>(report.data()), report.size()).find("member 'b.jpg'") != std::string::npos);
+  }
+  fs::remove(out);
+  fs::remove(out + ".skipped.tsv");
   r = run_pack({"wds", d.file("s.tar"), "-o", out, "-q"});
   CHECK(r.code == 0);
 }
@@ -725,6 +737,45 @@ TEST_CASE("pack: a field changed in the sealed shard fails verification, naming 
   CHECK(r.exited);
   CHECK(r.code == 1);
   CHECK(r.err.find("verification of") != std::string::npos);
-  CHECK(r.err.find("record 1, field 'json': bytes differ from the input") != std::string::npos);
+  // The shard's record and where it came from: the input and its record.
+  CHECK(r.err.find("record 1 (from " + a + " record 1), field 'json': bytes differ from the input") != std::string::npos);
+  check_nothing_left(out);
+}
+
+TEST_CASE("pack: a record changed in the sealed shard names the tar member it was packed from") {
+  temp_dir d;
+  std::vector<std::byte> t;
+  for (const char* key : {"s0000", "s0001", "s0002"}) {
+    sluice::io::append_tar_member(t, std::string("train/") + key + ".bin", sluice_test::as_bytes(std::string("payload of ") + key));
+    sluice::io::append_tar_member(t, std::string("train/") + key + ".cls", sluice_test::as_bytes("1"));
+  }
+  t.resize(t.size() + 1024);
+  const auto tar = d.file("s.tar");
+  sluice_test::write_file(tar, t);
+  const auto out = d.file("o.sluice");
+  child c({"wds", tar, "-o", out, "--field", "bin", "--label", "cls"}, "sealed");
+  REQUIRE(c.wait_for("paused at sealed"));
+  {
+    // Flip one byte of record 1 in the sealed partial file, in place.
+    std::size_t at = 0;
+    {
+      sluice::io::shard_reader r(out + ".partial");
+      at = static_cast<std::size_t>(r.record(1).data() - r.file().bytes().data()) + 3;
+    }
+    const int fd = ::open((out + ".partial").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    char ch = 0;
+    REQUIRE(::pread(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+    ch = static_cast<char>(ch ^ 0x20);
+    REQUIRE(::pwrite(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+    ::close(fd);
+  }
+  c.send(SIGUSR1);
+  const auto r = c.finish(30);
+  INFO(r.err);
+  CHECK(r.exited);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("record 1 (from " + tar + " member 'train/s0001.bin'): bytes differ from the input") !=
+        std::string::npos);
   check_nothing_left(out);
 }

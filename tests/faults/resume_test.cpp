@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -255,6 +257,42 @@ TEST_CASE("state: the stored form round-trips and refuses what it cannot trust")
     refused(good + "x", "1 bytes after the state's end");
   }
   SUBCASE("a missing file") { CHECK_THROWS_AS((void)load_state(dir.file("none")), io_error); }
+  SUBCASE("a FIFO, a directory or an endless device: refused at once, naming it, never waited on") {
+    const std::string fifo = dir.file("fifo.state");
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const std::string zero = dir.file("zero.state");
+    REQUIRE(::symlink("/dev/zero", zero.c_str()) == 0);
+    for (const std::string& p : {fifo, dir.path().string(), zero}) {
+      CAPTURE(p);
+      auto loaded = std::async(std::launch::async, [p] {
+        try {
+          (void)load_state(p);
+          return std::string("loaded");
+        } catch (const format_error& e) {
+          return std::string(e.what());
+        }
+      });
+      REQUIRE_MESSAGE(loaded.wait_for(std::chrono::seconds(10)) == std::future_status::ready, "blocked on " << p);
+      const auto what = loaded.get();
+      CHECK(what.find("not a regular file") != std::string::npos);
+      CHECK(what.find(p) != std::string::npos);
+    }
+  }
+  SUBCASE("larger than a state can be: refused by its size") {
+    const std::string big = dir.file("big.state");
+    {
+      std::ofstream f(big, std::ios::binary);
+      f.seekp((std::int64_t{1} << 24) + 1);
+      f.put('x');
+    }
+    try {
+      (void)load_state(big);
+      FAIL("accepted a 16 MiB file");
+    } catch (const format_error& e) {
+      CHECK(e.file() == big);
+      CHECK(std::string(e.what()).find("larger than") != std::string::npos);
+    }
+  }
   SUBCASE("from a string, the origin is named") {
     try {
       (void)state_from_string(good.substr(0, 20), "ckpt/step-9");

@@ -4,7 +4,13 @@
 // and the JSON reader the index goes through (io/json.hpp).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <future>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -346,8 +352,15 @@ TEST_CASE("mds: bad shards fail the samples read from them, naming the shard, an
   const auto shards = write_mds(t.path().string(), small_cols, small_samples(12), 4);
   const std::string s1 = t.path().string() + "/shard.00001.mds";
   SUBCASE("truncated: the size differs from the index") {
+    // Here at construction: refused at once, naming the shard (skip never walks its samples).
     sluice_test::write_file(s1, shards[1].substr(0, shards[1].size() - 3));
+    const auto at_open = sluice_test::expect_format_error([&] { io::mds_dataset<small> d(t.path().string()); });
+    CHECK(at_open.file() == s1);
+    CHECK(at_open.cause().find("index.json says " + std::to_string(shards[1].size())) != std::string::npos);
+    // Truncated after construction: the samples read from it fail, and skip drops and counts them.
+    sluice_test::write_file(s1, shards[1]);
     io::mds_dataset<small> d(t.path().string());
+    sluice_test::write_file(s1, shards[1].substr(0, shards[1].size() - 3));
     CHECK(scalar<std::int64_t>(d.fields(3).bytes_of<"label">()) == 3);
     const auto e = sluice_test::expect_format_error([&] { (void)d.fields(5); });
     CHECK(e.file() == s1);
@@ -366,9 +379,46 @@ TEST_CASE("mds: bad shards fail the samples read from them, naming the shard, an
     std::string b = shards[1];
     b[0] = 5;
     sluice_test::write_file(s1, b);
-    io::mds_dataset<small> d(t.path().string());
-    CHECK(sluice_test::expect_format_error([&] { (void)d.fields(4); }).cause().find("holds 5 samples but index.json says 4") !=
-          std::string::npos);
+    const auto e = sluice_test::expect_format_error([&] { io::mds_dataset<small> d(t.path().string()); });
+    CHECK(e.file() == s1);
+    CHECK(e.cause().find("holds 5 samples but index.json says 4") != std::string::npos);
+  }
+  SUBCASE("an index that claims more samples than its shard's bytes can hold is refused at construction") {
+    const std::string index = t.path().string() + "/index.json";
+    std::string text = read_text(index);
+    const std::string from = R"("samples": 4)";
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), R"("samples": 4000000000)");
+    sluice_test::write_file(index, text);
+    const auto e = sluice_test::expect_format_error([&] { io::mds_dataset<small> d(t.path().string()); });
+    CHECK(e.file() == index);
+    CHECK(e.cause().find("cannot hold the offset table of that many samples") != std::string::npos);
+  }
+  SUBCASE("index.json that is a FIFO, a directory or /dev/zero is refused at once, naming it") {
+    const std::string index = t.path().string() + "/index.json";
+    std::remove(index.c_str());
+    REQUIRE(::mkfifo(index.c_str(), 0600) == 0);
+    auto opened = std::async(std::launch::async, [&] {
+      try {
+        io::mds_dataset<small> d(t.path().string());
+        return std::string("opened");
+      } catch (const format_error& e) {
+        return std::string(e.what());
+      }
+    });
+    REQUIRE_MESSAGE(opened.wait_for(std::chrono::seconds(10)) == std::future_status::ready, "blocked on a FIFO");
+    auto what = opened.get();
+    CHECK(what.find("not a regular file") != std::string::npos);
+    CHECK(what.find(index) != std::string::npos);
+    std::remove(index.c_str());
+    REQUIRE(::symlink("/dev/zero", index.c_str()) == 0);
+    what = sluice_test::expect_format_error([&] { io::mds_dataset<small> d(t.path().string()); }).what();
+    CHECK(what.find("not a regular file") != std::string::npos);
+    std::remove(index.c_str());
+    std::filesystem::create_directory(index);
+    what = sluice_test::expect_format_error([&] { io::mds_dataset<small> d(t.path().string()); }).what();
+    CHECK(what.find("not a regular file (a directory)") != std::string::npos);
+    CHECK(what.find(index) != std::string::npos);
   }
   SUBCASE("an offset table that goes backwards or leaves the file") {
     for (const std::uint32_t v : {3u, 0xffffu}) {

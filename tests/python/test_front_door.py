@@ -360,6 +360,28 @@ def test_keywords_that_do_not_apply_are_type_errors_naming_where_they_apply(recs
         sluice.records(recs[0], record_bytes=16, mean=0.5)
 
 
+def test_mean_and_std_are_checked_when_given_not_at_the_first_batch(recs, tmp_path):
+    rec = lambda **kw: sluice.records(recs[0], record_bytes=16, output="float32", **kw)  # noqa: E731
+    img = lambda **kw: sluice.wds(tmp_path / "x.tar", decode=sluice.image(size=(8, 8)), output="float32", **kw)  # noqa: E731
+    for call, words in [
+        (lambda: rec(mean=[float("nan")]), r"mean=\[nan\] is not accepted; every value must be finite"),
+        (lambda: rec(std=[float("inf")]), "std=.* every value must be finite"),
+        (lambda: rec(std=[0.0]), "std=.* every value must be above zero"),
+        (lambda: rec(std=-1.0), "every value must be above zero"),
+        (lambda: rec(mean=[0.1, 0.2], std=[0.1, 0.2, 0.3]), "mean= has 2 values and std= has 3"),
+        (lambda: img(mean=[0.1, 0.2], std=0.5), "2 values for 3 channels"),
+        (lambda: img(mean=[0.1, 0.2, 0.3, 0.4, 0.5]), "5 values for 3 channels"),
+    ]:
+        with pytest.raises(sluice.UsageError, match=words):
+            call()
+    # Records: a per-channel count must divide the sample's elements (16 bytes: 5 channels do not).
+    with pytest.raises(sluice.UsageError, match="a sample holds 16 elements, not a whole number of 5-channel pixels"):
+        sluice.Loader(rec(mean=[0.1, 0.2, 0.3, 0.4, 0.5]))
+    # One value for all, or one per channel that divides the sample: accepted.
+    sluice.Loader(rec(mean=0.5, std=[0.25]), workers=0).close()
+    sluice.Loader(rec(mean=[0.1, 0.2, 0.3, 0.4], std=0.5), workers=0).close()
+
+
 def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
     for call, words in [
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=0), "batch_size=0"),

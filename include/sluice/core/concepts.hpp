@@ -180,4 +180,14 @@ concept collator_for =
       c.finish(all, base, sc, layout);
     };
 
+// The file a sample came from, when it says (record views and field samples carry `origin`).
+// The pipeline takes it from the first stage output that names one (sample_chain::apply), so a
+// wrapper stage need not forward it.
+template <class S>
+std::string_view origin_of(const S& s) noexcept {
+  if constexpr (requires { { s.origin } -> std::convertible_to<std::string_view>; }) return s.origin;
+  else if constexpr (requires { { s.origin() } -> std::convertible_to<std::string_view>; }) return s.origin();
+  else return {};
+}
+
 }  // namespace sluice

@@ -206,6 +206,9 @@ template <class Sample, class Collate>
 struct worker_scratch {
   std::vector<Sample> samples;
   std::vector<std::uint64_t> positions;
+  std::vector<std::string_view> origins;   // each sample's file (sample_chain::apply says which)
+  detail::batch_file_check files;          // the files' identities, checked after each write
+  std::string changed_why;
   typename Collate::scratch_type collate;
   typename Collate::scratch_type helping;  // a copy of another worker's plan, while helping it
   std::uint64_t join_wait_ns = 0;          // this batch's wait for its helpers
@@ -240,6 +243,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     slot_type* s = nullptr;
     const sample_type* samples = nullptr;
     const std::uint64_t* positions = nullptr;
+    const std::string_view* origins = nullptr;
     std::uint64_t epoch = 0, gen = 0, ticket = 0;
     std::size_t chunk = 1;
     typename Collate::scratch_type plan{};  // the owner's scratch as plan() left it
@@ -296,6 +300,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     for (std::size_t w = 0; w < lanes_; ++w) {
       scratch_[w].samples.reserve(chain_.collate.batch_size());
       scratch_[w].positions.reserve(chain_.collate.batch_size());
+      scratch_[w].origins.reserve(chain_.collate.batch_size());
     }
   }
   ring(const ring&) = delete;
@@ -1051,6 +1056,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::uint64_t skipped = 0;
     ws.samples.clear();
     ws.positions.clear();
+    ws.origins.clear();
     struct clear_on_exit {  // the samples may pin cache entries: drop them with the batch
       scratch_type& ws;
       ~clear_on_exit() { ws.samples.clear(); }
@@ -1072,10 +1078,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
         id = sampler.at(epoch, pos);
         sample_context ctx{opt_.seed, epoch, id, pos};
+        std::string_view origin;
         if (opt_.stage_timing && (sample_counter++ % stage_timing_stride) == 0) {
-          ws.samples.push_back(chain_.chain.template apply<true>(id, ctx, local_stage_ns));
+          ws.samples.push_back(chain_.chain.template apply<true>(id, ctx, origin, local_stage_ns));
         } else {
-          ws.samples.push_back(chain_.chain.apply(id, ctx));
+          ws.samples.push_back(chain_.chain.apply(id, ctx, origin));
         }
         try {
           col.check(ws.samples.back(), ws.collate);
@@ -1085,7 +1092,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         }
         if (watch.suspect()) [[unlikely]] {
           try {
-            watch.check(origin_of(ws.samples.back()));
+            watch.check(origin);
           } catch (...) {
             ws.samples.pop_back();
             throw_stage_error("read", id);
@@ -1093,6 +1100,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         }
         s.ids[ws.positions.size()] = id;
         ws.positions.push_back(pos);
+        ws.origins.push_back(origin);
       } catch (...) {
         if (opt_.errors == on_error::skip) {
           ++skipped;
@@ -1152,6 +1160,19 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         if (generation_.load(std::memory_order_relaxed) != gen) return false;
         failed_at = ws.samples.size();
         col.finish(std::span<const sample_type>(ws.samples), s.data, ws.collate, s.layout);
+        // The files the batch read, as they are now: a truncation inside a page or an overwrite
+        // in place shows no fault (core/file_guard.hpp's batch_file_check).
+        if (const std::size_t f = ws.files.first_changed(ws.origins, ws.changed_why); f < ws.samples.size()) {
+          failed_at = f;
+          failing = "read";
+          try {
+            throw format_error(std::string(ws.origins[f]), {.record = s.ids[f]},
+                               "the file changed while in use: " + ws.changed_why +
+                                   "; its records can no longer be trusted (reopen the dataset)");
+          } catch (...) {
+            throw_stage_error("read", s.ids[f]);
+          }
+        }
         break;
       } catch (...) {
         const std::uint64_t id = failed_at < ws.samples.size() ? s.ids[failed_at] : first;
@@ -1160,6 +1181,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
           note_skip();
           erase_at(ws.samples, failed_at);
           ws.positions.erase(ws.positions.begin() + static_cast<std::ptrdiff_t>(failed_at));
+          ws.origins.erase(ws.origins.begin() + static_cast<std::ptrdiff_t>(failed_at));
           for (std::size_t i = failed_at; i < ws.samples.size(); ++i) s.ids[i] = s.ids[i + 1];
           recheck = true;
           continue;
@@ -1194,14 +1216,14 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // ---- Writing a batch's samples, alone or with help (loader_options::split_batches) ----------
 
   // Writes sample i of slot s into its place.
-  void write_one(slot_type& s, const sample_type& smp, std::size_t i, std::uint64_t epoch, std::uint64_t pos,
-                 typename Collate::scratch_type& sc) {
+  void write_one(slot_type& s, const sample_type& smp, std::string_view origin, std::size_t i, std::uint64_t epoch,
+                 std::uint64_t pos, typename Collate::scratch_type& sc) {
     sample_context ctx{opt_.seed, epoch, s.ids[i], pos};
     const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
     chain_.collate.write(smp, i, s.data, sc, ctx);
     if (watch.suspect()) [[unlikely]] {
       try {
-        watch.check(origin_of(smp));
+        watch.check(origin);
       } catch (...) {
         throw_stage_error("read", s.ids[i]);
       }
@@ -1229,7 +1251,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         // stops here too, within one sample's work, not after the whole batch.
         if (inline_interrupt_due() || generation_.load(std::memory_order_relaxed) != j.gen) return written;
         try {
-          write_one(*j.s, j.samples[i], i, j.epoch, j.positions[i], sc);
+          write_one(*j.s, j.samples[i], j.origins[i], i, j.epoch, j.positions[i], sc);
           ++written;
         } catch (...) {
           std::lock_guard lk(j.error_m);
@@ -1254,6 +1276,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     j.s = &s;
     j.samples = ws.samples.data();
     j.positions = ws.positions.data();
+    j.origins = ws.origins.data();
     j.epoch = epoch;
     j.gen = gen;
     j.ticket = k;

@@ -112,12 +112,22 @@ class sample_chain {
   // Runs every stage on sample `id`. With Timed, adds each stage's duration to stage_ns[i]:
   // one clock read before the first stage and one after each (stages + 1 reads, not 2 a stage).
   // An exception from stage i is rethrown as stage_error naming stage i and the sample.
+  // `origin` receives the file the sample came from: the first stage output that names one (the
+  // read stage's record view or field sample), so whatever wraps the sample afterwards (pad_to,
+  // map, decode, convert, cache) the loader still knows which file's bytes it carries.
   template <bool Timed = false>
-  SLUICE_ALWAYS_INLINE output_type apply(std::uint64_t id, const sample_context& ctx,
+  SLUICE_ALWAYS_INLINE output_type apply(std::uint64_t id, const sample_context& ctx, std::string_view& origin,
                                          std::uint64_t* stage_ns = nullptr) const {
     std::uint64_t t = 0;
     if constexpr (Timed) t = detail::now_ns();
-    return apply_from<0, Timed>(sample_id{id}, ctx, stage_ns, t);
+    origin = {};
+    return apply_from<0, Timed>(sample_id{id}, ctx, stage_ns, t, origin);
+  }
+  template <bool Timed = false>
+  SLUICE_ALWAYS_INLINE output_type apply(std::uint64_t id, const sample_context& ctx,
+                                         std::uint64_t* stage_ns = nullptr) const {
+    std::string_view origin;
+    return apply<Timed>(id, ctx, origin, stage_ns);
   }
 
   Sampler sampler_;
@@ -126,7 +136,7 @@ class sample_chain {
  private:
   template <std::size_t I, bool Timed, class In>
   SLUICE_ALWAYS_INLINE auto apply_from(In&& in, const sample_context& ctx, std::uint64_t* stage_ns,
-                                       std::uint64_t& t) const {
+                                       std::uint64_t& t, std::string_view& origin) const {
     if constexpr (I == sizeof...(Stages)) {
       return std::forward<In>(in);
     } else {
@@ -144,7 +154,8 @@ class sample_chain {
         stage_ns[I] += t1 - t;
         t = t1;
       }
-      return apply_from<I + 1, Timed>(std::move(out), ctx, stage_ns, t);
+      if (origin.empty()) origin = origin_of(out);
+      return apply_from<I + 1, Timed>(std::move(out), ctx, stage_ns, t, origin);
     }
   }
 };

@@ -66,6 +66,7 @@
 #include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/random.hpp"
+#include "sluice/io/regular_file.hpp"
 
 namespace sluice {
 
@@ -478,22 +479,8 @@ inline void save_state(const loader_state& st, const std::string& path) {
 // Reads a state save_state wrote. io_error if it cannot be read; format_error naming the file if
 // it is not a loader state, is of an unknown version, truncated or corrupt.
 [[nodiscard]] inline loader_state load_state(const std::string& path) {
-  detail::fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw io_error(path, "cannot open loader state", errno);
-  std::string bytes;
-  char buf[4096];
-  for (;;) {
-    const ssize_t r = ::read(f.fd, buf, sizeof buf);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw io_error(path, "cannot read loader state", errno);
-    }
-    if (r == 0) break;
-    bytes.append(buf, static_cast<std::size_t>(r));
-    if (bytes.size() > (std::size_t{1} << 24))
-      throw format_error(path, {.offset = bytes.size()}, "larger than 16 MiB: not a sluice loader state");
-  }
-  return state_from_string(bytes, path);
+  // A regular file of at most 16 MiB: a FIFO is refused, not waited on.
+  return state_from_string(io::detail::read_small_file(path, std::size_t{1} << 24, "a sluice loader state"), path);
 }
 
 }  // namespace sluice

@@ -71,6 +71,13 @@
 //                   short step keeps up with a longer one); overlap the all-reduce with the backward
 //                   pass, use larger gradient buckets or compression, or look at the network.
 //                   Otherwise compute, or, with communication unmeasured, "outside the loader".
+//                   Only past the noise: the growth must also exceed the step jitter (the pooled
+//                   step_time_std_s of the two epochs: a mean that moved by less than one step's
+//                   typical scatter is how a shared machine looks), three standard errors of the
+//                   difference of the two means (with steps), and, with two or more earlier
+//                   epochs, three robust deviations of their step times above their median
+//                   (1.4826 x the median absolute deviation). A noise-only history gives no
+//                   warning; a slowdown that persists keeps being reported.
 //                   Severity warning; value: the growth (0.25 = 25 %).
 //
 // `observe(epoch_stats, workers)` fills an observation's loader fields from one epoch's stats;
@@ -118,6 +125,8 @@ struct epoch_observation {
   std::string bottleneck_stage;                // bottleneck(epoch_stats).stage; empty: unmeasured
   double bottleneck_share = unmeasured;        // its share of worker busy time, 0..1
   double comm_time_s = unmeasured;             // communication per step (the gradient all-reduce), trainer-measured
+  double step_time_std_s = unmeasured;         // standard deviation of the steps (the step jitter)
+  double steps = unmeasured;                   // steps the mean and the deviation are over
 
   [[nodiscard]] double consumer_utilisation() const noexcept {
     if (!std::isnan(utilisation)) return utilisation;
@@ -359,7 +368,10 @@ inline epoch_observation observe(const epoch_stats& e, std::size_t workers) {
   epoch_observation o;
   o.epoch = e.epoch;
   const std::uint64_t steps = e.batches > 1 ? e.batches - 1 : 0;  // the first batch is warm-up
-  if (steps > 0) o.step_time_s = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns) / static_cast<double>(steps) / 1e9;
+  if (steps > 0) {
+    o.step_time_s = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns) / static_cast<double>(steps) / 1e9;
+    o.steps = static_cast<double>(steps);
+  }
   if (e.consumer_wait_ns + e.consumer_busy_ns > 0) o.wait_fraction = e.stall_fraction;
   o.workers = static_cast<double>(workers);
   if (workers > 0 && e.wall_ns > 0)
@@ -441,6 +453,34 @@ inline std::optional<recommendation> rule_slowdown_cause(std::span<const epoch_o
   const double growth = o.step_time_s / base->step_time_s - 1;
   if (growth <= t.slowdown_matters) return std::nullopt;
   const double d_step = o.step_time_s - base->step_time_s;
+  // The noise band (see the table at the top).
+  const bool jitter = !std::isnan(o.step_time_std_s) && !std::isnan(base->step_time_std_s);
+  if (jitter) {
+    const double pooled = std::sqrt(0.5 * (o.step_time_std_s * o.step_time_std_s +
+                                           base->step_time_std_s * base->step_time_std_s));
+    if (d_step <= pooled) return std::nullopt;
+    if (!std::isnan(o.steps) && !std::isnan(base->steps) && o.steps >= 1 && base->steps >= 1) {
+      const double se = std::sqrt(o.step_time_std_s * o.step_time_std_s / o.steps +
+                                  base->step_time_std_s * base->step_time_std_s / base->steps);
+      if (d_step <= 3 * se) return std::nullopt;
+    }
+  }
+  // The earlier epochs' own scatter: the latest must stand above their median by more than three
+  // robust standard deviations (1.4826 x the median absolute deviation, which a slowdown that
+  // began a few epochs ago does not inflate as a max-min spread would).
+  std::vector<double> earlier;
+  for (std::size_t i = 0; i + 1 < h.size(); ++i)
+    if (timed(h[i])) earlier.push_back(h[i].step_time_s);
+  if (earlier.size() >= 2) {
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const std::size_t n = v.size();
+      return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    };
+    const double m = median(earlier);
+    for (auto& x : earlier) x = std::abs(x - m);
+    if (o.step_time_s - m <= 3 * 1.4826 * median(earlier)) return std::nullopt;
+  }
   const double wait0 = base->wait_fraction * base->step_time_s, wait1 = o.wait_fraction * o.step_time_s;
   const bool comm = !std::isnan(o.comm_time_s) && !std::isnan(base->comm_time_s);
   const double d_comm = comm ? o.comm_time_s - base->comm_time_s : unmeasured;
@@ -532,7 +572,7 @@ inline std::vector<recommendation> advise(std::span<const epoch_observation> his
 inline constexpr const char* epoch_csv_header =
     "epoch,step_time_s,wait_fraction,utilisation,validation_loss,class_std,workers,prefetch_depth,"
     "worker_busy_fraction,rss_bytes,minor_faults,major_faults,drift_shift_sigma,bottleneck_stage,"
-    "bottleneck_share,comm_time_s";
+    "bottleneck_share,comm_time_s,step_time_std_s,steps";
 
 inline std::string to_csv_row(const epoch_observation& o) {
   std::string s = std::to_string(o.epoch);
@@ -548,12 +588,16 @@ inline std::string to_csv_row(const epoch_observation& o) {
   if (!std::isnan(o.bottleneck_share)) s += detail::num(o.bottleneck_share, "%.9g");
   s += ',';
   if (!std::isnan(o.comm_time_s)) s += detail::num(o.comm_time_s, "%.9g");
+  for (double v : {o.step_time_std_s, o.steps}) {
+    s += ',';
+    if (!std::isnan(v)) s += detail::num(v, "%.9g");
+  }
   return s;
 }
 
 inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
-  std::ifstream f(io::detail::regular_file_path(path));  // a FIFO is refused, not waited on
-  if (!f) throw io_error(path, "cannot open", errno);
+  // A regular file of at most 256 MiB: a FIFO is refused, not waited on.
+  std::istringstream f(io::detail::read_small_file(path, std::size_t{256} << 20, "an epoch log"));
   std::string line;
   std::vector<epoch_observation> out;
   std::uint64_t lineno = 0;
@@ -565,9 +609,9 @@ inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
     std::string cell;
     while (std::getline(ss, cell, ',')) cells.push_back(cell);
     if (!line.empty() && line.back() == ',') cells.emplace_back();
-    // 13: recorded before the bottleneck columns, 15: before comm_time_s
-    if (cells.size() != 13 && cells.size() != 15 && cells.size() != 16) {
-      throw format_error(path, {.record = lineno}, "expected 16 (or 15, 13) comma-separated fields, found " +
+    // 13: recorded before the bottleneck columns, 15: before comm_time_s, 16: before the jitter
+    if (cells.size() != 13 && cells.size() != 15 && cells.size() != 16 && cells.size() != 18) {
+      throw format_error(path, {.record = lineno}, "expected 18 (or 16, 15, 13) comma-separated fields, found " +
                                                        std::to_string(cells.size()));
     }
     auto val = [&](std::size_t i) {
@@ -590,7 +634,11 @@ inline std::vector<epoch_observation> read_epoch_csv(const std::string& path) {
       o.bottleneck_stage = cells[13];
       o.bottleneck_share = val(14);
     }
-    if (cells.size() == 16) o.comm_time_s = val(15);
+    if (cells.size() >= 16) o.comm_time_s = val(15);
+    if (cells.size() == 18) {
+      o.step_time_std_s = val(16);
+      o.steps = val(17);
+    }
     out.push_back(o);
   }
   return out;

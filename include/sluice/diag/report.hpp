@@ -193,7 +193,8 @@ inline void to_json(json_writer& w, const epoch_observation& o) {
   w.key("bottleneck_stage");
   if (o.bottleneck_stage.empty()) w.null();
   else w.value(o.bottleneck_stage);
-  w.field("bottleneck_share", o.bottleneck_share).field("comm_time_s", o.comm_time_s).end_object();
+  w.field("bottleneck_share", o.bottleneck_share).field("comm_time_s", o.comm_time_s)
+      .field("step_time_std_s", o.step_time_std_s).field("steps", o.steps).end_object();
 }
 
 // One rank's epoch (diag/ranks.hpp), per-step figures in seconds as the advisor reads them.

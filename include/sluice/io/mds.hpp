@@ -77,6 +77,7 @@
 #include "sluice/core/schema.hpp"
 #include "sluice/io/json.hpp"
 #include "sluice/io/lazy_open.hpp"
+#include "sluice/io/regular_file.hpp"
 #include "sluice/io/mapped_file.hpp"
 
 namespace sluice::io {
@@ -126,6 +127,13 @@ struct mds_shard_info {
     const std::int64_t bytes = raw.at("bytes", file, where + ".raw_data").as_int(file, where + ".raw_data.bytes");
     if (bytes < 0) throw format_error(file, {}, where + ".raw_data.bytes is negative");
     info.bytes = static_cast<std::uint64_t>(bytes);
+    // A shard starts with its sample count and an offset table of samples + 1 entries (u32 each):
+    // an index whose count that table could not fit in is refused here, not walked sample by
+    // sample under on_error::skip.
+    if (4 + 4 * (info.samples + 1) > info.bytes)
+      throw format_error(file, {}, where + ".samples is " + std::to_string(info.samples) + ", but its raw_data.bytes (" +
+                                       std::to_string(info.bytes) + ") cannot hold the offset table of that many samples (" +
+                                       std::to_string(4 + 4 * (info.samples + 1)) + " bytes)");
     auto safe = [&](const std::string& name, const char* what) {
       // A shard name stays inside the dataset's directory: no absolute path, no "..", no empty part.
       bool ok = !name.empty() && name.front() != '/' && name.find('\0') == std::string::npos;
@@ -348,7 +356,15 @@ class mds_dataset {
     for (std::size_t s = 0; s < shards.size(); ++s) {
       const auto& i = shards[s];
       struct stat st {};
-      if (!i.compression.empty() && ::stat((dir_ + "/" + i.basename).c_str(), &st) != 0)
+      const std::string raw = dir_ + "/" + i.basename;
+      if (::stat(raw.c_str(), &st) == 0) {
+        // A shard that is here is checked against its index entry now (size and sample count:
+        // 4 bytes read), so an index that lies fails at construction, under skip too. A shard
+        // that is not here is an io_error at the first batch that needs it.
+        const std::string why = check_header(raw, i);
+        if (!why.empty()) throw format_error(raw, {}, why + " (shard " + std::to_string(s) + " of " + index + ")");
+      }
+      if (!i.compression.empty() && ::stat(raw.c_str(), &st) != 0)
         throw format_error(dir_ + "/" + i.zip_basename, {},
                            "shard " + std::to_string(s) + " is compressed (" + i.compression + ") and its decompressed file '" +
                                i.basename + "' is not in " + dir_ +
@@ -452,12 +468,26 @@ class mds_dataset {
   };
   using lazy_shard = detail::lazy_open<shard_state>;
 
+  // What is wrong with the shard file at `raw` against its index entry (size, sample count), or
+  // empty. A file that is not regular is refused by the open (it never blocks).
+  static std::string check_header(const std::string& raw, const mds_shard_info& info) {
+    struct stat st {};
+    const int fd = detail::open_regular_nonblocking(raw, st);
+    std::uint32_t n = 0;
+    const ssize_t got = ::pread(fd, &n, 4, 0);
+    ::close(fd);
+    if (static_cast<std::uint64_t>(st.st_size) != info.bytes)
+      return "the file is " + std::to_string(st.st_size) + " bytes but index.json says " + std::to_string(info.bytes) +
+             " (truncated, or rewritten without its index)";
+    if (got != 4) return "too short for an MDS shard header (4-byte sample count)";
+    if (n != info.samples)
+      return "the shard holds " + std::to_string(n) + " samples but index.json says " + std::to_string(info.samples);
+    return {};
+  }
+
+  // index.json: a regular file of at most 1 GiB (a FIFO, a directory or /dev/zero is refused).
   static std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw io_error(path, "cannot open", errno);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw io_error(path, "cannot read", errno);
-    return text;
+    return detail::read_small_file(path, std::size_t{1} << 30, "an MDS index");
   }
 
   void init(std::vector<mds_shard_info> shards) {

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -69,6 +71,41 @@ inline int open_regular_nonblocking(const std::string& path, struct stat& st) {
     throw_not_regular(path, st.st_mode);
   }
   return fd;
+}
+
+// Reads a small file whole (an MDS index.json, a loader state, a credentials file, an epoch
+// log): opened without blocking and refused unless it is a regular file (a FIFO never blocks, a
+// directory or /dev/zero is refused at once), and refused past `limit` bytes — checked against the
+// size at open and again while reading, so a file that grows without end is never read until
+// memory runs out. `what` names the file's role in the messages ("an MDS index").
+// format_error for what the file is, io_error for what the system refused; both name the path.
+inline std::string read_small_file(const std::string& path, std::size_t limit, const char* what) {
+  struct stat st {};
+  const int fd = open_regular_nonblocking(path, st);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  auto too_large = [&](std::size_t n) {
+    throw format_error(path, {}, std::to_string(n) + (n > limit ? " bytes or more" : " bytes") +
+                                     " is larger than the " + std::to_string(limit) + " bytes " + what +
+                                     " may take: not " + what);
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > limit) too_large(static_cast<std::size_t>(st.st_size));
+  std::string out;
+  out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw io_error(path, "cannot read", errno);
+    }
+    if (r == 0) break;
+    if (out.size() + static_cast<std::size_t>(r) > limit) too_large(out.size() + static_cast<std::size_t>(r));
+    out.append(buf, static_cast<std::size_t>(r));
+  }
+  return out;
 }
 
 }  // namespace sluice::io::detail

@@ -81,6 +81,7 @@
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/mds.hpp"
 #include "sluice/io/node_tier.hpp"
+#include "sluice/io/regular_file.hpp"
 #include "sluice/io/shard.hpp"
 #include "sluice/io/shard_index.hpp"
 
@@ -248,30 +249,33 @@ inline std::string env_or(const char* name, std::string fallback = {}) {
 
 // `key` of [section] in an INI file (the AWS shared files), or empty.
 inline std::string ini_value(const std::string& path, const std::string& section, const std::string& key) {
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};  // no such file: no value
+  // A regular file of at most 1 MiB (a FIFO is refused, not waited on).
+  const std::string text = read_small_file(path, std::size_t{1} << 20, "an AWS shared config file");
   std::string cur, out;
-  char line[1024];
-  auto trim = [](std::string t) {
-    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-    std::size_t b = 0;
-    while (b < t.size() && std::isspace(static_cast<unsigned char>(t[b]))) ++b;
-    return t.substr(b);
+  auto trim = [](std::string_view t) {
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
+    return std::string(t);
   };
-  while (std::fgets(line, sizeof line, f)) {
-    const std::string l = trim(line);
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string l = trim(std::string_view(text).substr(at, nl - at));
+    at = nl + 1;
     if (l.empty() || l[0] == '#' || l[0] == ';') continue;
     if (l.front() == '[' && l.back() == ']') {
-      cur = trim(l.substr(1, l.size() - 2));
+      cur = trim(std::string_view(l).substr(1, l.size() - 2));
       continue;
     }
     const auto eq = l.find('=');
-    if (cur == section && eq != std::string::npos && trim(l.substr(0, eq)) == key) {
-      out = trim(l.substr(eq + 1));
+    if (cur == section && eq != std::string::npos && trim(std::string_view(l).substr(0, eq)) == key) {
+      out = trim(std::string_view(l).substr(eq + 1));
       break;
     }
   }
-  std::fclose(f);
   return out;
 }
 
