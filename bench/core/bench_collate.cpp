@@ -185,8 +185,31 @@ void BM_first_epoch(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * record_bytes));
 }
+// What the loader's post-batch file check (core/file_guard.hpp, batch_file_check) costs a batch of
+// 256 samples drawn from `files` distinct mapped files (1: a single-file reader; 256: a global
+// shuffle over many WebDataset or MDS shards, every sample from another file). One iteration is
+// one batch's check; compare with a batch's fill time (BM_sluice_pipeline's time per epoch / 64).
+void BM_batch_file_check(benchmark::State& state) {
+  const auto files = static_cast<std::size_t>(state.range(0));
+  const auto dir = std::filesystem::temp_directory_path() / "sluice-bench-file-check";
+  std::filesystem::create_directories(dir);
+  std::vector<std::unique_ptr<sluice::io::mapped_file>> maps;
+  for (std::size_t f = 0; f < files; ++f) {
+    const auto p = (dir / ("shard-" + std::to_string(f) + ".bin")).string();
+    if (!std::filesystem::exists(p)) std::ofstream(p, std::ios::binary) << std::string(4096, 'x');
+    maps.push_back(std::make_unique<sluice::io::mapped_file>(p));
+  }
+  std::vector<std::string_view> origins(batch);
+  sluice::sample::shuffle order(batch, {.seed = 3});
+  for (std::size_t i = 0; i < batch; ++i) origins[i] = maps[order.at(0, i) % files]->path();
+  sluice::detail::batch_file_check check;
+  std::string why;
+  for (auto _ : state) benchmark::DoNotOptimize(check.first_changed(origins, why));
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+}
 }  // namespace
 
+BENCHMARK(BM_batch_file_check)->Arg(1)->Arg(16)->Arg(256)->Unit(benchmark::kMicrosecond)->MinTime(1.0);
 BENCHMARK(BM_first_epoch)
     ->ArgNames({"populate", "setup_ms", "warm_slots", "records"})
     ->ArgsProduct({{0, 1, 2}, {0, 100}, {0, 1}, {16384}})

@@ -199,3 +199,16 @@ TEST_CASE("a file changed under a running loader never delivers a wrong byte: ea
           }
         }
 }
+
+TEST_CASE("check_files = false leaves the page-fault guard: a truncation past a page is still an error, no wrong byte") {
+  sluice_test::temp_dir d;
+  const std::string path = d.file("data.fixed");
+  const std::size_t at = write_data(kind::fixed, path);
+  io::fixed_records r(path, {.record_bytes = kR});
+  auto l = from(sample::sequential(kN)) | read(r) | collate({.batch = kBatch}) |
+           prefetch(2, {.workers = 2, .check_files = false});
+  const outcome o = run(l, false, change::truncate_page, path, at);
+  CHECK(o.wrong == 0);
+  CHECK(o.raised);
+  CHECK(o.error.find(path) != std::string::npos);
+}

@@ -243,3 +243,27 @@ TEST_CASE("wds dataset: shards written by GNU tar (gnu and pax formats, names ov
     names(error_of(d, 2), shard, deep + "/sample2", "cls", "no member for it");
   }
 }
+
+TEST_CASE("wds bad input: a text member declared as a numeric field is refused at construction, naming both") {
+  // 16 bytes of JSON read as f32 would be four garbage coordinates: no error anywhere else.
+  temp_dir d;
+  const auto shard = d.file("s.tar");
+  write_tar(shard, {{"a.jpg", image_of(0)}, {"a.json", bytes_of("[[1, 2, 3, 4]]\n ")}});
+  using boxes_as_json = schema<field<"jpg", std::uint8_t, variable>, field<"json", float, variable>>;
+  try {
+    io::wds_dataset<boxes_as_json> w(shard);
+    FAIL("a .json member was taken as f32 elements");
+  } catch (const usage_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("field 'json' holds f32 elements") != std::string::npos);
+    CHECK(what.find("'.json' members, which hold text") != std::string::npos);
+  }
+  // Also through the extensions option, and for a compound extension.
+  using boxes = schema<field<"jpg", std::uint8_t, variable>, field<"boxes", float, variable>>;
+  CHECK_THROWS_AS(io::wds_dataset<boxes>(shard, {.extensions = {{"boxes", "boxes.json"}}}), usage_error);
+  // Text as text, and binary numbers, are fine.
+  using as_text = schema<field<"jpg", std::uint8_t, variable>, field<"json", std::uint8_t, variable>>;
+  io::wds_dataset<as_text> ok(shard);
+  CHECK(ok.size() == 1);
+  CHECK(text(ok.fields(0).bytes_of<"json">()).starts_with("[[1, 2"));
+}

@@ -206,6 +206,15 @@ wds_field_rule rule_for(std::string_view n = F::name.view()) {
 
 inline bool is_npy_ext(std::string_view ext) noexcept { return ext == "npy" || ext.ends_with(".npy"); }
 
+// Extensions whose members hold text (the last part: "boxes.json" is JSON).
+inline bool is_text_ext(std::string_view ext) noexcept {
+  if (const auto dot = ext.rfind('.'); dot != std::string_view::npos) ext.remove_prefix(dot + 1);
+  for (std::string_view t : {"json", "jsonl", "txt", "text", "cls", "cap", "caption", "xml", "csv", "tsv", "yaml",
+                             "yml", "html", "md"})
+    if (ext == t) return true;
+  return false;
+}
+
 }  // namespace detail
 
 template <class Schema>
@@ -339,6 +348,19 @@ class wds_dataset {
             throw usage_error("sluice: wds_dataset: fields '" + std::string(Schema::names[a]) + "' and '" +
                               std::string(Schema::names[b]) + "' both take the extension '" + e +
                               "'; a member can go to one field only");
+    // A member named as text (.json, .txt, ...) holds characters, not a numeric field's binary
+    // elements: taken as they are, its bytes would be read as numbers (garbage that can pass
+    // every size check). Refused here, naming the field, its type and the extension.
+    for (std::size_t k = 0; k < F; ++k) {
+      if (rules_[k].take != detail::wds_take::bytes || type_of(k) == dtype::u8) continue;
+      for (const auto& e : rules_[k].exts)
+        if (!detail::is_npy_ext(e) && detail::is_text_ext(e))
+          throw usage_error("sluice: wds_dataset: field '" + std::string(Schema::names[k]) + "' holds " +
+                            dtype_name(type_of(k)) + " elements, but it takes '." + e +
+                            "' members, which hold text: their bytes would be read as " + dtype_name(type_of(k)) +
+                            " values. Take the member as text (a u8 field) and parse it, or store the numbers as "
+                            "an .npy member (its dtype is checked) or a raw binary one (e.g. '.boxes.f32')");
+    }
   }
   // The extensions field k takes: as opt_.extensions maps it (the last entry wins), else its name.
   [[nodiscard]] std::string_view extensions_of(std::size_t k) const noexcept {
