@@ -35,6 +35,10 @@
 //   sluice::codecs::resample(src, src_w, src_h, src_pitch, channels, dst, sluice::codecs::to_plan(t, src_w, src_h));
 //   auto [x, y] = t.map_point(17.5, 40.0);     // where source point (17.5, 40) lands in the output
 //
+// resample_nearest(ids, src_w, src_h, pitch, dst, t, fill) applies the same value to one channel of
+// class ids, nearest-neighbour (values copied, never blended; `fill` outside the source): what a
+// segmentation mask that follows its image uses (codec/mask.hpp).
+//
 // Bilinear sampling of a source more than ~2× larger than the output aliases; the JPEG codec
 // avoids that by letting libjpeg-turbo's DCT scaling do the bulk of a large reduction first
 // (see source_scale_needed()).
@@ -362,6 +366,45 @@ inline void resample(const std::uint8_t* src, int src_w, int src_h, std::size_t 
     default:
       return planar ? detail::resample_into<true>(src, src_w, src_h, src_pitch, channels, out, p)
                     : detail::resample_into<false>(src, src_w, src_h, src_pitch, channels, out, p);
+  }
+}
+
+
+// Nearest-neighbour resample of one 8-bit channel (class ids: values are copied, never blended)
+// through transform `t`, at the source's own size (src_w × src_h must be t's source size). Output
+// pixel (x, y) reads source pixel (floor(sx), floor(sy)) of its centre,
+//   sx = t.x + (x' + 0.5) * t.w / t.out_width,  x' = t.flip ? t.out_width - 1 - x : x
+//   sy = t.y + (y + 0.5) * t.h / t.out_height,
+// the same window, output size and flip the bilinear pass samples for the image; a centre that
+// falls outside the source (a window reaching past the image, as a pad or letterbox fit would
+// make) gets `fill`. Writes out_width × out_height bytes into dst (rows, packed). No allocation
+// after the first call on a thread.
+inline void resample_nearest(const std::uint8_t* src, int src_w, int src_h, std::size_t src_pitch,
+                             std::span<std::byte> dst, const image_transform& t, std::uint8_t fill) {
+  if (t.src_width != src_w || t.src_height != src_h)
+    throw usage_error("sluice: resample_nearest given a transform planned for another source size");
+  if (t.w <= 0 || t.h <= 0 || t.out_width <= 0 || t.out_height <= 0)
+    throw usage_error("sluice: an empty image_transform (plan it with plan_transform or codec.plan)");
+  const std::size_t ow = static_cast<std::size_t>(t.out_width), oh = static_cast<std::size_t>(t.out_height);
+  if (dst.size() < ow * oh) throw usage_error("sluice: resample_nearest destination is smaller than the output");
+  // The source column of each output column, -1 outside the source.
+  thread_local std::vector<std::int32_t> cols;
+  cols.resize(ow);
+  for (int x = 0; x < t.out_width; ++x) {
+    const int xo = t.flip ? t.out_width - 1 - x : x;
+    const double sx = std::floor(t.x + (xo + 0.5) * t.w / t.out_width);
+    cols[static_cast<std::size_t>(x)] = sx >= 0 && sx < src_w ? static_cast<std::int32_t>(sx) : -1;
+  }
+  auto* out = reinterpret_cast<std::uint8_t*>(dst.data());
+  for (int y = 0; y < t.out_height; ++y) {
+    std::uint8_t* o = out + static_cast<std::size_t>(y) * ow;
+    const double sy = std::floor(t.y + (y + 0.5) * t.h / t.out_height);
+    if (!(sy >= 0 && sy < src_h)) {
+      std::fill_n(o, ow, fill);
+      continue;
+    }
+    const std::uint8_t* r = src + static_cast<std::size_t>(sy) * src_pitch;
+    for (std::size_t x = 0; x < ow; ++x) o[x] = cols[x] >= 0 ? r[cols[x]] : fill;
   }
 }
 

@@ -58,6 +58,27 @@
 //                                 sluice::ragged<"boxes.npy">{.row = {4}}, sluice::ragged<"classes.npy">{})
 //               | sluice::prefetch(2);
 //
+// A segmentation mask follows the same way: mask<"seg.png">{.ignore_index = 255} (codec/mask.hpp,
+// which needs libpng; include it explicitly) takes a PNG of class ids (grey, or palette indices)
+// the size of the image's source. The stage reads the mask's header and checks its kind and size
+// (a format_error naming the file, the record, the field and both sizes); when a collator writes
+// the field, the mask is decoded to its ids and resampled nearest-neighbour through the image's
+// transform (the same window, output size and flip; ignore_index where the window leaves the
+// image), so ids are never blended. The field becomes a fixed u8 field {out_h, out_w}
+// (geometry_of says so): stack<"seg.png"> collates {B, H, W}. A mask is a rendered follower (it is
+// decoded when written, as the image is), boxes and points are row followers (mapped when the
+// stage runs); the protocols are below, and any mix may follow one image.
+//
+//   auto loader = sluice::from(sampler) | sluice::read(wds)   // "jpg", "seg.png", "boxes.npy", "classes.npy"
+//               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 512, .height = 512,
+//                                           .mode = sluice::codecs::fit::random_resized_crop,
+//                                           .random_flip = true}},
+//                                       sluice::mask<"seg.png">{.ignore_index = 255},
+//                                       sluice::boxes<"boxes.npy", "classes.npy">{})
+//               | sluice::collate({.batch = 16}, sluice::stack<"jpg">{}, sluice::stack<"seg.png">{},
+//                                 sluice::ragged<"boxes.npy">{.row = {4}}, sluice::ragged<"classes.npy">{})
+//               | sluice::prefetch(2);          // b.get<"seg.png">(): u8 {16, 512, 512}
+//
 // Random augmentation inside the codec draws from counter_rng(ctx.seed, ctx.epoch, ctx.id), so
 // the batch is bit-identical for any worker count. A record the codec cannot decode raises
 // sluice::format_error naming the record's file (the reader's path), the record id and the cause
@@ -151,7 +172,36 @@ template <fixed_string Name>
 inline constexpr auto decode_field_name = concat_v<concat_v<"decode<\"", Name>, "\">">;
 }  // namespace detail
 
-// Fields that follow a decoded image's geometry (decode<"img">(codec, boxes<...>{}, points<...>{})).
+// Fields that follow a decoded image's geometry (decode<"img">(codec, boxes<...>{}, points<...>{},
+// mask<...>{})). A follower says which kind it is (opt-in, so no other type matches by accident):
+//   row_follower_tag       rows of coordinates mapped by the transform when the stage runs, and
+//                          companion fields that lose the same rows (boxes, points, below);
+//   rendered_follower_tag  a field decoded through the transform when a collator writes it, as
+//                          the image is (mask<"seg.png">, codec/mask.hpp: class ids resampled
+//                          nearest-neighbour). Its protocol, for a transform t planned by the stage:
+//     F::field, F::carries<N> (N == field), typename F::value_type (the written element type:
+//     the sample's schema gets field<F::field, value_type>, fixed size),
+//     f.check(bytes, t)        throws format_error when the field cannot follow t (called when
+//                              the stage runs: a header read, a size check; cheap),
+//     f.output_bytes(t), f.geometry(t)   what f.render writes,
+//     f.render(bytes, out, t)  writes output_bytes(t) bytes (called by the collator, timed and
+//                              reported as the decode stage's work, like the image's decode).
+struct row_follower_tag {};
+struct rendered_follower_tag {};
+
+template <class F>
+concept row_follower = requires {
+  typename F::follower_concept;
+  requires std::same_as<typename F::follower_concept, row_follower_tag>;
+};
+template <class F>
+concept rendered_follower = requires {
+  typename F::follower_concept;
+  requires std::same_as<typename F::follower_concept, rendered_follower_tag>;
+};
+template <class F>
+concept image_follower = row_follower<F> || rendered_follower<F>;
+
 // boxes<"boxes", "classes", ...>: field "boxes" holds rows of 4 coordinates (floating point), one
 // row per box; the fields named after it hold one row per box too (a class, a score, a mask id:
 // any type, any row size), and lose the same rows when a box is dropped. points<...> likewise, for
@@ -165,6 +215,7 @@ struct boxes {
   double min_size = 1.0;      // output pixels
   double min_visible = 0.0;   // fraction of the box's area that stays in view
 
+  using follower_concept = row_follower_tag;
   static constexpr std::size_t row = 4;
   template <fixed_string N>
   static constexpr bool carries = (N == Field) || ((N == With) || ...);
@@ -186,6 +237,7 @@ struct points {
   bool normalized = false;    // coordinates as fractions of the image's width and height
   bool drop_outside = false;  // drop a point that lands outside the output; else keep it, unclipped
 
+  using follower_concept = row_follower_tag;
   static constexpr std::size_t row = 2;
   template <fixed_string N>
   static constexpr bool carries = (N == Field) || ((N == With) || ...);
@@ -212,6 +264,28 @@ consteval int follower_of() {
 }
 template <class F, class S>
 using coordinate_t = typename S::schema_type::template field_t<F::coordinates>::value_type;
+
+// The schema after the followers: a rendered follower's field becomes a fixed field of its
+// value_type (a mask's PNG bytes -> u8 ids); rows keep their type.
+template <class Schema, class... Fs>
+struct followed_schema {
+  using type = Schema;
+};
+template <class Schema, class F, class... Fs>
+struct followed_schema<Schema, F, Fs...> {
+  using type = typename followed_schema<Schema, Fs...>::type;
+};
+template <class Schema, rendered_follower F, class... Fs>
+struct followed_schema<Schema, F, Fs...> {
+  using type =
+      typename followed_schema<replace_field_t<Schema, field<F::field, typename F::value_type>>, Fs...>::type;
+};
+template <fixed_string N, class... Fs>
+consteval bool rendered_field() {
+  constexpr int f = follower_of<N, Fs...>();
+  if constexpr (f < 0) return false;
+  else return rendered_follower<std::tuple_element_t<static_cast<std::size_t>(f), std::tuple<Fs...>>>;
+}
 }  // namespace detail
 
 // `Inner` with field `Name` decoded by `Codec`; the field-sample protocol of core/schema.hpp.
@@ -219,7 +293,8 @@ using coordinate_t = typename S::schema_type::template field_t<F::coordinates>::
 // and kept in the sample; the image is decoded with it and the followed fields are mapped by it.
 template <fixed_string Name, field_sample Inner, codec Codec, class... Follow>
 struct decoded_field_sample {
-  using schema_type = replace_field_t<typename Inner::schema_type, field<Name, std::uint8_t>>;
+  using schema_type = typename detail::followed_schema<
+      replace_field_t<typename Inner::schema_type, field<Name, std::uint8_t>>, Follow...>::type;
   static constexpr std::string_view stage_name = detail::decode_field_name<Name>.view();
   std::uint64_t id = 0;
   std::string_view origin;
@@ -234,8 +309,12 @@ struct decoded_field_sample {
       return codec->output_bytes();
     } else if constexpr (constexpr int f = detail::follower_of<N, Follow...>(); f >= 0) {
       const auto& fol = std::get<f>(*follow);
-      const std::size_t n = rows_of(fol), kept = kept_rows(fol);
-      return n == 0 ? 0 : inner.template size_of<N>() / n * kept;
+      if constexpr (rendered_follower<std::remove_cvref_t<decltype(fol)>>) {
+        return fol.output_bytes(transform);
+      } else {
+        const std::size_t n = rows_of(fol), kept = kept_rows(fol);
+        return n == 0 ? 0 : inner.template size_of<N>() / n * kept;
+      }
     } else {
       return inner.template size_of<N>();
     }
@@ -246,8 +325,8 @@ struct decoded_field_sample {
       const detail::deferred_scope timed(stage_name);
       try {
         try {
-          if constexpr (sizeof...(Follow) > 0) codec->decode_with(encoded(ctx), dst, transform);
-          else codec->decode(encoded(ctx), dst, ctx);
+          if constexpr (sizeof...(Follow) > 0) codec->decode_with(encoded<Name>(ctx), dst, transform);
+          else codec->decode(encoded<Name>(ctx), dst, ctx);
         } catch (const format_error& e) {
           throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
         }
@@ -255,7 +334,10 @@ struct decoded_field_sample {
         detail::throw_stage_error(stage_name, id);
       }
     } else if constexpr (constexpr int f = detail::follower_of<N, Follow...>(); f >= 0) {
-      write_followed<N>(std::get<f>(*follow), dst);
+      if constexpr (rendered_follower<std::tuple_element_t<static_cast<std::size_t>(f), std::tuple<Follow...>>>)
+        write_rendered(std::get<f>(*follow), dst, ctx);
+      else
+        write_followed<N>(std::get<f>(*follow), dst);
     } else {
       inner.template write<N>(dst, ctx);
     }
@@ -268,10 +350,12 @@ struct decoded_field_sample {
     return inner.template bytes_of<N>();
   }
   template <fixed_string N>
-    requires((N == Name) || (detail::follower_of<N, Follow...>() < 0 &&
-                             requires(const Inner& s) { s.template geometry_of<N>(); }))
+    requires((N == Name) || detail::rendered_field<N, Follow...>() ||
+             (detail::follower_of<N, Follow...>() < 0 && requires(const Inner& s) { s.template geometry_of<N>(); }))
   [[nodiscard]] field_geometry geometry_of() const {
     if constexpr (N == Name) return detail::codec_geometry(*codec);
+    else if constexpr (detail::rendered_field<N, Follow...>())
+      return std::get<detail::follower_of<N, Follow...>()>(*follow).geometry(transform);
     else return inner.template geometry_of<N>();
   }
 
@@ -280,28 +364,59 @@ struct decoded_field_sample {
   void prepare(const sample_context& ctx) {
     try {
       try {
-        transform = codec->plan(encoded(ctx), ctx);
+        transform = codec->plan(encoded<Name>(ctx), ctx);
       } catch (const format_error& e) {
         throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
       }
-      std::apply([&](const auto&... fol) { (check_followed(fol), ...); }, *follow);
+      std::apply([&](const auto&... fol) { (check_followed(fol, ctx), ...); }, *follow);
     } catch (...) {
       detail::throw_stage_error(stage_name, id);
     }
   }
 
  private:
-  // The encoded bytes: a view when the input has one, else written once into a per-thread buffer
-  // (an input whose field is itself deferred), reused so steady state allocates nothing.
+  // The encoded bytes of field N (the image, or a rendered follower's): a view when the input has
+  // one, else written once into a per-thread buffer of that field (an input whose field is itself
+  // deferred), reused so steady state allocates nothing.
+  template <fixed_string N>
   std::span<const std::byte> encoded(const sample_context& ctx) const {
-    if constexpr (requires { inner.template bytes_of<Name>(); }) {
-      return inner.template bytes_of<Name>();
+    if constexpr (requires { inner.template bytes_of<N>(); }) {
+      return inner.template bytes_of<N>();
     } else {
       thread_local std::vector<std::byte> buf;
-      const std::size_t n = inner.template size_of<Name>();
+      const std::size_t n = inner.template size_of<N>();
       if (buf.size() < n) buf.resize(n);
-      inner.template write<Name>(std::span<std::byte>(buf.data(), n), ctx);
+      inner.template write<N>(std::span<std::byte>(buf.data(), n), ctx);
       return {buf.data(), n};
+    }
+  }
+  // A rendered follower's error, as the image's: a format_error naming the file, the record and
+  // the field (and the image it follows).
+  template <class F>
+  [[noreturn]] void rethrow_followed(const format_error& e) const {
+    throw format_error(std::string(origin), {.record = id},
+                       "field '" + std::string(F::field.view()) + "' (following '" + std::string(Name.view()) +
+                           "'): " + e.cause());
+  }
+  template <rendered_follower F>
+  void write_rendered(const F& fol, std::span<std::byte> dst, const sample_context& ctx) const {
+    const detail::deferred_scope timed(stage_name);
+    try {
+      try {
+        fol.render(encoded<F::field>(ctx), dst, transform);
+      } catch (const format_error& e) {
+        rethrow_followed<F>(e);
+      }
+    } catch (...) {
+      detail::throw_stage_error(stage_name, id);
+    }
+  }
+  template <rendered_follower F>
+  void check_followed(const F& fol, const sample_context& ctx) const {
+    try {
+      fol.check(encoded<F::field>(ctx), transform);
+    } catch (const format_error& e) {
+      rethrow_followed<F>(e);
     }
   }
 
@@ -352,8 +467,8 @@ struct decoded_field_sample {
       w += row_bytes;
     }
   }
-  template <class F>
-  void check_followed(const F&) const {
+  template <row_follower F>
+  void check_followed(const F&, const sample_context&) const {
     using T = detail::coordinate_t<F, Inner>;
     static_assert(std::is_floating_point_v<T>, "sluice: box and point coordinates are a floating-point field");
     const std::size_t bytes = coordinate_bytes<F>().size(), row = F::row * sizeof(T);
@@ -374,8 +489,11 @@ struct decoded_field_sample {
   }
 };
 
-template <fixed_string Name, codec Codec, class... Follow>
+template <fixed_string Name, codec Codec, image_follower... Follow>
 class decode_field_stage {
+  static_assert(((!Follow::template carries<Name>)&&...),
+                "sluice: decode<Name>(codec, follower...): a follower names the decoded field itself");
+
  public:
   using stage_concept = sample_stage_tag;
   static constexpr std::string_view name = detail::decode_field_name<Name>.view();
@@ -399,10 +517,11 @@ class decode_field_stage {
 };
 
 // decode<"img">(codec) decodes field "img"; decode<"img">(codec, boxes<"boxes", "classes">{},
-// points<"kp">{}) also moves those fields with the image's geometry (the codec must have
+// points<"kp">{}, mask<"seg.png">{}) also moves those fields with the image's geometry (each
+// follower a row_follower or rendered_follower; the codec must have
 // plan(bytes, ctx) and decode_with(bytes, out, image_transform), as the image codecs do).
 template <fixed_string Name, class Codec, class... Follow>
-  requires codec<std::remove_cvref_t<Codec>> &&
+  requires codec<std::remove_cvref_t<Codec>> && (image_follower<std::remove_cvref_t<Follow>> && ...) &&
            (sizeof...(Follow) == 0 ||
             requires(const std::remove_cvref_t<Codec>& c, std::span<const std::byte> in, std::span<std::byte> out,
                      const sample_context& ctx, const codecs::image_transform& t) {
