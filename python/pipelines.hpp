@@ -58,6 +58,9 @@ struct options {
   std::string boxes, classes, box_format = "xyxy";
   bool box_normalized = false;
   double box_min_size = 1.0, box_min_visible = 0.0;
+  // Segmentation (wds): the member of each sample's mask; mask<>'s fill where the crop leaves the image.
+  std::string mask;
+  std::int64_t ignore_index = 255;
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -173,6 +176,7 @@ using loader_ptr = std::shared_ptr<sluice::python::py_loader>;
 loader_ptr make_records_loader(const options& o);  // idx, records, npy, shard (as stored)
 loader_ptr make_image_loader(const options& o);    // shard + decode="jpeg", wds, tfrecord
 loader_ptr make_detection_loader(const options& o);  // wds with boxes= and classes=
+loader_ptr make_segmentation_loader(const options& o);  // wds with mask=
 loader_ptr make_token_loader(const options& o);    // tokens, documents
 
 }  // namespace sluice_module

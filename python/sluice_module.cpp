@@ -23,6 +23,10 @@ loader_ptr make_loader(const options& o) {
                           (o.source == "shard" ? " without decode=" : "") + " takes neither");
   if (o.source == "idx" || o.source == "records" || o.source == "npy" || (o.source == "shard" && o.decode.empty()))
     return make_records_loader(o);
+  if (!o.mask.empty() && (o.source != "wds" || !o.boxes.empty()))
+    throw sluice::usage_error(o.source != "wds" ? "sluice: mask= is read from WebDataset samples (source='wds'), not source='" + o.source + "'"
+                                                : std::string("sluice: mask= and boxes= together are not offered yet; use one"));
+  if (o.source == "wds" && !o.mask.empty()) return make_segmentation_loader(o);
   if (o.source == "wds" && !o.boxes.empty()) return make_detection_loader(o);
   if (!o.boxes.empty() || !o.classes.empty())
     throw sluice::usage_error("sluice: boxes= and classes= are read from WebDataset samples (source='wds'), not source='" +
@@ -49,7 +53,7 @@ PYBIND11_MODULE(_sluice, m) {
          std::size_t max_workers, std::uint64_t ram_budget, std::string image_field, std::string label_field,
          std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget,
          std::string boxes, std::string classes, std::string box_format, bool box_normalized, double box_min_size,
-         double box_min_visible) {
+         double box_min_visible, std::string mask, std::int64_t ignore_index) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -64,6 +68,8 @@ PYBIND11_MODULE(_sluice, m) {
         o.box_normalized = box_normalized;
         o.box_min_size = box_min_size;
         o.box_min_visible = box_min_visible;
+        o.mask = std::move(mask);
+        o.ignore_index = ignore_index;
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -82,6 +88,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("label_field") = "", py::arg("rank") = -1, py::arg("world_size") = -1, py::arg("sampler_seed") = -1,
       py::arg("hold_budget") = std::uint64_t{1} << 30, py::arg("boxes") = "", py::arg("classes") = "",
       py::arg("box_format") = "xyxy", py::arg("box_normalized") = false, py::arg("box_min_size") = 1.0,
-      py::arg("box_min_visible") = 0.0,
+      py::arg("box_min_visible") = 0.0, py::arg("mask") = "", py::arg("ignore_index") = 255,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

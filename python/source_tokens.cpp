@@ -7,6 +7,7 @@
 
 #include "sluice/io/tokens.hpp"
 #include "sluice/stage/convert.hpp"
+#include "sluice/stage/pack_rows.hpp"
 
 namespace sluice_module {
 
@@ -40,6 +41,22 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
                                   sluice::collate(bo, sluice::pack<"tokens">{.length = o.length, .value = o.pad_value}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
+  if (o.collate == "rows") {
+    // A fixed token budget a step: batch_size rows of length tokens, the documents streamed in
+    // the sampler's order (the same stream on every rank); the ranks split the rows.
+    if (o.pad_value < 0 || o.pad_value != static_cast<double>(static_cast<std::uint64_t>(o.pad_value)))
+      bad_value("pad_value", std::to_string(o.pad_value), "a token id (a whole number >= 0)");
+    options whole = o;
+    whole.distributed = false;
+    whole.rank = whole.world_size = -1;
+    auto rows = sluice::packed_rows(std::move(d), with_order_sampler(whole, n, [](auto s) { return s; }),
+                                    {.length = o.length, .pad = static_cast<std::uint64_t>(o.pad_value)});
+    sluice::sample::any_sampler s = sluice::sample::distributed{rows.sampler(), rank_of(o)};
+    return sluice::python::wrap(widened<Out, "tokens">(sluice::from(std::move(s)) | std::move(rows)) |
+                                sluice::collate(bo, sluice::stack<"tokens">{}, sluice::stack<"doc_ids">{},
+                                                sluice::stack<"position_ids">{}) |
+                                sluice::prefetch(depth_of(o), loader_opts(o)));
+  }
   if (o.collate == "pad")
     return with_order_sampler(o, n, [&](auto s) {
       return sluice::python::wrap(widened<Out, "tokens">(sluice::from(std::move(s)) | sluice::read(std::move(d))) |
@@ -47,7 +64,9 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
                                                                             .mask = true, .truncate = o.length != 0}) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     });
-  bad_value("collate", "'" + o.collate + "'", "'pack' (rows of length= with doc ids, positions, cu_seqlens) or 'pad'");
+  bad_value("collate", "'" + o.collate + "'",
+            "'pack' (a batch's documents into rows of length=), 'rows' (batch_size rows of length= tokens every "
+            "batch, documents streamed across batches) or 'pad'");
 }
 
 template <class T>
@@ -62,7 +81,7 @@ std::shared_ptr<sluice::python::py_loader> token_loader_as(const options& o) {
 
 loader_ptr make_token_loader(const options& o) {
   if (o.path.empty()) throw sluice::usage_error("sluice: source='" + o.source + "' needs path= (a token file)");
-  if (o.length == 0 && (o.source == "tokens" || o.collate == "pack"))
+  if (o.length == 0 && (o.source == "tokens" || o.collate == "pack" || o.collate == "rows"))
     throw sluice::usage_error("sluice: length= must be at least 1 here");
   if (o.dtype == "uint16" || o.dtype.empty()) return token_loader_as<std::uint16_t>(o);
   if (o.dtype == "uint32") return token_loader_as<std::uint32_t>(o);

@@ -443,11 +443,66 @@ void BM_pack_numpy(benchmark::State& state) {
 
 }  // namespace
 
+// The same documents as a fixed token budget a step (stage/pack_rows.hpp): rows of 2048 (tokens,
+// doc_ids i32 and position_ids i32 per token), against BM_pack_memcpy's copy of the same tokens.
+// BM_packed_rows_direct writes every row of an epoch into one buffer of 8 rows, as BM_pack_direct
+// does for pack<>; BM_packed_rows_loader runs the loader (8 rows a batch, 1 or 2 workers). Items:
+// the epoch's tokens.
+struct mem_docs {
+  using token_type = std::uint16_t;
+  const mem_tok_reader* r;
+  [[nodiscard]] std::size_t size() const noexcept { return r->size(); }
+  [[nodiscard]] std::size_t tokens() const noexcept { return r->tokens.size(); }
+  [[nodiscard]] std::size_t length(std::size_t i) const noexcept { return r->length(i); }
+  [[nodiscard]] std::string_view path() const noexcept { return r->path(); }
+  [[nodiscard]] tok_sample_t fields(std::size_t i) const { return r->fields(i); }
+};
+void BM_packed_rows_direct(benchmark::State& state) {
+  using namespace sluice;
+  static const mem_docs docs{&tok_reader()};
+  auto rows = packed_rows(docs, sample::shuffle(tok_docs, {.seed = 1}), {.length = pack_length});
+  const std::uint64_t n = rows.rows(0);
+  auto buf = zeroed(8 * pack_length * (2 + 4 + 4));
+  std::uint64_t epoch = 0;
+  for (auto _ : state) {
+    for (std::uint64_t r = 0; r < n; ++r) {
+      const sample_context ctx{0, epoch, r, r};
+      const auto s = rows(sample_id{r}, ctx);
+      std::byte* dst = buf.get() + (r % 8) * pack_length * 10;
+      s.write<"tokens">(std::span<std::byte>(dst, pack_length * 2), ctx);
+      s.write<"doc_ids">(std::span<std::byte>(dst + pack_length * 2, pack_length * 4), ctx);
+      s.write<"position_ids">(std::span<std::byte>(dst + pack_length * 6, pack_length * 4), ctx);
+    }
+    benchmark::DoNotOptimize(buf.get());
+    benchmark::ClobberMemory();
+    ++epoch;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * epoch_tokens()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * epoch_tokens() * sizeof(std::uint16_t)));
+}
+void BM_packed_rows_loader(benchmark::State& state) {
+  using namespace sluice;
+  static const mem_docs docs{&tok_reader()};
+  auto rows = packed_rows(docs, sample::shuffle(tok_docs, {.seed = 1}), {.length = pack_length});
+  auto loader = from(rows.sampler()) | rows |
+                collate({.batch = 8}, stack<"tokens">{}, stack<"doc_ids">{}, stack<"position_ids">{}) |
+                prefetch(2, {.workers = static_cast<std::size_t>(state.range(0))});
+  std::uint64_t epoch = 0;
+  for (auto _ : state) {
+    for (auto& b : loader.epoch(epoch)) benchmark::DoNotOptimize(b.bytes().data());
+    ++epoch;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * epoch_tokens()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * epoch_tokens() * sizeof(std::uint16_t)));
+}
+
 BENCHMARK(BM_fields_direct_memcpy)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_fields_direct_collate)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_fields_loader)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_pack_memcpy)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_pack_direct)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_packed_rows_direct)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_packed_rows_loader)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_pack_numpy)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {

@@ -70,6 +70,7 @@
 #include "sluice/stage/decode.hpp"
 #include "sluice/stage/field_collate.hpp"
 #include "sluice/stage/map.hpp"
+#include "sluice/stage/pack_rows.hpp"
 #include "sluice/stage/pad.hpp"
 #include "sluice/stage/pin.hpp"
 #include "sluice/stage/split_decode.hpp"

@@ -363,15 +363,29 @@ def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Option
 
 
 def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "jpg;jpeg;png",
-        label_field: Optional[str] = None, boxes: Optional[Boxes] = None, output: Optional[str] = None,
-        mean=None, std=None) -> Source:
+        label_field: Optional[str] = None, boxes: Optional[Boxes] = None, mask: Optional[str] = None,
+        ignore_index: int = 255, output: Optional[str] = None, mean=None, std=None) -> Source:
     """WebDataset shards: a tar path or a brace pattern (``"train-{000000..000127}.tar"``).
     ``<key>.<image_field>`` (any extension of the ``;`` list) is decoded into ``"image"``.
 
     Classification (the default): ``<key>.<label_field>`` (default ``cls``, an integer as text)
     is ``"label"``. Detection: ``boxes=sluice.boxes(...)`` reads each sample's boxes and their
-    classes instead, following the image's crop and flip (see :func:`boxes`); no ``"label"``."""
+    classes instead, following the image's crop and flip (see :func:`boxes`); no ``"label"``.
+    Segmentation: ``mask="seg.png"`` names each sample's mask member, a PNG of class ids (grey, or
+    palette indices) the size of the image; it follows the image's crop, scale and flip,
+    resampled nearest-neighbour so ids are never blended, ``ignore_index`` where the crop leaves
+    the image: ``"mask"`` uint8 ``(B, H, W)``; no ``"label"``."""
     kw: Dict[str, Any] = dict(source="wds", path=_path("path", path), image_field=image_field)
+    if mask is not None:
+        if not isinstance(mask, str) or not mask:
+            raise _usage(f"sluice.wds: mask={mask!r} is not accepted; use the mask member's extension, e.g. 'seg.png'")
+        if boxes is not None or label_field is not None:
+            raise _usage("sluice.wds: mask= reads a segmentation mask; it does not take boxes= or label_field=")
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) or not 0 <= ignore_index <= 255:
+            raise _usage(f"sluice.wds: ignore_index={ignore_index!r} is not accepted; use a class id of 0..255")
+        kw.update(mask=mask, ignore_index=ignore_index)
+        _image_keywords("wds", decode, output, mean, std, kw)
+        return Source("wds", kw, False)
     if boxes is None:
         kw["label_field"] = "cls" if label_field is None else label_field
     else:
@@ -431,13 +445,19 @@ def documents(path: PathLike, *, offsets: PathLike, collate: str = "pack", lengt
     ``[offsets[d], offsets[d+1])``). ``collate="pack"``: the batch's documents packed into rows of
     ``length`` tokens, with ``"tokens.doc_ids"`` (the batch's own document numbering),
     ``"tokens.position_ids"`` (restarting at each document and each row) and
-    ``"tokens.cu_seqlens"``; the number of rows varies with the documents. ``collate="pad"``: one
-    row per document, padded with ``pad_value`` to the longest (``length=0``) or cut to ``length``,
-    with ``"tokens.lengths"`` and ``"tokens.mask"``."""
-    if collate not in ("pack", "pad"):
-        raise _usage(f"sluice.documents: collate={collate!r} is not accepted; use 'pack' or 'pad'")
+    ``"tokens.cu_seqlens"``; the number of rows varies with the documents. ``collate="rows"``: a
+    fixed token budget a step for pretraining: every batch is ``batch_size`` rows of ``length``
+    tokens (the last one of an epoch may have fewer rows; ``drop_last=True`` drops it), the
+    documents streamed in the sampler's order, a document cut at a row's end continuing in the
+    next row (and batch); ``"doc_ids"`` int32 (the document's index in the dataset, -1 on padding)
+    and ``"position_ids"`` int32 (the token's position in its document). Deterministic for any
+    worker count and resumable with ``state_dict``; under ``distributed`` the ranks split the rows.
+    ``collate="pad"``: one row per document, padded with ``pad_value`` to the longest
+    (``length=0``) or cut to ``length``, with ``"tokens.lengths"`` and ``"tokens.mask"``."""
+    if collate not in ("pack", "rows", "pad"):
+        raise _usage(f"sluice.documents: collate={collate!r} is not accepted; use 'pack', 'rows' or 'pad'")
     kw = dict(source="documents", path=_path("path", path), offsets=_path("offsets", offsets), collate=collate,
-              length=_int("length", length, 1 if collate == "pack" else 0), pad_value=float(pad_value),
+              length=_int("length", length, 1 if collate in ("pack", "rows") else 0), pad_value=float(pad_value),
               dtype=_token_dtype(dtype, "sluice.documents"), vocab=_int("vocab", vocab),
               output=_output(output, (None, "int64"), "sluice.documents"))
     return Source("documents", kw, False)

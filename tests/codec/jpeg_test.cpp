@@ -210,6 +210,13 @@ TEST_CASE("decode stage: batches are decoded in place, labelled, identical for 1
     std::vector<std::int64_t> labels;
     for (auto& b : loader.epoch(1)) {
       CHECK(b.sample_bytes() == codec.output_bytes());
+      // The classic collate takes the decoder's shape: {n, 16, 20, 3} (HWC), not {n, bytes}.
+      const auto data = b.field("data");
+      REQUIRE(data.ndim() == 4);
+      CHECK(data.shape()[0] == static_cast<std::int64_t>(b.size()));
+      CHECK(data.shape()[1] == 16);
+      CHECK(data.shape()[2] == 20);
+      CHECK(data.shape()[3] == 3);
       all.insert(all.end(), b.bytes().begin(), b.bytes().end());
       labels.insert(labels.end(), b.labels().begin(), b.labels().end());
     }

@@ -418,7 +418,7 @@ run_errors errors_of(const segs& data, std::uint64_t bad) {
 }
 }  // namespace
 
-TEST_CASE("decode<jpg> with mask<seg.png>: wrong size and corrupt PNGs name file, record, field; skip counts them") {
+TEST_CASE("decode<jpg> with mask<seg.png>: wrong size and corrupt PNGs name file, record, field, and skip counts them") {
   const std::uint64_t bad = 5;
   auto check_named = [&](const std::string& e) {
     CHECK(e.find("segs.tar") != std::string::npos);

@@ -389,6 +389,8 @@ def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), hold_budget=-1), "hold_budget=-1"),
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), hold_budget=1 << 70), "hold_budget="),
         (lambda: sluice.image(size=(0, 4)), "size="),
+        (lambda: sluice.records(recs[0], record_bytes=16, shape=(-1, 4)), r"shape=\(-1, 4\) is not accepted"),
+        (lambda: sluice.npy(recs[0], shape=[4, 0]), r"shape=\(4, 0\) is not accepted"),
         (lambda: sluice.image(size=(4, 4), crop="middle"), "crop='middle'"),
         (lambda: sluice.sample.class_balanced("sqrt"), "rule='sqrt'"),
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), sampler=sluice.sample.class_balanced()),

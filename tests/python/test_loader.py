@@ -644,3 +644,47 @@ def test_token_ids_widened_to_int64_for_torch(tmp_path):
             assert t[3].tolist() == docs[3]
     with pytest.raises(ValueError, match="output='int32'"):
         sluice.loader("tokens", path=str(tmp_path / "t.bin"), length=50, output="int32")
+
+
+def test_documents_as_fixed_rows_every_token_once_static_shapes_resumable(tmp_path):
+    rng = np.random.default_rng(4)
+    docs = [(np.arange(n) + 1000 * d + 1).astype("<u2") for d, n in enumerate(rng.integers(0, 90, 60))]
+    np.concatenate(docs).tofile(tmp_path / "d.bin")
+    np.cumsum([0] + [len(x) for x in docs]).astype("<u8").tofile(tmp_path / "d.idx")
+    src = sluice.documents(tmp_path / "d.bin", offsets=tmp_path / "d.idx", collate="rows", length=32)
+    total = sum(len(x) for x in docs)
+
+    def epoch(loader):
+        out = []
+        for b in loader:
+            t, d, p = (np.from_dlpack(b[k]) for k in ("tokens", "doc_ids", "position_ids"))
+            assert t.shape == d.shape == p.shape and t.shape[1] == 32
+            out.append((t.copy(), d.copy(), p.copy()))
+        return out
+
+    with sluice.Loader(src, batch_size=4, sampler=sluice.sample.shuffle(seed=3), workers=2) as ld:
+        e0 = epoch(ld)
+        assert all(t.shape[0] == 4 for t, _, _ in e0[:-1])       # a fixed token budget a step
+        t = np.concatenate([x[0] for x in e0]).ravel()
+        d = np.concatenate([x[1] for x in e0]).ravel()
+        p = np.concatenate([x[2] for x in e0]).ravel()
+        assert t.size == -(-total // 32) * 32
+        real = d >= 0
+        assert real.sum() == total and (t[~real] == 0).all()
+        # Every token is its document's token at its position, each (document, position) once.
+        assert all(t[k] == docs[d[k]][p[k]] for k in np.flatnonzero(real))
+        assert len(set(zip(d[real].tolist(), p[real].tolist()))) == total
+        e1 = epoch(ld)                                            # the next epoch: another order
+        assert not np.array_equal(np.concatenate([x[1] for x in e1]).ravel(), d)
+        # Resume mid-epoch in a new loader: the rest of epoch 1 exactly.
+        ld.set_epoch(1)
+        it = iter(ld)
+        first = [next(it) for _ in range(2)]
+        state = ld.state_dict()
+        del first, it
+    with sluice.Loader(src, batch_size=4, sampler=sluice.sample.shuffle(seed=3), workers=1) as again:
+        again.load_state_dict(state)
+        again.set_epoch(1)
+        rest = epoch(again)
+    assert len(rest) == len(e1) - 2
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(rest, e1[2:]))

@@ -50,7 +50,8 @@ struct slot_base {
   std::size_t skipped = 0;          // samples dropped by the skip policy
   std::size_t sample_bytes = 0;     // bytes of one sample of the first tensor
   dtype type = dtype::u8;           // dtype of the first tensor
-  std::uint64_t index = 0;          // batch index within the epoch run
+  std::uint64_t index = 0;          // the ring's ticket: batch index within this run of the epoch
+  std::uint64_t epoch_index = 0;    // first_position / batch size: the batch's index in the epoch
   std::uint64_t epoch = 0;
   std::uint64_t first_position = 0;  // position in the epoch order of this batch's first sample
   void* device_data = nullptr;      // set by a to_device stage; equals data on the host backend
@@ -108,7 +109,12 @@ class batch {
     return slot_->sample_bytes / dtype_size(slot_->type);
   }
   [[nodiscard]] dtype type() const noexcept { return slot_->type; }
-  [[nodiscard]] std::uint64_t index() const noexcept { return slot_->index; }
+  // The batch's index in the epoch: first_position() / the batch size, so a resumed epoch counts
+  // on from where the interrupted one stood (a state saved after batch 9 resumes with batch 10),
+  // as checkpoint-every-k logic expects. run_index() counts from 0 in each run of an epoch
+  // (epoch(e) or resume(state)): the same numbers when the epoch started at its beginning.
+  [[nodiscard]] std::uint64_t index() const noexcept { return slot_->epoch_index; }
+  [[nodiscard]] std::uint64_t run_index() const noexcept { return slot_->index; }
   [[nodiscard]] std::uint64_t epoch() const noexcept { return slot_->epoch; }
   [[nodiscard]] std::uint64_t first_position() const noexcept { return slot_->first_position; }
 

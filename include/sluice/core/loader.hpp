@@ -1039,6 +1039,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.index = k;
     s.epoch = epoch;
     s.first_position = first;
+    s.epoch_index = first / b;
     s.count = 0;
     s.skipped = 0;
     s.error = nullptr;

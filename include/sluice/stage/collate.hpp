@@ -10,8 +10,9 @@
 //                    .mean = {0.286f}, .std = {0.353f}, .shape = {1, 28, 28}})  // normalised floats
 //
 // This is the classic collate for samples that are one block and a label (records, decoded
-// images): the batch has the tensors "data" ({n, .shape...}, or {n, bytes} without a shape) and
-// "label" (int64 {n}). Every sample of a batch must have the same size (`.sample_bytes` fixes it
+// images): the batch has the tensors "data" ({n, .shape...}; without a .shape, the decoder's
+// per-sample shape, e.g. {n, 3, 224, 224} for a CHW decode, or {n, bytes} when the producer states
+// none) and "label" (int64 {n}). Every sample of a batch must have the same size (`.sample_bytes` fixes it
 // for all batches); a different size is an error naming the sample. `drop_last` drops a final
 // partial batch. The batch count of an epoch is ceil(n / batch) (or floor).
 //
@@ -80,6 +81,7 @@ class collate_stage {
     bool learnt = false;       // the batch's first sample has been checked
     std::size_t in_bytes = 0;  // this batch's sample size
     image_layout layout = image_layout::none;
+    field_geometry geom{};        // the producer's per-sample shape, when it states one
     std::vector<std::byte> conv;  // a self-writing sample's bytes before conversion to float
     std::size_t data = 0, labels = 0;
   };
@@ -160,6 +162,7 @@ class collate_stage {
   void begin(scratch_type& sc) const noexcept {
     sc.in_bytes = opt_.sample_bytes;
     sc.layout = image_layout::none;
+    sc.geom = {};
     sc.learnt = false;
   }
   template <collatable S>
@@ -191,6 +194,11 @@ class collate_stage {
                             std::to_string(c) + "-channel pixels: the per-channel mean/std would go to the wrong values");
       }
       sc.layout = wrote;
+      // The batch takes the producer's shape ({n, 3, 224, 224} for a CHW decode), as stack<>
+      // does, when it accounts for every element of the sample.
+      std::int64_t elements = g.ndim > 0 ? 1 : 0;
+      for (std::size_t d = 0; d < g.ndim; ++d) elements *= g.shape[d];
+      if (elements == static_cast<std::int64_t>(n)) sc.geom = g;
     }
     sc.learnt = true;
   }
@@ -198,8 +206,9 @@ class collate_stage {
   void plan(std::span<const S> samples, scratch_type& sc, batch_layout& layout) const {
     const auto n = static_cast<std::int64_t>(samples.size());
     const auto flat = static_cast<std::int64_t>(sc.in_bytes);
-    sc.data = opt_.shape.empty() ? layout.add_batched("data", opt_.output, n, {&flat, 1})
-                                 : layout.add_batched("data", opt_.output, n, opt_.shape);
+    if (!opt_.shape.empty()) sc.data = layout.add_batched("data", opt_.output, n, opt_.shape);
+    else if (sc.geom.ndim > 0) sc.data = layout.add_batched("data", opt_.output, n, {sc.geom.shape.data(), sc.geom.ndim});
+    else sc.data = layout.add_batched("data", opt_.output, n, {&flat, 1});
     sc.labels = layout.add("label", dtype::i64, {n});
   }
   template <collatable S>

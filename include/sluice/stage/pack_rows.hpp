@@ -1,0 +1,288 @@
+// sluice/stage/pack_rows.hpp — a fixed token budget a step: documents streamed into rows of L
+// tokens, R rows a batch, static shapes, deterministic and resumable at any row.
+//
+// collate's pack<"tokens"> packs the documents *of one batch* into as many rows as they fill, so
+// the row count changes from step to step. Pretraining wants the other way round: every step
+// R x L tokens. packed_rows turns a document dataset and a document order into a dataset of rows:
+// row r of epoch e is tokens [r L, (r + 1) L) of the documents laid end to end in the order's
+// epoch-e sequence. A document cut at a row's end (and so at a batch's end) continues at the start
+// of the next row. The last row of an epoch is padded with `.pad`.
+//
+//   io::token_documents<std::uint16_t> docs(tokens_path, offsets_path, {.vocab = 50257});
+//   auto rows = sluice::packed_rows(docs, sluice::sample::shuffle(docs.size(), {.seed = 1}), {.length = 2048});
+//   auto loader = sluice::from(rows.sampler()) | rows
+//               | sluice::collate({.batch = 8, .drop_last = true}, sluice::stack<"tokens">{},
+//                                 sluice::stack<"doc_ids">{}, sluice::stack<"position_ids">{})
+//               | sluice::prefetch(2, {.workers = 2});
+//   // every batch: "tokens" u16 {8, 2048}, "doc_ids" i32 {8, 2048}, "position_ids" i32 {8, 2048}
+//
+// One batch, L = 8, R = 2, documents 41 (5 tokens), 7 (6), 12 (3) in the epoch's order:
+//
+//   tokens        a a a a a b b b | b b b c c c . .     (a = doc 41, b = doc 7, c = doc 12, . pad)
+//   doc_ids       41 .. 41 7 7 7  | 7 7 7 12 12 12 -1 -1
+//   position_ids  0 1 2 3 4 0 1 2 | 3 4 5 0 1 2 0 0
+//
+// - doc_ids: the document's index in the dataset (global, the same in every batch and epoch; int32,
+//   as pack<>'s and attention kernels' ids are: a dataset of 2^31 documents or more is refused); -1
+//   on padding. A trainer keeps attention and the loss inside one document with them.
+// - position_ids: the token's position in its document, restarting at 0 where each document
+//   starts, continuing across a row (and batch) boundary; 0 on padding.
+// - `.split = false`: a document never crosses a row: one that does not fit the rest of the row
+//   starts the next row (the rest is padding), and one longer than L is a format_error naming the
+//   tokens file and the document, raised for the row that would hold it (skip counts that row).
+//
+// Rows a epoch: ceil(tokens / L) with split (the same every epoch); with .split = false it
+// depends on the order and is planned per epoch (the sampler's size(epoch)). The plan of an epoch
+// (where each document starts in the stream: one pass over the order, 8 bytes a document) is made
+// once, by the first worker that needs it, and kept for the two most recent epochs.
+//
+// Determinism and resume: a row's tokens depend only on (order, epoch, row), so batches are
+// bit-identical for any worker count, and a loader_state resumes at its row. The sampler's
+// fingerprint covers the order's fingerprint, L, split and the dataset's size and token count.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/core/state.hpp"
+
+namespace sluice {
+
+struct packed_rows_options {
+  std::size_t length = 2048;  // L: tokens a row
+  bool split = true;          // a document may continue in the next row; false: whole documents only
+  std::uint64_t pad = 0;      // the token of the space no document fills
+};
+
+namespace detail {
+// Where each document of an epoch's order starts in the token stream (with .split = false, after
+// the padding that moved it to a new row), and the stream's length.
+struct packed_plan {
+  std::uint64_t epoch = 0;
+  std::vector<std::uint64_t> start;  // by position in the order
+  std::vector<std::uint64_t> doc;    // the document at each position (the order's at(epoch, p))
+  std::uint64_t tokens = 0;          // stream length, padding between documents included
+  std::vector<std::size_t> too_long;  // .split = false: positions of documents longer than L
+};
+}  // namespace detail
+
+template <class Docs, class Order>
+class packed_rows_stage;
+
+// The rows of a packed_rows: a sampler over row indices (size(epoch) = rows in that epoch).
+template <class Docs, class Order>
+class packed_rows_sampler {
+ public:
+  using sampler_concept = sampler_tag;
+  explicit packed_rows_sampler(std::shared_ptr<const typename packed_rows_stage<Docs, Order>::shared> s) : s_(std::move(s)) {}
+  [[nodiscard]] std::size_t size(std::uint64_t epoch) const { return static_cast<std::size_t>(s_->rows(epoch)); }
+  [[nodiscard]] std::uint64_t at(std::uint64_t /*epoch*/, std::uint64_t pos) const noexcept { return pos; }
+  [[nodiscard]] sampler_fingerprint fingerprint() const { return s_->fingerprint(); }
+
+ private:
+  std::shared_ptr<const typename packed_rows_stage<Docs, Order>::shared> s_;
+};
+
+template <class Docs, class Order>
+class packed_rows_stage {
+ public:
+  using stage_concept = sample_stage_tag;
+  static constexpr std::string_view name = "packed_rows";
+  using token_type = typename Docs::token_type;
+  using schema_type = schema<field<"tokens", token_type>, field<"doc_ids", std::int32_t>, field<"position_ids", std::int32_t>>;
+
+  // What the stage and its sampler share: the dataset, the order, the options, the epoch plans.
+  class shared {
+   public:
+    shared(std::shared_ptr<const Docs> own, const Docs& d, Order o, packed_rows_options opt)
+        : owned(std::move(own)), docs(&d), order(std::move(o)), opt(opt) {
+      if (opt.length == 0) throw usage_error("sluice: packed_rows: .length must be at least 1");
+      if (opt.length > (std::size_t{1} << 31)) throw usage_error("sluice: packed_rows: .length must fit in int32 positions");
+      if (d.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+        throw usage_error("sluice: packed_rows: " + std::to_string(d.size()) +
+                          " documents: doc_ids are int32, so at most 2^31 - 1 documents (split the dataset)");
+      if (static_cast<std::uint64_t>(static_cast<token_type>(opt.pad)) != opt.pad)
+        throw usage_error("sluice: packed_rows: .pad " + std::to_string(opt.pad) + " does not fit the token type");
+    }
+    std::shared_ptr<const Docs> owned;  // set when the stage owns the dataset (an rvalue was given)
+    const Docs* docs;
+    Order order;
+    packed_rows_options opt;
+
+    [[nodiscard]] std::uint64_t rows(std::uint64_t epoch) const {
+      const std::uint64_t t = opt.split ? docs->tokens() : plan(epoch)->tokens;
+      return (t + opt.length - 1) / opt.length;
+    }
+    // The order's (with its seed: a state of another shuffle is refused), with L, split, pad and
+    // the dataset's size and token count.
+    [[nodiscard]] sampler_fingerprint fingerprint() const {
+      sampler_fingerprint f = fingerprint_of(order, 0);
+      f.kind = "packed_rows(" + f.kind + ")";
+      f.params = fingerprint_hash{}
+                     .add(f.params)
+                     .add(static_cast<std::uint64_t>(opt.length))
+                     .add(static_cast<std::uint64_t>(opt.split ? 1 : 0))
+                     .add(opt.pad)
+                     .add(static_cast<std::uint64_t>(docs->size()))
+                     .add(static_cast<std::uint64_t>(docs->tokens()))
+                     .value();
+      return f;
+    }
+    // The plan of `epoch`, made once (under a mutex: the first worker to need it makes it).
+    std::shared_ptr<const detail::packed_plan> plan(std::uint64_t epoch) const {
+      std::lock_guard lk(m_);
+      for (const auto& p : plans_)
+        if (p && p->epoch == epoch) return p;
+      auto p = std::make_shared<detail::packed_plan>();
+      p->epoch = epoch;
+      const std::size_t n = order.size(epoch);
+      p->start.resize(n);
+      p->doc.resize(n);
+      const std::uint64_t L = opt.length;
+      std::uint64_t at = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t d = order.at(epoch, i);
+        if (d >= docs->size())
+          throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
+                            std::to_string(docs->size()));
+        const std::uint64_t len = docs->length(static_cast<std::size_t>(d));
+        if (!opt.split && len > 0) {
+          if (len > L) p->too_long.push_back(i);
+          if (len <= L && at % L + len > L) at = (at + L - 1) / L * L;  // to the next row
+          if (len > L && at % L != 0) at = (at + L - 1) / L * L;         // refused, but keep the rows apart
+        }
+        p->doc[i] = d;
+        p->start[i] = at;
+        at += len;
+      }
+      p->tokens = at;
+      plans_[next_] = p;
+      next_ ^= 1;
+      return p;
+    }
+
+   private:
+    mutable std::mutex m_;
+    mutable std::shared_ptr<const detail::packed_plan> plans_[2];
+    mutable int next_ = 0;
+  };
+
+  // One row: its fields are written from the documents when collate asks (three short walks).
+  struct sample {
+    using schema_type = packed_rows_stage::schema_type;
+    std::uint64_t id = 0;
+    std::string_view origin;
+    std::shared_ptr<const detail::packed_plan> plan;
+    const shared* s = nullptr;
+
+    template <fixed_string N>
+    [[nodiscard]] std::size_t size_of() const noexcept {
+      return s->opt.length * sizeof(typename schema_type::template field_t<N>::value_type);
+    }
+    template <fixed_string N>
+    void write(std::span<std::byte> dst, const sample_context&) const {
+      using T = typename schema_type::template field_t<N>::value_type;
+      const std::uint64_t L = s->opt.length, row0 = id * L, row1 = row0 + L;
+      T* out = reinterpret_cast<T*>(dst.data());
+      // Padding: the pad token, document -1, position 0.
+      auto pad = [&](std::uint64_t a, std::uint64_t b) {
+        if constexpr (N == fixed_string("tokens")) std::fill(out + (a - row0), out + (b - row0), static_cast<T>(s->opt.pad));
+        else if constexpr (N == fixed_string("doc_ids")) std::fill(out + (a - row0), out + (b - row0), T{-1});
+        else std::fill(out + (a - row0), out + (b - row0), T{0});
+      };
+      const auto& st = plan->start;
+      // The first document that ends after row0: the last that starts at or before it, or later.
+      std::size_t p = static_cast<std::size_t>(std::upper_bound(st.begin(), st.end(), row0) - st.begin());
+      if (p > 0) --p;
+      std::uint64_t cur = row0;  // every position before it is written
+      for (; p < st.size() && st[p] < row1; ++p) {
+        const std::uint64_t d = plan->doc[p];
+        const std::uint64_t len = s->docs->length(static_cast<std::size_t>(d));
+        const std::uint64_t a = std::max(st[p], row0), b = std::min(st[p] + len, row1);
+        if (a >= b) continue;
+        if (a > cur) pad(cur, a);
+        T* o = out + (a - row0);
+        if constexpr (N == fixed_string("tokens")) {
+          const auto f = s->docs->fields(static_cast<std::size_t>(d));  // checked against the vocabulary
+          std::memcpy(o, f.values[0].data() + (a - st[p]) * sizeof(T), (b - a) * sizeof(T));
+        } else if constexpr (N == fixed_string("doc_ids")) {
+          std::fill(o, o + (b - a), static_cast<T>(d));
+        } else {
+          const T first = static_cast<T>(a - st[p]);
+          for (std::uint64_t k = 0; k < b - a; ++k) o[k] = first + static_cast<T>(k);
+        }
+        cur = b;
+      }
+      if (cur < row1) pad(cur, row1);
+    }
+  };
+
+  packed_rows_stage(const Docs& docs, Order order, packed_rows_options opt = {})
+      : s_(std::make_shared<shared>(nullptr, docs, std::move(order), opt)) {}
+  packed_rows_stage(std::shared_ptr<const Docs> docs, Order order, packed_rows_options opt = {})
+      : s_(std::make_shared<shared>(docs, *docs, std::move(order), opt)) {}
+
+  // The sampler of this packing's rows: from(rows.sampler()) | rows | collate(...).
+  [[nodiscard]] packed_rows_sampler<Docs, Order> sampler() const { return packed_rows_sampler<Docs, Order>(s_); }
+  [[nodiscard]] std::uint64_t rows(std::uint64_t epoch) const { return s_->rows(epoch); }
+
+  sample operator()(sample_id id, const sample_context& ctx) const {
+    auto plan = s_->plan(ctx.epoch);
+    const std::uint64_t L = s_->opt.length;
+    if (id.value >= (plan->tokens + L - 1) / L)
+      throw format_error(std::string(s_->docs->path()), {.record = id.value},
+                         "row " + std::to_string(id.value) + " is past the epoch's last row (" +
+                             std::to_string((plan->tokens + L - 1) / L) + " rows)");
+    if (!plan->too_long.empty()) {
+      // .split = false: a row that would hold a document longer than L fails, naming it. The
+      // documents are in stream order: the last one starting at or before this row's end.
+      const auto& tl = plan->too_long;
+      const std::uint64_t row1 = (id.value + 1) * L;
+      auto it = std::upper_bound(tl.begin(), tl.end(), row1, [&](std::uint64_t r, std::size_t p) { return r <= plan->start[p]; });
+      if (it != tl.begin()) {
+        const std::size_t p = *(it - 1);
+        const std::uint64_t len = s_->docs->length(static_cast<std::size_t>(plan->doc[p]));
+        if (plan->start[p] + len > id.value * L)
+          throw format_error(std::string(s_->docs->path()), {.record = plan->doc[p]},
+                             "document " + std::to_string(plan->doc[p]) + " has " + std::to_string(len) +
+                                 " tokens, more than a row of " + std::to_string(L) +
+                                 " (packed_rows .split = false keeps documents whole)");
+      }
+    }
+    return sample{id.value, s_->docs->path(), std::move(plan), s_.get()};
+  }
+
+ private:
+  std::shared_ptr<shared> s_;
+};
+
+// packed_rows(docs, order, {.length = L}): docs is a token-document dataset (io::token_documents):
+// an lvalue is referenced (it must outlive the loader), an rvalue is moved into the stage; order
+// is a sampler over its documents.
+template <class Docs, class Order>
+  requires sampler<std::decay_t<Order>>
+packed_rows_stage<Docs, std::decay_t<Order>> packed_rows(const Docs& docs, Order&& order, packed_rows_options opt = {}) {
+  return packed_rows_stage<Docs, std::decay_t<Order>>(docs, std::forward<Order>(order), opt);
+}
+template <class Docs, class Order>
+  requires(sampler<std::decay_t<Order>> && !std::is_lvalue_reference_v<Docs>)
+packed_rows_stage<Docs, std::decay_t<Order>> packed_rows(Docs&& docs, Order&& order, packed_rows_options opt = {}) {
+  return packed_rows_stage<Docs, std::decay_t<Order>>(std::make_shared<const Docs>(std::move(docs)),
+                                                      std::forward<Order>(order), opt);
+}
+
+}  // namespace sluice

@@ -1,0 +1,64 @@
+// The Python module's segmentation source: WebDataset samples of an encoded image and a PNG mask
+// of class ids (sluice.wds(..., mask="seg.png")). The image is decoded like every image source
+// (size, crop or random_resized_crop, flip, layout); the mask follows the image's geometry (the
+// same window, output size and flip, drawn once per sample), resampled nearest-neighbour so class
+// ids are never blended, ignore_index where the window leaves the image (codec/mask.hpp):
+//   {"image": (B, ...), "mask": (B, H, W) uint8}
+// A mask of another size than its image, or a PNG that is not grey or palette, is a FormatError
+// naming the shard, the sample and the member.
+#include "image_codec.hpp"
+
+#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
+#include "sluice/codec/mask.hpp"
+#include "sluice/io/wds.hpp"
+#include "sluice/stage/decode.hpp"
+#endif
+
+namespace sluice_module {
+
+#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
+namespace {
+
+constexpr const char* kSegmentation = "segmentation data (a sample has a mask of classes, not one label)";
+
+using segmentation = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>,
+                                    sluice::field<"mask", std::uint8_t, sluice::variable>>;
+
+}  // namespace
+
+loader_ptr make_segmentation_loader(const options& o) {
+  constexpr sluice::fixed_string Img = "image";
+  constexpr sluice::fixed_string Mask = "mask";
+  if (o.path.empty()) throw sluice::usage_error("sluice: source='wds' needs path=");
+  if (o.ignore_index < 0 || o.ignore_index > 255)
+    bad_value("ignore_index", std::to_string(o.ignore_index), "a class id of 0..255 (a uint8 mask)");
+  sluice::io::wds_dataset<segmentation> data(
+      o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field}, {"mask", o.mask}}});
+  const image_codec codec = codec_of(o);
+  const sluice::mask<Mask> follow{.ignore_index = static_cast<std::uint8_t>(o.ignore_index)};
+  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
+  const std::size_t n = data.size();
+  if (o.output == "float32") {
+    return with_order_sampler(o, n, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                  sluice::decode<Img>(codec, follow) |
+                                  sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std},
+                                                  sluice::stack<Mask>{}) |
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
+    }, kSegmentation);
+  }
+  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  return with_order_sampler(o, n, [&](auto s) {
+    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                sluice::decode<Img>(codec, follow) |
+                                sluice::collate(bo, sluice::stack<Img>{}, sluice::stack<Mask>{}) |
+                                sluice::prefetch(depth_of(o), loader_opts(o)));
+  }, kSegmentation);
+}
+#else
+loader_ptr make_segmentation_loader(const options& o) {
+  throw sluice::usage_error("sluice: source='" + o.source + "' with mask= needs a module built with TurboJPEG and libpng");
+}
+#endif
+
+}  // namespace sluice_module

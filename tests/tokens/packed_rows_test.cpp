@@ -1,0 +1,227 @@
+// packed_rows (stage/pack_rows.hpp): a fixed token budget a step. Every token of every document
+// arrives exactly once an epoch, in the order's sequence, in batches of R x L; doc_ids and
+// position_ids agree with the documents; bit-identical for any worker count; resumable at any row;
+// .split = false keeps documents whole and names one that cannot be.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sluice/io/tokens.hpp"
+#include "sluice/sluice.hpp"
+#include "sluice/stage/field_collate.hpp"
+#include "sluice/stage/pack_rows.hpp"
+#include "test_util.hpp"
+
+using namespace sluice;
+using sluice_test::temp_dir;
+
+namespace {
+
+using docs_t = io::token_documents<std::uint16_t>;
+
+// Documents of lengths 0..max_len; token k of document i is (i * 131 + k) % 60000 + 1 (never 0,
+// the pad token), so a token says where it comes from.
+std::vector<std::vector<std::uint16_t>> make_docs(std::size_t n, std::size_t max_len, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<std::vector<std::uint16_t>> d(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    d[i].resize(g() % (max_len + 1));
+    for (std::size_t k = 0; k < d[i].size(); ++k) d[i][k] = static_cast<std::uint16_t>((i * 131 + k) % 60000 + 1);
+  }
+  return d;
+}
+
+struct flat_batches {
+  std::vector<std::uint16_t> tokens;
+  std::vector<std::int32_t> doc_ids;
+  std::vector<std::int32_t> position_ids;
+  std::vector<std::int64_t> rows_per_batch;
+};
+
+template <class Loader>
+flat_batches collect(Loader& loader, std::uint64_t epoch, std::size_t L) {
+  flat_batches f;
+  for (auto& b : loader.epoch(epoch)) {
+    const auto t = b.template get<"tokens">();
+    const auto d = b.template get<"doc_ids">();
+    const auto p = b.template get<"position_ids">();
+    REQUIRE(t.shape().size() == 2);
+    CHECK(t.shape()[1] == static_cast<std::int64_t>(L));
+    CHECK(d.shape()[0] == t.shape()[0]);
+    CHECK(p.shape()[0] == t.shape()[0]);
+    f.rows_per_batch.push_back(t.shape()[0]);
+    f.tokens.insert(f.tokens.end(), t.data(), t.data() + t.numel());
+    f.doc_ids.insert(f.doc_ids.end(), d.data(), d.data() + d.numel());
+    f.position_ids.insert(f.position_ids.end(), p.data(), p.data() + p.numel());
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("packed_rows: every token once an epoch, in the order's sequence, R x L a batch, ids that agree") {
+  temp_dir dir;
+  const auto docs_v = make_docs(300, 90, 5);
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t docs(tp, op);
+  constexpr std::size_t L = 64, R = 4;
+  auto make = [&](std::size_t workers) {
+    auto rows = packed_rows(docs, sample::shuffle(docs.size(), {.seed = 9}), {.length = L});
+    return from(rows.sampler()) | rows |
+           collate({.batch = R}, stack<"tokens">{}, stack<"doc_ids">{}, stack<"position_ids">{}) |
+           prefetch(2, {.workers = workers, .seed = 1});
+  };
+  auto loader = make(2);
+  const auto order = sample::shuffle(docs.size(), {.seed = 9});
+  for (std::uint64_t epoch : {0u, 1u}) {
+    CAPTURE(epoch);
+    const auto f = collect(loader, epoch, L);
+    // Every batch but the last has R rows; the rows hold ceil(tokens / L) x L tokens.
+    for (std::size_t k = 0; k + 1 < f.rows_per_batch.size(); ++k) CHECK(f.rows_per_batch[k] == static_cast<std::int64_t>(R));
+    const std::size_t total = docs.tokens();
+    REQUIRE(f.tokens.size() == (total + L - 1) / L * L);
+    // The stream is the documents in the order's sequence, then padding.
+    std::vector<std::uint16_t> want;
+    std::vector<std::int32_t> want_doc;
+    std::vector<std::int32_t> want_pos;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      const auto d = order.at(epoch, i);
+      for (std::size_t k = 0; k < docs_v[d].size(); ++k) {
+        want.push_back(docs_v[d][k]);
+        want_doc.push_back(static_cast<std::int32_t>(d));
+        want_pos.push_back(static_cast<std::int32_t>(k));
+      }
+    }
+    want.resize(f.tokens.size(), 0);
+    want_doc.resize(f.tokens.size(), -1);
+    want_pos.resize(f.tokens.size(), 0);
+    CHECK(f.tokens == want);
+    CHECK(f.doc_ids == want_doc);
+    CHECK(f.position_ids == want_pos);
+  }
+  // Bit-identical with one worker, and with workers = 0.
+  auto one = make(1);
+  auto zero = make(0);
+  const auto a = collect(loader, 3, L), b = collect(one, 3, L), c = collect(zero, 3, L);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.doc_ids == b.doc_ids);
+  CHECK(a.tokens == c.tokens);
+  // Another epoch, another order.
+  CHECK(collect(loader, 4, L).tokens != a.tokens);
+}
+
+TEST_CASE("packed_rows: a state saved mid-epoch resumes at its row, in another loader") {
+  temp_dir dir;
+  const auto docs_v = make_docs(120, 200, 8);
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t docs(tp, op);
+  constexpr std::size_t L = 100;
+  auto make = [&] {
+    auto rows = packed_rows(docs, sample::shuffle(docs.size(), {.seed = 2}), {.length = L});
+    return from(rows.sampler()) | rows | collate({.batch = 3, .drop_last = true}, stack<"tokens">{}, stack<"doc_ids">{}) |
+           prefetch(2, {.workers = 2});
+  };
+  auto full = make();
+  std::vector<std::uint16_t> all;
+  for (auto& b : full.epoch(5)) {
+    const auto t = b.get<"tokens">();
+    all.insert(all.end(), t.data(), t.data() + t.numel());
+  }
+  auto first = make();
+  std::vector<std::uint16_t> got;
+  loader_state saved;
+  std::size_t k = 0;
+  for (auto& b : first.epoch(5)) {
+    const auto t = b.get<"tokens">();
+    got.insert(got.end(), t.data(), t.data() + t.numel());
+    if (++k == 4) {
+      saved = first.state();
+      break;
+    }
+  }
+  CHECK(saved.position == 4 * 3);
+  auto second = make();
+  for (auto& b : second.resume(saved)) {
+    CHECK(b.index() >= 4);
+    const auto t = b.get<"tokens">();
+    got.insert(got.end(), t.data(), t.data() + t.numel());
+  }
+  CHECK(got == all);
+  // A state of another shuffle seed is refused by the fingerprint.
+  auto rows_other = packed_rows(docs, sample::shuffle(docs.size(), {.seed = 3}), {.length = L});
+  auto other = from(rows_other.sampler()) | rows_other |
+               collate({.batch = 3, .drop_last = true}, stack<"tokens">{}, stack<"doc_ids">{}) | prefetch(2);
+  CHECK_THROWS_AS(other.resume(saved).begin(), usage_error);
+}
+
+TEST_CASE("packed_rows .split = false: whole documents, padding where the next does not fit, a too-long one named") {
+  temp_dir dir;
+  auto docs_v = make_docs(80, 40, 4);
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t docs(tp, op);
+  constexpr std::size_t L = 48;
+  auto rows = packed_rows(docs, sample::shuffle(docs.size(), {.seed = 1}), {.length = L, .split = false});
+  auto loader = from(rows.sampler()) | rows | collate({.batch = 2}, stack<"tokens">{}, stack<"doc_ids">{}, stack<"position_ids">{}) |
+                prefetch(2, {.workers = 2});
+  const auto f = collect(loader, 0, L);
+  // No document crosses a row, every document is there once, whole.
+  std::vector<std::size_t> seen(docs.size(), 0);
+  for (std::size_t r = 0; r * L < f.tokens.size(); ++r) {
+    for (std::size_t k = r * L; k < (r + 1) * L; ++k) {
+      const auto d = f.doc_ids[k];
+      if (d < 0) {
+        CHECK(f.tokens[k] == 0);
+        continue;
+      }
+      const auto pos = static_cast<std::size_t>(f.position_ids[k]);
+      CHECK(f.tokens[k] == docs_v[static_cast<std::size_t>(d)][pos]);
+      if (pos == 0) ++seen[static_cast<std::size_t>(d)];
+      // The document's first token is in this row.
+      CHECK(k >= r * L + pos);
+    }
+  }
+  for (std::size_t d = 0; d < docs.size(); ++d) CHECK(seen[d] == (docs_v[d].empty() ? 0u : 1u));
+  CHECK(f.tokens.size() / L == rows.rows(0));
+  CHECK(f.tokens.size() >= docs.tokens());
+
+  // A document longer than a row: the rows that would hold it fail, naming the document.
+  docs_v[17].assign(L + 5, 7);
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t long_docs(tp, op);
+  for (on_error errors : {on_error::raise, on_error::skip}) {
+    auto r2 = packed_rows(long_docs, sample::sequential(long_docs.size()), {.length = L, .split = false});
+    auto l2 = from(r2.sampler()) | r2 | collate({.batch = 2}, stack<"tokens">{}) | prefetch(2, {.errors = errors});
+    if (errors == on_error::raise) {
+      try {
+        for (auto& b : l2.epoch(0)) (void)b;
+        FAIL("no error for a document longer than the row");
+      } catch (const stage_error& e) {
+        const auto why = sluice_test::innermost_text(e);
+        CHECK(why.find("document 17 has " + std::to_string(L + 5) + " tokens") != std::string::npos);
+        CHECK(why.find(tp) != std::string::npos);
+      }
+    } else {
+      std::size_t n = 0;
+      for (auto& b : l2.epoch(0)) n += b.size();
+      CHECK(l2.stats().skipped == 2);  // the two rows it would take
+      CHECK(n + 2 == r2.rows(0));
+    }
+  }
+}
+
+TEST_CASE("packed_rows: bad options are usage errors") {
+  temp_dir dir;
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, make_docs(4, 10, 1));
+  docs_t docs(tp, op);
+  CHECK_THROWS_AS(packed_rows(docs, sample::sequential(4), {.length = 0}), usage_error);
+  CHECK_THROWS_AS(packed_rows(docs, sample::sequential(4), {.pad = 70000}), usage_error);
+  auto bad_order = packed_rows(docs, sample::sequential(9), {.length = 4, .split = false});
+  CHECK_THROWS_AS((void)bad_order.rows(0), usage_error);
+}
