@@ -1,13 +1,16 @@
 // The Python module's image decoding, shared by the image sources (source_images.cpp) and the
-// detection source (source_detection.cpp): the codec type (JPEG, or JPEG and PNG by the first bytes
-// where libpng is built in) and the codec the keywords name (size=, random_resized_crop=, flip=,
-// layout=). Only where TurboJPEG is built in.
+// detection and segmentation sources (source_detection.cpp, source_segmentation.cpp): the codec
+// type (JPEG, or JPEG and PNG by the first bytes where libpng is built in), the codec the keywords
+// name (size=, random_resized_crop=, flip=, layout=) and the loader of an image with fields that
+// follow it. Only where TurboJPEG is built in.
 #pragma once
 
 #include "pipelines.hpp"
 
 #if SLUICE_WITH_TURBOJPEG
 #include "sluice/codec/jpeg.hpp"
+#include "sluice/stage/decode.hpp"
+#include "sluice/stage/field_collate.hpp"
 #if SLUICE_WITH_PNG
 #include "sluice/codec/image.hpp"
 #endif
@@ -28,6 +31,31 @@ inline image_codec codec_of(const options& o) {
                       .mode = o.random_resized_crop ? sluice::codecs::fit::random_resized_crop : sluice::codecs::fit::crop,
                       .random_flip = o.flip,
                       .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
+}
+
+// A WebDataset source whose image field Img is decoded with `follow` following it, collated as
+// the keywords say (normalised float32 with mean/std, or uint8 as stored) beside `extra`, the
+// followed fields' collators. `what` names the data in a sampler refusal.
+template <sluice::fixed_string Img, class Data, class Follow, class... Extra>
+loader_ptr followed_image_loader(const options& o, Data data, const Follow& follow, const char* what, Extra... extra) {
+  const image_codec codec = codec_of(o);
+  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
+  const std::size_t n = data.size();
+  if (o.output == "float32") {
+    return with_order_sampler(o, n, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                  sluice::decode<Img>(codec, follow) |
+                                  sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std}, extra...) |
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
+    }, what);
+  }
+  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  return with_order_sampler(o, n, [&](auto s) {
+    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+                                sluice::decode<Img>(codec, follow) |
+                                sluice::collate(bo, sluice::stack<Img>{}, extra...) |
+                                sluice::prefetch(depth_of(o), loader_opts(o)));
+  }, what);
 }
 
 }  // namespace sluice_module

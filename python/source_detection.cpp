@@ -40,32 +40,14 @@ loader_ptr make_detection_loader(const options& o) {
       o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field},
                               {"boxes", o.boxes},
                               {"classes", o.classes}}});
-  const image_codec codec = codec_of(o);
   sluice::boxes<Box, Cls> follow{};
   if (o.box_format == "xywh") follow.format = sluice::codecs::box_format::xywh;
   else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
   follow.normalized = o.box_normalized;
   follow.min_size = o.box_min_size;
   follow.min_visible = o.box_min_visible;
-  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
-  const std::size_t n = data.size();
-  if (o.output == "float32") {
-    return with_order_sampler(o, n, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
-                                  sluice::decode<Img>(codec, follow) |
-                                  sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std},
-                                                  sluice::ragged<Box>{.row = {4}}, sluice::ragged<Cls>{}) |
-                                  sluice::prefetch(depth_of(o), loader_opts(o)));
-    }, kDetection);
-  }
-  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
-  return with_order_sampler(o, n, [&](auto s) {
-    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
-                                sluice::decode<Img>(codec, follow) |
-                                sluice::collate(bo, sluice::stack<Img>{}, sluice::ragged<Box>{.row = {4}},
-                                                sluice::ragged<Cls>{}) |
-                                sluice::prefetch(depth_of(o), loader_opts(o)));
-  }, kDetection);
+  return followed_image_loader<Img>(o, std::move(data), follow, kDetection, sluice::ragged<Box>{.row = {4}},
+                                    sluice::ragged<Cls>{});
 }
 #else
 loader_ptr make_detection_loader(const options& o) {

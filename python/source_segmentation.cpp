@@ -34,26 +34,8 @@ loader_ptr make_segmentation_loader(const options& o) {
     bad_value("ignore_index", std::to_string(o.ignore_index), "a class id of 0..255 (a uint8 mask)");
   sluice::io::wds_dataset<segmentation> data(
       o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field}, {"mask", o.mask}}});
-  const image_codec codec = codec_of(o);
   const sluice::mask<Mask> follow{.ignore_index = static_cast<std::uint8_t>(o.ignore_index)};
-  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
-  const std::size_t n = data.size();
-  if (o.output == "float32") {
-    return with_order_sampler(o, n, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
-                                  sluice::decode<Img>(codec, follow) |
-                                  sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std},
-                                                  sluice::stack<Mask>{}) |
-                                  sluice::prefetch(depth_of(o), loader_opts(o)));
-    }, kSegmentation);
-  }
-  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
-  return with_order_sampler(o, n, [&](auto s) {
-    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
-                                sluice::decode<Img>(codec, follow) |
-                                sluice::collate(bo, sluice::stack<Img>{}, sluice::stack<Mask>{}) |
-                                sluice::prefetch(depth_of(o), loader_opts(o)));
-  }, kSegmentation);
+  return followed_image_loader<Img>(o, std::move(data), follow, kSegmentation, sluice::stack<Mask>{});
 }
 #else
 loader_ptr make_segmentation_loader(const options& o) {

@@ -707,6 +707,19 @@ TEST_CASE("pack: SIGTERM while packing fields removes the partial file and exits
   }
 }
 
+namespace {
+// Flips one bit of byte `at` of `path`, in place (the inode and size unchanged).
+void flip_byte(const std::string& path, std::size_t at) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  char ch = 0;
+  REQUIRE(::pread(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+  ch = static_cast<char>(ch ^ 0x20);
+  REQUIRE(::pwrite(fd, &ch, 1, static_cast<off_t>(at)) == 1);
+  ::close(fd);
+}
+}  // namespace
+
 TEST_CASE("pack: a field changed in the sealed shard fails verification, naming the record and the field") {
   temp_dir d;
   const auto a = write_fields_tar(d, "a.tar", 3);
@@ -723,13 +736,7 @@ TEST_CASE("pack: a field changed in the sealed shard fails verification, naming 
       REQUIRE(v[1].size() > 2);
       at = static_cast<std::size_t>(v[1].data() - r.file().bytes().data()) + 2;
     }
-    const int fd = ::open((out + ".partial").c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    char ch = 0;
-    REQUIRE(::pread(fd, &ch, 1, static_cast<off_t>(at)) == 1);
-    ch = static_cast<char>(ch ^ 0x20);
-    REQUIRE(::pwrite(fd, &ch, 1, static_cast<off_t>(at)) == 1);
-    ::close(fd);
+    flip_byte(out + ".partial", at);
   }
   c.send(SIGUSR1);
   const auto r = c.finish(30);
@@ -762,13 +769,7 @@ TEST_CASE("pack: a record changed in the sealed shard names the tar member it wa
       sluice::io::shard_reader r(out + ".partial");
       at = static_cast<std::size_t>(r.record(1).data() - r.file().bytes().data()) + 3;
     }
-    const int fd = ::open((out + ".partial").c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    char ch = 0;
-    REQUIRE(::pread(fd, &ch, 1, static_cast<off_t>(at)) == 1);
-    ch = static_cast<char>(ch ^ 0x20);
-    REQUIRE(::pwrite(fd, &ch, 1, static_cast<off_t>(at)) == 1);
-    ::close(fd);
+    flip_byte(out + ".partial", at);
   }
   c.send(SIGUSR1);
   const auto r = c.finish(30);
