@@ -455,7 +455,9 @@ struct mem_docs {
   [[nodiscard]] std::size_t tokens() const noexcept { return r->tokens.size(); }
   [[nodiscard]] std::size_t length(std::size_t i) const noexcept { return r->length(i); }
   [[nodiscard]] std::string_view path() const noexcept { return r->path(); }
-  [[nodiscard]] tok_sample_t fields(std::size_t i) const { return r->fields(i); }
+  [[nodiscard]] std::span<const std::uint16_t> piece(std::size_t i, std::size_t from, std::size_t n) const {
+    return {r->tokens.data() + r->start[i] + from, n};
+  }
 };
 void BM_packed_rows_direct(benchmark::State& state) {
   using namespace sluice;

@@ -225,3 +225,22 @@ TEST_CASE("packed_rows: bad options are usage errors") {
   auto bad_order = packed_rows(docs, sample::sequential(9), {.length = 4, .split = false});
   CHECK_THROWS_AS((void)bad_order.rows(0), usage_error);
 }
+
+TEST_CASE("packed_rows: a token past the vocabulary fails the row that holds it, naming the document") {
+  temp_dir dir;
+  auto docs_v = make_docs(30, 50, 6);
+  docs_v[3].assign(40, 5);
+  docs_v[3][33] = 60500;  // past a vocabulary of 60001; the rest of the data is inside it
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t docs(tp, op, {.vocab = 60001});
+  auto rows = packed_rows(docs, sample::sequential(docs.size()), {.length = 16});
+  auto loader = from(rows.sampler()) | rows | collate({.batch = 2}, stack<"tokens">{}) | prefetch(2, {.errors = on_error::skip});
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) n += b.size();
+  CHECK(loader.stats().skipped == 1);  // only the row holding token 33 of document 3
+  CHECK(n + 1 == rows.rows(0));
+  REQUIRE_FALSE(loader.stats().skip_causes.empty());
+  CHECK(loader.stats().skip_causes.front().find("60500") != std::string::npos);
+  CHECK(loader.stats().skip_causes.front().find(tp) != std::string::npos);
+}

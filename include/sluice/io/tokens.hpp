@@ -320,6 +320,19 @@ class token_documents {
     out.values[0] = std::span<const std::byte>(tokens_.data() + b * sizeof(T), (e - b) * sizeof(T));
     return out;
   }
+  // Tokens [from, from + n) of document i, checked against the vocabulary under vocab_check::lazy
+  // (those tokens only: a document packed into several rows, stage/pack_rows.hpp, is checked once
+  // in all, not once a row).
+  [[nodiscard]] std::span<const T> piece(std::size_t i, std::size_t from, std::size_t n) const {
+    if (i >= n_docs_ || from > length(i) || n > length(i) - from) [[unlikely]]
+      throw format_error(tokens_.path(), {.record = i},
+                         "tokens [" + std::to_string(from) + ", " + std::to_string(from + n) + ") are not inside document " +
+                             std::to_string(i) + (i < n_docs_ ? " (" + std::to_string(length(i)) + " tokens)" : ""));
+    if (lazy_)
+      if (const std::size_t pos = detail::find_out_of_vocab<T>(tokens_, offset(i) + from, n, vocab_); pos != detail::no_token)
+        detail::throw_out_of_vocab<T>(tokens_, pos, vocab_, i);
+    return {reinterpret_cast<const T*>(tokens_.data()) + offset(i) + from, n};
+  }
   [[nodiscard]] std::span<const T> document(std::size_t i) const noexcept {
     return {reinterpret_cast<const T*>(tokens_.data()) + offset(i), length(i)};
   }

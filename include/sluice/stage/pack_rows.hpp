@@ -217,8 +217,10 @@ class packed_rows_stage {
         if (a > cur) pad(cur, a);
         T* o = out + (a - row0);
         if constexpr (N == fixed_string("tokens")) {
-          const auto f = s->docs->fields(static_cast<std::size_t>(d));  // checked against the vocabulary
-          std::memcpy(o, f.values[0].data() + (a - st[p]) * sizeof(T), (b - a) * sizeof(T));
+          // This piece's tokens only, checked against the vocabulary (io::token_documents::piece).
+          const auto t = s->docs->piece(static_cast<std::size_t>(d), static_cast<std::size_t>(a - st[p]),
+                                        static_cast<std::size_t>(b - a));
+          std::memcpy(o, t.data(), t.size_bytes());
         } else if constexpr (N == fixed_string("doc_ids")) {
           std::fill(o, o + (b - a), static_cast<T>(d));
         } else {
