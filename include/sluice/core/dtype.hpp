@@ -75,4 +75,26 @@ concept element_type = requires { detail::dtype_map<std::remove_cv_t<T>>::value;
 template <element_type T>
 inline constexpr dtype dtype_of = detail::dtype_map<std::remove_cv_t<T>>::value;
 
+// Calls f.template operator()<T>() with the element type T of `t`: a run-time dtype turned into
+// the compile-time one, for code that is written once per type (run-time fields, io/wds.hpp).
+template <class F>
+decltype(auto) visit_dtype(dtype t, F&& f) {
+  switch (t) {
+    case dtype::u8: return f.template operator()<std::uint8_t>();
+    case dtype::f32: return f.template operator()<float>();
+    case dtype::i8: return f.template operator()<std::int8_t>();
+    case dtype::u16: return f.template operator()<std::uint16_t>();
+    case dtype::i16: return f.template operator()<std::int16_t>();
+    case dtype::i32: return f.template operator()<std::int32_t>();
+    case dtype::i64: return f.template operator()<std::int64_t>();
+    case dtype::u32: return f.template operator()<std::uint32_t>();
+    case dtype::u64: return f.template operator()<std::uint64_t>();
+    case dtype::f16: return f.template operator()<f16>();
+    case dtype::bf16: return f.template operator()<bf16>();
+    case dtype::f64: return f.template operator()<double>();
+    case dtype::boolean: return f.template operator()<bool>();
+  }
+  return f.template operator()<std::uint8_t>();
+}
+
 }  // namespace sluice

@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,8 +38,20 @@ inline constexpr std::size_t max_dims = 6;
 enum class image_layout : std::uint8_t { none, hwc, chw };
 inline constexpr std::size_t max_tensors = 16;
 
+// A name chosen at run time (a run-time collate's field, stage/any_collate.hpp), as storage that
+// outlives every batch: each distinct name is kept once for the life of the process (a pipeline
+// has a handful), so a batch that outlives its loader still names its tensors.
+inline std::string_view intern_name(std::string_view name) {
+  static std::mutex m;
+  static std::set<std::string, std::less<>> names;
+  const std::lock_guard lk(m);
+  auto it = names.find(name);
+  if (it == names.end()) it = names.emplace(name).first;
+  return *it;
+}
+
 // One tensor of a batch, as the slot records it. `name` refers to storage that outlives every
-// batch (a collator's compile-time name or a string literal).
+// batch (a collator's compile-time name, a string literal or an interned name).
 struct tensor_desc {
   std::string_view name;
   dtype type = dtype::u8;

@@ -80,6 +80,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/file_guard.hpp"
@@ -121,8 +122,6 @@ enum class wds_take : std::uint8_t { bytes, number, npy };
 // label of the sample's first index entry as (problem << 16) | field.
 enum class wds_problem : std::uint8_t { none = 0, missing = 1, duplicate = 2, bad_number = 3, bad_npy = 4 };
 
-template <class F>
-constexpr bool takes_number = F::kind == extent::fixed && !std::is_same_v<typename F::value_type, std::uint8_t>;
 
 // The npy (kind, item size) an element type matches.
 template <class T>
@@ -164,7 +163,8 @@ const char* parse_number(std::span<const std::byte> b, std::int64_t& slot) {
     float f = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), f);
     if (ec != std::errc{} || p != s.data() + s.size()) return "it is not a decimal number";
-    v = std::is_same_v<T, f16> ? T{to_f16(f)} : T{to_bf16(f)};
+    if constexpr (std::is_same_v<T, f16>) v = to_f16(f);
+    else v = to_bf16(f);
   } else if constexpr (std::is_same_v<T, bool>) {
     if (s == "0") v = false;
     else if (s == "1") v = true;
@@ -191,18 +191,6 @@ struct wds_field_rule {
   }
 };
 
-template <class F>
-wds_field_rule rule_for(std::string_view n = F::name.view()) {
-  wds_field_rule r;
-  while (true) {
-    const std::size_t semi = n.find(';');
-    r.exts.emplace_back(n.substr(0, semi));
-    if (semi == std::string_view::npos) break;
-    n.remove_prefix(semi + 1);
-  }
-  r.take = takes_number<F> ? wds_take::number : wds_take::bytes;
-  return r;
-}
 
 inline bool is_npy_ext(std::string_view ext) noexcept { return ext == "npy" || ext.ends_with(".npy"); }
 
@@ -215,94 +203,31 @@ inline bool is_text_ext(std::string_view ext) noexcept {
   return false;
 }
 
-}  // namespace detail
 
-template <class Schema>
-class wds_dataset {
-  static constexpr std::size_t F = Schema::size;
-  static constexpr std::size_t stride = F + 1;  // index entries per sample: the sample, then each field
+// The dataset over a list of shards with fields known at run time (a field spec each: the
+// extensions it takes as its name, its element type, fixed or variable). wds_dataset<Schema> and
+// wds_any are this with the fields from a compiled schema or from the caller.
+class wds_core {
   // The sample entry's label: bits 0-15 the field a problem is about, 16-23 the problem
-  // (detail::wds_problem), 24-63 which fields came from an .npy member (bit 24 + k).
+  // (wds_problem), 24-63 which fields came from an .npy member (bit 24 + k).
   static constexpr std::int64_t problem_mask = 0xffffff;
-  static_assert(F >= 1 && F <= 39, "sluice: wds_dataset: a schema of 1 to 39 fields");
-  template <std::size_t K>
-  using field_k = schema_field_t<Schema, K>;
 
  public:
-  using reader_concept = reader_tag;
-  using schema_type = Schema;
-  using sample_type = fields_sample<Schema>;
-
-  // A brace pattern (or one path).
-  explicit wds_dataset(std::string pattern, wds_dataset_options o = {})
-      : wds_dataset(expand_braces(pattern), std::move(o), pattern) {}
-  // An explicit list of shards, read in this order.
-  explicit wds_dataset(std::vector<std::string> shards, wds_dataset_options o = {})
-      : wds_dataset(std::move(shards), std::move(o), std::string{}) {}
-  // A braced list of patterns, each expanded, in order: `wds_dataset<S> d{"train-{0..3}.tar"}`
-  // (brace-initialising with one pattern lands here, so it must expand too) or
-  // `d({"train-{0..3}.tar", "extra.tar"})`.
-  wds_dataset(std::initializer_list<std::string> patterns, wds_dataset_options o = {})
-      : wds_dataset(expand_all(patterns), std::move(o), patterns.size() == 1 ? *patterns.begin() : std::string{}) {}
-
-  wds_dataset(wds_dataset&&) noexcept = default;
-  wds_dataset& operator=(wds_dataset&&) noexcept = default;
-
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
-  // The pattern, or a description of the list (for messages; each sample's origin is its shard).
-  [[nodiscard]] std::string_view path() const noexcept { return name_; }
-
-  [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
-  [[nodiscard]] const std::string& shard_path(std::size_t s) const { return shards_.at(s)->path; }
-  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return table_.size_of(s); }
-  // Global sample indices [first, second) of shard s.
-  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return table_.range(s); }
-  // The shard holding global sample i.
-  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return table_.shard_of(i, name_); }
-  // Samples per shard (keep them to open this dataset lazily next time: `.sizes = d.sizes()`).
-  [[nodiscard]] std::vector<std::size_t> sizes() const { return table_.sizes(); }
-  // Whether shard s has been opened (mapped, and scanned or its index loaded) yet.
-  [[nodiscard]] bool is_open(std::size_t s) const {
-    return shards_.at(s)->state.ready();
-  }
-
-  // Sample i: its fields as views into its shard's mapping (numbers parsed at the scan: views
-  // into the index). A sample with a missing or malformed member raises format_error here.
-  [[nodiscard]] sample_type fields(std::size_t i) const {
-    const std::size_t s = shard_of(i);
-    const shard_state& sh = open(s);
-    if (sluice::detail::file_registry::instance().flagged() != 0) [[unlikely]] sh.file.throw_if_changed();
-    const std::size_t local = static_cast<std::size_t>(i - table_.first[s]);
-    const record_entry* e = sh.entries.data() + local * stride;
-    if ((e[0].label & problem_mask) != 0) [[unlikely]] raise(sh, local);
-    sample_type out{.id = i, .origin = sh.path};
-    fill(out, sh, e, std::make_index_sequence<F>{});
-    return out;
-  }
-  // Sample i's key (the member path up to the first dot of its basename).
-  [[nodiscard]] std::string key(std::size_t i) const {
-    const std::size_t s = shard_of(i);
-    const shard_state& sh = open(s);
-    return key_at(sh, sh.entries[static_cast<std::size_t>(i - table_.first[s]) * stride].offset);
-  }
-
- private:
   struct shard_state {
     std::string path;
     mapped_file file;
     std::vector<record_entry> entries;
   };
-  struct lazy_shard {
-    std::string path;
-    detail::lazy_open<shard_state> state;
-  };
 
-  wds_dataset(std::vector<std::string> shards, wds_dataset_options o, std::string pattern) : opt_(std::move(o)) {
-    if (shards.empty()) throw usage_error("sluice: wds_dataset needs at least one shard");
+  wds_core(std::vector<std::string> shards, wds_dataset_options o, std::string pattern, std::vector<field_spec> fields,
+           std::string_view who = "wds_dataset")
+      : opt_(std::move(o)), fields_(std::move(fields)), stride_(fields_.size() + 1), who_(who) {
+    if (shards.empty()) throw usage_error("sluice: " + who_ + " needs at least one shard");
+    if (fields_.empty() || fields_.size() > 39) throw usage_error("sluice: " + who_ + ": a schema of 1 to 39 fields");
     if (!opt_.sizes.empty() && opt_.sizes.size() != shards.size())
-      throw usage_error("sluice: wds_dataset: .sizes has " + std::to_string(opt_.sizes.size()) + " entries for " +
+      throw usage_error("sluice: " + who_ + ": .sizes has " + std::to_string(opt_.sizes.size()) + " entries for " +
                         std::to_string(shards.size()) + " shards (one per shard, or none)");
-    init_rules(std::make_index_sequence<F>{});
+    init_rules();
     for (auto& p : shards) {
       auto l = std::make_unique<lazy_shard>();
       l->path = std::move(p);
@@ -311,12 +236,15 @@ class wds_dataset {
     name_ = !pattern.empty()      ? std::move(pattern)
             : shards_.size() == 1 ? shards_[0]->path
                                   : shards_[0]->path + " (+" + std::to_string(shards_.size() - 1) + " more shards)";
-    kind_ = "wdsg:v" + std::to_string(detail::wds_group_scan_version) + ".t" + std::to_string(detail::wds_scan_version);
-    kind_names(std::make_index_sequence<F>{});
+    kind_ = "wdsg:v" + std::to_string(wds_group_scan_version) + ".t" + std::to_string(wds_scan_version);
+    // The extensions matched, not the field names: a saved index is the grouping they make.
+    for (std::size_t k = 0; k < fields_.size(); ++k)
+      kind_ += ":" + std::string(extensions_of(k)) + "/" + dtype_name(fields_[k].type) +
+               (fields_[k].kind == extent::variable ? "/v" : "/f");
     if (opt_.ignore_zeros) kind_ += ":ignore_zeros";
     table_.first.reserve(shards_.size() + 1);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
-      const std::size_t n = opt_.sizes.empty() ? open(s).entries.size() / stride : opt_.sizes[s];
+      const std::size_t n = opt_.sizes.empty() ? open(s).entries.size() / stride_ : opt_.sizes[s];
       table_.add(n);
     }
   }
@@ -327,54 +255,105 @@ class wds_dataset {
       for (auto& x : expand_braces(p)) out.push_back(std::move(x));
     return out;
   }
-  template <std::size_t... K>
-  void init_rules(std::index_sequence<K...>) {
+
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
+  [[nodiscard]] std::string_view path() const noexcept { return name_; }
+  [[nodiscard]] std::size_t shard_count() const noexcept { return shards_.size(); }
+  [[nodiscard]] const std::string& shard_path(std::size_t s) const { return shards_.at(s)->path; }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return table_.size_of(s); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return table_.range(s); }
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return table_.shard_of(i, name_); }
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return table_.sizes(); }
+  [[nodiscard]] bool is_open(std::size_t s) const { return shards_.at(s)->state.ready(); }
+  [[nodiscard]] std::size_t field_count() const noexcept { return fields_.size(); }
+  [[nodiscard]] const field_spec& field(std::size_t k) const noexcept { return fields_[k]; }
+
+  // Sample i: calls set(k, bytes) for each field (views into the shard's mapping, or parsed
+  // numbers in the index) and returns its shard's path. A sample the scan found a problem in
+  // raises its format_error here.
+  template <class Set>
+  std::string_view sample(std::size_t i, Set&& set) const {
+    const std::size_t s = shard_of(i);
+    const shard_state& sh = open(s);
+    if (sluice::detail::file_registry::instance().flagged() != 0) [[unlikely]] sh.file.throw_if_changed();
+    const std::size_t local = static_cast<std::size_t>(i - table_.first[s]);
+    const record_entry* e = sh.entries.data() + local * stride_;
+    if ((e[0].label & problem_mask) != 0) [[unlikely]] raise(sh, local);
+    for (std::size_t k = 0; k < fields_.size(); ++k) set(k, field_view(k, sh, e[1 + k], e[0].label));
+    return sh.path;
+  }
+  [[nodiscard]] std::string key(std::size_t i) const {
+    const std::size_t s = shard_of(i);
+    const shard_state& sh = open(s);
+    return key_at(sh, sh.entries[static_cast<std::size_t>(i - table_.first[s]) * stride_].offset);
+  }
+
+ private:
+  struct lazy_shard {
+    std::string path;
+    lazy_open<shard_state> state;
+  };
+
+  [[nodiscard]] bool takes_number(std::size_t k) const noexcept {
+    return fields_[k].kind == extent::fixed && fields_[k].type != dtype::u8;
+  }
+
+  void init_rules() {
     for (const auto& [f, e] : opt_.extensions) {
-      if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
-        throw usage_error("sluice: wds_dataset: wds_dataset_options::extensions names field '" + f +
+      if (std::none_of(fields_.begin(), fields_.end(), [&](const field_spec& x) { return x.name == f; }))
+        throw usage_error("sluice: " + who_ + ": wds_dataset_options::extensions names field '" + f +
                           "', which the schema does not have");
       if (e.empty() || e.front() == ';' || e.back() == ';' || e.find(";;") != std::string::npos ||
           e.find_first_of("/:") != std::string::npos)
-        throw usage_error("sluice: wds_dataset: wds_dataset_options::extensions gives field '" + f + "' the extensions '" +
-                          e + "'; use one or more non-empty extensions separated by ';', without '/' or ':'");
+        throw usage_error("sluice: " + who_ + ": wds_dataset_options::extensions gives field '" + f +
+                          "' the extensions '" + e + "'; use one or more non-empty extensions separated by ';', "
+                          "without '/' or ':'");
     }
-    ((rules_[K] = detail::rule_for<field_k<K>>(extensions_of(K))), ...);
+    rules_.resize(fields_.size());
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      std::string_view n = extensions_of(k);
+      if (n.empty() || n.front() == ';' || n.back() == ';' || n.find(";;") != std::string_view::npos ||
+          n.find_first_of("/:") != std::string_view::npos)
+        throw usage_error("sluice: " + who_ + ": field '" + fields_[k].name + "' takes the extensions '" +
+                          std::string(n) + "'; use one or more non-empty extensions separated by ';', without "
+                          "'/' or ':'");
+      while (true) {
+        const std::size_t semi = n.find(';');
+        rules_[k].exts.emplace_back(n.substr(0, semi));
+        if (semi == std::string_view::npos) break;
+        n.remove_prefix(semi + 1);
+      }
+      rules_[k].take = takes_number(k) ? wds_take::number : wds_take::bytes;
+    }
     // A member goes to the first field that takes its extension: two fields sharing one would
     // leave the second always missing. Refused here, naming both.
-    for (std::size_t a = 0; a < F; ++a)
-      for (std::size_t b = a + 1; b < F; ++b)
+    for (std::size_t a = 0; a < fields_.size(); ++a)
+      for (std::size_t b = a + 1; b < fields_.size(); ++b)
         for (const auto& e : rules_[a].exts)
           if (rules_[b].matches(e))
-            throw usage_error("sluice: wds_dataset: fields '" + std::string(Schema::names[a]) + "' and '" +
-                              std::string(Schema::names[b]) + "' both take the extension '" + e +
-                              "'; a member can go to one field only");
+            throw usage_error("sluice: " + who_ + ": fields '" + fields_[a].name + "' and '" + fields_[b].name +
+                              "' both take the extension '" + e + "'; a member can go to one field only");
     // A member named as text (.json, .txt, ...) holds characters, not a numeric field's binary
     // elements: taken as they are, its bytes would be read as numbers (garbage that can pass
     // every size check). Refused here, naming the field, its type and the extension.
-    for (std::size_t k = 0; k < F; ++k) {
-      if (rules_[k].take != detail::wds_take::bytes || type_of(k) == dtype::u8) continue;
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      if (rules_[k].take != wds_take::bytes || fields_[k].type == dtype::u8) continue;
       for (const auto& e : rules_[k].exts)
-        if (!detail::is_npy_ext(e) && detail::is_text_ext(e))
-          throw usage_error("sluice: wds_dataset: field '" + std::string(Schema::names[k]) + "' holds " +
-                            dtype_name(type_of(k)) + " elements, but it takes '." + e +
-                            "' members, which hold text: their bytes would be read as " + dtype_name(type_of(k)) +
+        if (!is_npy_ext(e) && is_text_ext(e))
+          throw usage_error("sluice: " + who_ + ": field '" + fields_[k].name + "' holds " +
+                            dtype_name(fields_[k].type) + " elements, but it takes '." + e +
+                            "' members, which hold text: their bytes would be read as " +
+                            dtype_name(fields_[k].type) +
                             " values. Take the member as text (a u8 field) and parse it, or store the numbers as "
                             "an .npy member (its dtype is checked) or a raw binary one (e.g. '.boxes.f32')");
     }
   }
   // The extensions field k takes: as opt_.extensions maps it (the last entry wins), else its name.
   [[nodiscard]] std::string_view extensions_of(std::size_t k) const noexcept {
-    std::string_view e = Schema::names[k];
+    std::string_view e = fields_[k].name;
     for (const auto& [f, x] : opt_.extensions)
-      if (f == Schema::names[k]) e = x;
+      if (f == fields_[k].name) e = x;
     return e;
-  }
-  template <std::size_t... K>
-  void kind_names(std::index_sequence<K...>) {
-    // The extensions matched, not the field names: a saved index is the grouping they make.
-    ((kind_ += std::string(":") + std::string(extensions_of(K)) + "/" + dtype_name(field_k<K>::type) +
-               (field_k<K>::kind == extent::variable ? "/v" : "/f")),
-     ...);
   }
 
   // Opens shard s once (maps it, loads its saved index or scans it); later calls are one load.
@@ -385,60 +364,61 @@ class wds_dataset {
           auto st = std::make_unique<shard_state>();
           st->path = l.path;
           st->file = mapped_file(l.path, opt_.map);  // io_error naming the shard if it is missing
-          st->entries = detail::indexed(st->path, kind_, opt_.index, [&] { return scan(st->file.bytes(), st->path); });
-          if (st->entries.size() % stride != 0)
-            throw format_error(st->path, {}, "its saved index (" + detail::index_path_for(st->path) +
+          st->entries = indexed(st->path, kind_, opt_.index, [&] { return scan(st->file.bytes(), st->path); });
+          if (st->entries.size() % stride_ != 0)
+            throw format_error(st->path, {}, "its saved index (" + index_path_for(st->path) +
                                                  ") does not hold whole samples; delete it to rescan");
-          const std::size_t n = st->entries.size() / stride;
+          const std::size_t n = st->entries.size() / stride_;
           if (!opt_.sizes.empty() && n != opt_.sizes[s])
             throw format_error(st->path, {}, "the shard holds " + std::to_string(n) +
                                                  " samples, but wds_dataset_options::sizes says " +
                                                  std::to_string(opt_.sizes[s]) + " (shard " + std::to_string(s) + ")");
           return st;
         },
-        detail::on_failure::retry);
+        on_failure::retry);
   }
 
   // The grouped scan: per sample, one entry {first header offset, 0, problem} and one per field
   // ({data offset, size, parsed number}; a missing field: {sample offset, 0, -1}).
   std::vector<record_entry> scan(std::span<const std::byte> file, const std::string& path) const {
+    const std::size_t F = fields_.size();
     std::vector<record_entry> out;
     std::string cur_key;
     bool have = false;
     std::size_t base = 0;
-    std::array<bool, F> seen{};
-    auto flag = [&](detail::wds_problem p, std::size_t k) {
+    std::vector<bool> seen(F);
+    auto flag = [&](wds_problem p, std::size_t k) {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
     };
     auto finish = [&] {
       if (!have) return;
       for (std::size_t k = 0; k < F; ++k)
-        if (!seen[k]) flag(detail::wds_problem::missing, k);
+        if (!seen[k]) flag(wds_problem::missing, k);
       have = false;
     };
-    detail::walk_tar(file, path, opt_.ignore_zeros, [&](const detail::tar_member_view& m) {
+    walk_tar(file, path, opt_.ignore_zeros, [&](const tar_member_view& m) {
       std::string_view key, ext;
-      if (!detail::split_key(m.name, key, ext)) return true;
+      if (!split_key(m.name, key, ext)) return true;
       if (!have || key != cur_key) {
         finish();
         cur_key.assign(key);
         have = true;
-        seen.fill(false);
+        seen.assign(F, false);
         base = out.size();
-        out.resize(out.size() + stride, record_entry{m.start, 0, -1});
+        out.resize(out.size() + stride_, record_entry{m.start, 0, -1});
         out[base].label = 0;
       }
       for (std::size_t k = 0; k < F; ++k) {
         if (!rules_[k].matches(ext)) continue;
         if (seen[k]) {
-          flag(detail::wds_problem::duplicate, k);
+          flag(wds_problem::duplicate, k);
           break;
         }
         seen[k] = true;
         out[base + 1 + k] = record_entry{m.data, m.size, -1};
-        if (detail::is_npy_ext(ext)) out[base].label |= std::int64_t{1} << (24 + k);
-        take_member(k, ext, m.body, path, out[base + 1 + k], [&](detail::wds_problem p) { flag(p, k); });
+        if (is_npy_ext(ext)) out[base].label |= std::int64_t{1} << (24 + k);
+        take_member(k, ext, m.body, path, out[base + 1 + k], [&](wds_problem p) { flag(p, k); });
         break;
       }
       return true;
@@ -451,50 +431,35 @@ class wds_dataset {
   template <class Bad>
   void take_member(std::size_t k, std::string_view ext, std::span<const std::byte> body, const std::string& path,
                    record_entry& e, Bad&& bad) const {
-    take_member_k(k, ext, body, path, e, bad, std::make_index_sequence<F>{});
-  }
-  template <class Bad, std::size_t... K>
-  void take_member_k(std::size_t k, std::string_view ext, std::span<const std::byte> body, const std::string& path,
-                     record_entry& e, Bad& bad, std::index_sequence<K...>) const {
-    ((K == k ? take_one<K>(ext, body, path, e, bad) : void()), ...);
-  }
-  template <std::size_t K, class Bad>
-  void take_one(std::string_view ext, std::span<const std::byte> body, const std::string& path, record_entry& e,
-                Bad& bad) const {
-    using T = typename field_k<K>::value_type;
-    if (detail::is_npy_ext(ext)) {
-      try {
-        auto d = detail::npy_member_data<T>(body, path);
-        e.offset += static_cast<std::uint64_t>(d.data() - body.data());
-        e.size = d.size();
-      } catch (const format_error&) {
-        bad(detail::wds_problem::bad_npy);
+    visit_dtype(fields_[k].type, [&]<class T>() {
+      if (is_npy_ext(ext)) {
+        try {
+          auto d = npy_member_data<T>(body, path);
+          e.offset += static_cast<std::uint64_t>(d.data() - body.data());
+          e.size = d.size();
+        } catch (const format_error&) {
+          bad(wds_problem::bad_npy);
+        }
+      } else if (takes_number(k)) {
+        if (parse_number<T>(body, e.label) != nullptr) bad(wds_problem::bad_number);
       }
-    } else if constexpr (detail::takes_number<field_k<K>>) {
-      if (detail::parse_number<T>(body, e.label) != nullptr) bad(detail::wds_problem::bad_number);
-    }
+    });
   }
 
-  template <std::size_t... K>
-  void fill(sample_type& out, const shard_state& sh, const record_entry* e, std::index_sequence<K...>) const {
-    ((out.values[K] = field_view<K>(sh, e[1 + K], e[0].label)), ...);
-  }
   // A number field's entry holds a parsed number (in its label) unless the member was an .npy.
-  template <std::size_t K>
-  std::span<const std::byte> field_view(const shard_state& sh, const record_entry& e, std::int64_t sample) const {
-    using T = typename field_k<K>::value_type;
-    if constexpr (detail::takes_number<field_k<K>>) {
-      if (((sample >> (24 + K)) & 1) == 0) return {reinterpret_cast<const std::byte*>(&e.label), sizeof(T)};
-    }
+  [[nodiscard]] std::span<const std::byte> field_view(std::size_t k, const shard_state& sh, const record_entry& e,
+                                                      std::int64_t sample) const noexcept {
+    if (takes_number(k) && ((sample >> (24 + k)) & 1) == 0)
+      return {reinterpret_cast<const std::byte*>(&e.label), dtype_size(fields_[k].type)};
     return sh.file.bytes().subspan(e.offset, e.size);
   }
 
   std::string key_at(const shard_state& sh, std::uint64_t start) const {
     std::string key = "?";
     try {
-      detail::walk_tar(sh.file.bytes(), sh.path, opt_.ignore_zeros, [&](const detail::tar_member_view& m) {
+      walk_tar(sh.file.bytes(), sh.path, opt_.ignore_zeros, [&](const tar_member_view& m) {
         std::string_view k, ext;
-        if (detail::split_key(m.name, k, ext)) key.assign(k);
+        if (split_key(m.name, k, ext)) key.assign(k);
         return false;
       }, start);
     } catch (const format_error&) {
@@ -504,82 +469,176 @@ class wds_dataset {
 
   // Raises the format_error for a sample the scan found a problem in, with the whole story.
   [[noreturn]] void raise(const shard_state& sh, std::size_t local) const {
-    const record_entry* e = sh.entries.data() + local * stride;
-    const auto problem = static_cast<detail::wds_problem>((e[0].label >> 16) & 0xff);
+    const record_entry* e = sh.entries.data() + local * stride_;
+    const auto problem = static_cast<wds_problem>((e[0].label >> 16) & 0xff);
     const std::size_t k = static_cast<std::size_t>(e[0].label & 0xffff);
-    if (k >= F) throw format_error(sh.path, {.record = local}, "its saved index is corrupt; delete it to rescan");
+    if (k >= fields_.size()) throw format_error(sh.path, {.record = local}, "its saved index is corrupt; delete it to rescan");
     const std::string key = key_at(sh, e[0].offset);
     std::string exts;
     for (const auto& x : rules_[k].exts) exts += (exts.empty() ? "" : ", ") + key + "." + x;
-    std::string cause = "sample '" + key + "', field '" + std::string(Schema::names[k]) + "'";
-    if (extensions_of(k) != Schema::names[k]) cause += " (given the extensions '" + std::string(extensions_of(k)) + "')";
+    std::string cause = "sample '" + key + "', field '" + fields_[k].name + "'";
+    if (extensions_of(k) != fields_[k].name) cause += " (given the extensions '" + std::string(extensions_of(k)) + "')";
     cause += ": ";
     const auto body = sh.file.bytes().subspan(e[1 + k].offset, e[1 + k].size);
     switch (problem) {
-      case detail::wds_problem::missing: {
+      case wds_problem::missing: {
         cause += "no member for it (looked for " + exts + ")";
-        const std::size_t n = sh.entries.size() / stride;
+        const std::size_t n = sh.entries.size() / stride_;
         if (local == 0 || local + 1 == n)
           cause += std::string("; this is the ") + (local == 0 ? "first" : "last") +
                    " sample of the shard: if its other members are in the " + (local == 0 ? "previous" : "next") +
                    " shard, the sample was split across shards (each shard must hold whole samples)";
         break;
       }
-      case detail::wds_problem::duplicate:
+      case wds_problem::duplicate:
         cause += "the sample has two members for it (" + exts + "); a field takes one member";
         break;
-      case detail::wds_problem::bad_number: {
+      case wds_problem::bad_number: {
         std::int64_t slot = 0;
-        const char* why = why_number(k, body, slot, std::make_index_sequence<F>{});
+        const char* why = visit_dtype(fields_[k].type, [&]<class T>() { return parse_number<T>(body, slot); });
         std::string text(reinterpret_cast<const char*>(body.data()), std::min<std::size_t>(body.size(), 40));
-        cause += "'" + text + (body.size() > 40 ? "...'" : "'") + " is not a " + dtype_name(type_of(k)) + " value: " +
-                 (why ? why : "?");
+        cause += "'" + text + (body.size() > 40 ? "...'" : "'") + " is not a " + dtype_name(fields_[k].type) +
+                 " value: " + (why ? why : "?");
         break;
       }
-      case detail::wds_problem::bad_npy:
-        cause += why_npy(k, body, sh.path, std::make_index_sequence<F>{});
+      case wds_problem::bad_npy: {
+        std::string why = "the .npy member is malformed";
+        visit_dtype(fields_[k].type, [&]<class T>() {
+          try {
+            (void)npy_member_data<T>(body, sh.path);
+          } catch (const format_error& x) {
+            why = x.cause();
+          }
+        });
+        cause += why;
         break;
+      }
       default:
         cause += "its saved index is corrupt; delete it to rescan";
     }
     throw format_error(sh.path, {.record = local, .offset = e[0].offset}, cause);
   }
-  template <std::size_t... K>
-  static const char* why_number(std::size_t k, std::span<const std::byte> body, std::int64_t& slot,
-                                std::index_sequence<K...>) {
-    const char* why = nullptr;
-    ((K == k ? (void)(why = detail::parse_number<typename field_k<K>::value_type>(body, slot)) : void()), ...);
-    return why;
-  }
-  template <std::size_t... K>
-  static std::string why_npy(std::size_t k, std::span<const std::byte> body, const std::string& path,
-                             std::index_sequence<K...>) {
-    std::string why = "the .npy member is malformed";
-    auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-      try {
-        (void)detail::npy_member_data<typename field_k<J>::value_type>(body, path);
-      } catch (const format_error& e) {
-        why = e.cause();
-      }
-    };
-    ((K == k ? one(std::integral_constant<std::size_t, K>{}) : void()), ...);
-    return why;
-  }
-  static dtype type_of(std::size_t k) noexcept {
-    constexpr std::array<dtype, F> t = [] {
-      std::array<dtype, F> a{};
-      [&]<std::size_t... K>(std::index_sequence<K...>) { ((a[K] = field_k<K>::type), ...); }(std::make_index_sequence<F>{});
-      return a;
-    }();
-    return t[k];
-  }
 
   wds_dataset_options opt_;
+  std::vector<field_spec> fields_;
+  std::size_t stride_;  // index entries per sample: the sample, then each field
+  std::string who_;
   std::string name_;
   std::string kind_;
   std::vector<std::unique_ptr<lazy_shard>> shards_;
-  detail::shard_table table_;
-  std::array<detail::wds_field_rule, F> rules_{};
+  shard_table table_;
+  std::vector<wds_field_rule> rules_;
+};
+
+template <class Schema>
+std::vector<field_spec> specs_of() {
+  std::vector<field_spec> f;
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (f.push_back({std::string(schema_field_t<Schema, K>::name.view()), schema_field_t<Schema, K>::type,
+                  schema_field_t<Schema, K>::kind}),
+     ...);
+  }(std::make_index_sequence<Schema::size>{});
+  return f;
+}
+
+}  // namespace detail
+
+template <class Schema>
+class wds_dataset {
+  static_assert(Schema::size >= 1 && Schema::size <= 39, "sluice: wds_dataset: a schema of 1 to 39 fields");
+
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = fields_sample<Schema>;
+
+  // A brace pattern (or one path).
+  explicit wds_dataset(std::string pattern, wds_dataset_options o = {})
+      : core_(expand_braces(pattern), std::move(o), pattern, detail::specs_of<Schema>()) {}
+  // An explicit list of shards, read in this order.
+  explicit wds_dataset(std::vector<std::string> shards, wds_dataset_options o = {})
+      : core_(std::move(shards), std::move(o), std::string{}, detail::specs_of<Schema>()) {}
+  // A braced list of patterns, each expanded, in order: `wds_dataset<S> d{"train-{0..3}.tar"}`
+  // (brace-initialising with one pattern lands here, so it must expand too) or
+  // `d({"train-{0..3}.tar", "extra.tar"})`.
+  wds_dataset(std::initializer_list<std::string> patterns, wds_dataset_options o = {})
+      : core_(detail::wds_core::expand_all(patterns), std::move(o),
+              patterns.size() == 1 ? *patterns.begin() : std::string{}, detail::specs_of<Schema>()) {}
+
+  wds_dataset(wds_dataset&&) noexcept = default;
+  wds_dataset& operator=(wds_dataset&&) noexcept = default;
+
+  [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
+  // The pattern, or a description of the list (for messages; each sample's origin is its shard).
+  [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
+
+  [[nodiscard]] std::size_t shard_count() const noexcept { return core_.shard_count(); }
+  [[nodiscard]] const std::string& shard_path(std::size_t s) const { return core_.shard_path(s); }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return core_.shard_size(s); }
+  // Global sample indices [first, second) of shard s.
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return core_.shard_range(s); }
+  // The shard holding global sample i.
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
+  // Samples per shard (keep them to open this dataset lazily next time: `.sizes = d.sizes()`).
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
+  // Whether shard s has been opened (mapped, and scanned or its index loaded) yet.
+  [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
+
+  // Sample i: its fields as views into its shard's mapping (numbers parsed at the scan: views
+  // into the index). A sample with a missing or malformed member raises format_error here.
+  [[nodiscard]] sample_type fields(std::size_t i) const {
+    sample_type out{.id = i, .origin = {}};
+    out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.values[k] = v; });
+    return out;
+  }
+  // Sample i's key (the member path up to the first dot of its basename).
+  [[nodiscard]] std::string key(std::size_t i) const { return core_.key(i); }
+
+ private:
+  detail::wds_core core_;
+};
+
+// A WebDataset whose fields are chosen at run time (a front door: the Python module, a trainer
+// configured from a file): one field_spec a field, its name the extensions it takes ("jpg;png"),
+// its element type and extent as wds_dataset's fields have them (a fixed non-u8 field takes an
+// ASCII number or an .npy member; anything else the member's bytes or an .npy member's data).
+// fields(i) is a run-time sample (core/any_sample.hpp) for read(), any_collate and decode_field;
+// schema() is what it holds. Everything else is wds_dataset's: the same scan, saved index,
+// errors, laziness (.sizes) and shard accessors.
+//
+//   sluice::io::wds_any data{"train-{0..3}.tar", {{"jpg;png"}, {"cls", sluice::dtype::i64, sluice::extent::fixed},
+//                                                 {"emb.npy", sluice::dtype::f32}}};
+class wds_any {
+ public:
+  using reader_concept = reader_tag;
+
+  wds_any(std::string pattern, std::vector<field_spec> fields, wds_dataset_options o = {})
+      : schema_(fields), core_(expand_braces(pattern), std::move(o), pattern, std::move(fields), "wds_any") {}
+  wds_any(std::vector<std::string> shards, std::vector<field_spec> fields, wds_dataset_options o = {})
+      : schema_(fields), core_(std::move(shards), std::move(o), std::string{}, std::move(fields), "wds_any") {}
+
+  [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
+  [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
+  [[nodiscard]] std::size_t shard_count() const noexcept { return core_.shard_count(); }
+  [[nodiscard]] const std::string& shard_path(std::size_t s) const { return core_.shard_path(s); }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return core_.shard_size(s); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return core_.shard_range(s); }
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
+  [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
+  [[nodiscard]] std::string key(std::size_t i) const { return core_.key(i); }
+
+  [[nodiscard]] any_sample fields(std::size_t i) const {
+    any_sample out{.id = i, .origin = {}};
+    out.count = schema_.size();
+    out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.fields[k].bytes = v; });
+    return out;
+  }
+
+ private:
+  any_schema schema_;
+  detail::wds_core core_;
 };
 
 }  // namespace sluice::io

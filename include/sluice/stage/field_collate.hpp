@@ -84,9 +84,27 @@ namespace detail {
 template <fixed_string Name, class S>
 using field_of_t = typename S::schema_type::template field_t<Name>;
 
+// The name a collator's field goes by, in the batch and in errors: Name, unless the sample names
+// it (a field of a run-time sample, stage/any_collate.hpp, is collated by stack<>, pad<>, ...,
+// whose Name is empty, through a view that says the field's run-time name).
+template <fixed_string Name, class S>
+std::string_view field_label(const S& s) noexcept {
+  if constexpr (requires { { s.field_label() } -> std::convertible_to<std::string_view>; }) return s.field_label();
+  else return Name.view();
+}
+// The name of the batch tensor a collator emits for its field plus Suffix (".offsets", ...):
+// compile-time for a compiled field; for a named one, the run-time name + Suffix, interned.
+template <fixed_string Name, fixed_string Suffix, class S>
+std::string_view output_label(std::span<const S> samples) {
+  if constexpr (requires(const S& s) { { s.field_label() } -> std::convertible_to<std::string_view>; }) {
+    if (!samples.empty()) return intern_name(std::string(samples[0].field_label()) + std::string(Suffix.view()));
+  }
+  return concat_v<Name, Suffix>.view();
+}
+
 template <fixed_string Name, class S>
 [[noreturn]] void field_error(const S& s, const std::string& cause) {
-  throw format_error(std::string(s.origin), {.record = s.id}, "field '" + std::string(Name.view()) + "': " + cause);
+  throw format_error(std::string(s.origin), {.record = s.id}, "field '" + std::string(field_label<Name>(s)) + "': " + cause);
 }
 
 inline std::string shape_text(std::span<const std::int64_t> shape) {
@@ -172,7 +190,7 @@ std::span<T> typed_at(std::byte* base, std::size_t offset, std::size_t n) noexce
 
 // ---------------------------------------------------------------------------------------------
 // stack<"f">: fixed-size field -> {n, shape...}
-template <fixed_string Name>
+template <fixed_string Name = "">
 struct stack {
   using field_collate_concept = field_collate_tag;
   static constexpr bool concurrent_write = true;  // core/concepts.hpp
@@ -207,7 +225,7 @@ struct stack {
     field_geometry g = detail::producer_geometry<Name>(s);
     if (!shape.empty()) {
       if (g.ndim != 0 && !std::equal(g.shape.begin(), g.shape.begin() + g.ndim, shape.begin(), shape.end()))
-        throw usage_error("sluice: stack<\"" + std::string(Name.view()) + "\">{.shape = " + detail::shape_text(shape) +
+        throw usage_error("sluice: stack<\"" + std::string(detail::field_label<Name>(s)) + "\">{.shape = " + detail::shape_text(shape) +
                           "} contradicts the producer, which wrote " + detail::shape_text({g.shape.data(), g.ndim}));
       if (shape.size() > max_dims - 1) throw usage_error("sluice: stack: too many dimensions");
       g.ndim = static_cast<std::uint8_t>(shape.size());
@@ -228,7 +246,7 @@ struct stack {
 
   template <class S>
   void plan(std::span<const S> samples, scratch& sc, batch_layout& layout) const {
-    sc.offset = layout.add_batched(Name.view(), detail::field_of_t<Name, S>::type, static_cast<std::int64_t>(samples.size()),
+    sc.offset = layout.add_batched(detail::output_label<Name, "">(samples), detail::field_of_t<Name, S>::type, static_cast<std::int64_t>(samples.size()),
                                    {sc.geo.shape.data(), sc.geo.ndim});
   }
   template <class S>
@@ -241,7 +259,7 @@ struct stack {
 
 // ---------------------------------------------------------------------------------------------
 // normalized<"f">: u8 image -> float, per channel, in the producer's layout or transposed.
-template <fixed_string Name>
+template <fixed_string Name = "">
 struct normalized {
   using field_collate_concept = field_collate_tag;
   static constexpr bool concurrent_write = true;  // core/concepts.hpp
@@ -280,7 +298,7 @@ struct normalized {
         detail::field_error<Name>(s, std::to_string(n) + " bytes, but the batch's images have " + std::to_string(sc.bytes));
       return;
     }
-    const std::string nm = "sluice: normalized<\"" + std::string(Name.view()) + "\">: ";
+    const std::string nm = "sluice: normalized<\"" + std::string(detail::field_label<Name>(s)) + "\">: ";
     field_geometry g = detail::producer_geometry<Name>(s);
     image_layout in = g.layout;
     if (layout != image_layout::none && in != image_layout::none && layout != in)
@@ -336,7 +354,7 @@ struct normalized {
 
   template <class S>
   void plan(std::span<const S> samples, scratch& sc, batch_layout& layout_out) const {
-    sc.offset = layout_out.add_batched(Name.view(), dtype::f32, static_cast<std::int64_t>(samples.size()),
+    sc.offset = layout_out.add_batched(detail::output_label<Name, "">(samples), dtype::f32, static_cast<std::int64_t>(samples.size()),
                                        {sc.geo.shape.data(), sc.geo.ndim});
   }
 
@@ -385,7 +403,7 @@ struct normalized {
 
 // ---------------------------------------------------------------------------------------------
 // ragged<"f">: variable rows -> values {rows, row...} + offsets {n+1}
-template <fixed_string Name>
+template <fixed_string Name = "">
 struct ragged {
   using field_collate_concept = field_collate_tag;
   static constexpr bool concurrent_write = true;  // core/concepts.hpp
@@ -419,8 +437,8 @@ struct ragged {
       rows += samples[i].template size_of<Name>() / sc.row_bytes;
     }
     sc.start[samples.size()] = rows;
-    sc.values = layout.add_batched(Name.view(), F::type, static_cast<std::int64_t>(rows), row);
-    sc.offsets = layout.add(offsets_name.view(), dtype::i64, {static_cast<std::int64_t>(samples.size() + 1)});
+    sc.values = layout.add_batched(detail::output_label<Name, "">(samples), F::type, static_cast<std::int64_t>(rows), row);
+    sc.offsets = layout.add(detail::output_label<Name, ".offsets">(samples), dtype::i64, {static_cast<std::int64_t>(samples.size() + 1)});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -436,7 +454,7 @@ struct ragged {
 
 // ---------------------------------------------------------------------------------------------
 // pad<"f">: variable rows -> {n, L, row...} + lengths {n} (+ mask {n, L})
-template <fixed_string Name>
+template <fixed_string Name = "">
 struct pad {
   using field_collate_concept = field_collate_tag;
   static constexpr bool concurrent_write = true;  // core/concepts.hpp
@@ -479,15 +497,15 @@ struct pad {
     L = (L + multiple - 1) / multiple * multiple;
     sc.L = L;
     if (row.size() + 2 > max_dims)
-      throw usage_error("sluice: pad<\"" + std::string(Name.view()) + "\">: .row has " + std::to_string(row.size()) +
+      throw usage_error("sluice: pad<\"" + std::string(detail::output_label<Name, "">(samples)) + "\">: .row has " + std::to_string(row.size()) +
                         " dimensions; a padded tensor has at most " + std::to_string(max_dims));
     std::array<std::int64_t, max_dims - 1> item{};  // {L, row...}
     item[0] = static_cast<std::int64_t>(L);
     std::copy(row.begin(), row.end(), item.begin() + 1);
     const auto n = static_cast<std::int64_t>(samples.size());
-    sc.values = layout.add_batched(Name.view(), F::type, n, {item.data(), row.size() + 1});
-    sc.lengths = layout.add(lengths_name.view(), dtype::i64, {n});
-    if (mask) sc.mask_at = layout.add(mask_name.view(), dtype::boolean, {n, item[0]});
+    sc.values = layout.add_batched(detail::output_label<Name, "">(samples), F::type, n, {item.data(), row.size() + 1});
+    sc.lengths = layout.add(detail::output_label<Name, ".lengths">(samples), dtype::i64, {n});
+    if (mask) sc.mask_at = layout.add(detail::output_label<Name, ".mask">(samples), dtype::boolean, {n, item[0]});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -497,7 +515,7 @@ struct pad {
   template <class S>
   void finish(std::span<const S> samples, std::byte* base, scratch& sc, const batch_layout&) const {
     using T = typename detail::field_of_t<Name, S>::value_type;
-    const T v = detail::pad_value_as<T>(value, Name.view());
+    const T v = detail::pad_value_as<T>(value, detail::output_label<Name, "">(samples));
     const std::size_t per_row = sc.row_bytes / sizeof(T);
     auto lens = detail::typed_at<std::int64_t>(base, sc.lengths, samples.size());
     for (std::size_t i = 0; i < samples.size(); ++i) {
@@ -516,7 +534,7 @@ struct pad {
 
 // ---------------------------------------------------------------------------------------------
 // pack<"f">: 1-D sequences -> rows of L with document ids, position ids and cu_seqlens
-template <fixed_string Name>
+template <fixed_string Name = "">
 struct pack {
   using field_collate_concept = field_collate_tag;
   static constexpr bool concurrent_write = true;  // core/concepts.hpp
@@ -579,10 +597,10 @@ struct pack {
       throw usage_error("sluice: pack: a batch of " + std::to_string(sc.rows * L) + " tokens overflows int32 cu_seqlens");
     const std::array<std::int64_t, 2> sh{static_cast<std::int64_t>(sc.rows), static_cast<std::int64_t>(L)};
     const std::int64_t nseg = static_cast<std::int64_t>(segs + 1);
-    sc.values = layout.add(Name.view(), F::type, sh);
-    sc.doc_ids = layout.add(doc_ids_name.view(), dtype::i32, sh);
-    sc.position_ids = layout.add(position_ids_name.view(), dtype::i32, sh);
-    sc.cu_seqlens = layout.add(cu_seqlens_name.view(), dtype::i32, {nseg});
+    sc.values = layout.add(detail::output_label<Name, "">(samples), F::type, sh);
+    sc.doc_ids = layout.add(detail::output_label<Name, ".doc_ids">(samples), dtype::i32, sh);
+    sc.position_ids = layout.add(detail::output_label<Name, ".position_ids">(samples), dtype::i32, sh);
+    sc.cu_seqlens = layout.add(detail::output_label<Name, ".cu_seqlens">(samples), dtype::i32, {nseg});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -593,7 +611,7 @@ struct pack {
   template <class S>
   void finish(std::span<const S> samples, std::byte* base, scratch& sc, const batch_layout&) const {
     using T = typename detail::field_of_t<Name, S>::value_type;
-    const T v = detail::pad_value_as<T>(value, Name.view());
+    const T v = detail::pad_value_as<T>(value, detail::output_label<Name, "">(samples));
     const std::size_t L = length, total = sc.rows * L;
     auto tokens = base + sc.values;
     auto doc = detail::typed_at<std::int32_t>(base, sc.doc_ids, total);

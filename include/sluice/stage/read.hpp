@@ -16,7 +16,8 @@
 // error naming the reader's file.
 //
 // A reader of samples with fields (core/schema.hpp: `fields(i)` instead of `record(i)`, e.g.
-// io/tokens.hpp) is read the same way; the stage then hands on its fields_sample.
+// io/tokens.hpp) is read the same way; the stage then hands on its fields_sample (or, for a reader
+// whose fields are known at run time, its any_sample: core/any_sample.hpp).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/file_guard.hpp"
@@ -38,7 +40,7 @@ concept fields_reader = requires(const R& r, std::size_t i) {
   typename R::reader_concept;
   requires std::same_as<typename R::reader_concept, reader_tag>;
   { r.size() } -> std::convertible_to<std::size_t>;
-  { r.fields(i) } -> field_sample;
+  requires field_sample<decltype(r.fields(i))> || std::same_as<decltype(r.fields(i)), any_sample>;
   { r.path() } -> std::convertible_to<std::string_view>;
 };
 

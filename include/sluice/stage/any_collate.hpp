@@ -1,0 +1,274 @@
+// sluice/stage/any_collate.hpp — collate for run-time samples: one collator per field, chosen at
+// run time.
+//
+// The per-field collators are the compiled ones (stage/field_collate.hpp) with the field named
+// at run time: stack<>, normalized<>, ragged<>, pad<>, pack<> (their Name left empty), with the
+// same options and the same outputs ("f", "f.offsets", "f.lengths", "f.mask", "f.doc_ids",
+// "f.position_ids", "f.cu_seqlens"). The batch is a plain sluice::batch: its tensors are named
+// at run time (b.field("jpg")).
+//
+//   sluice::any_schema in = reader.schema();   // e.g. jpg (u8, fixed) once decoded, cls (i64, fixed)
+//   auto loader = sluice::from(sampler) | sluice::read(reader) | sluice::decode_field(in, "jpg", codec)
+//               | sluice::collate({.batch = 64}, in_after_decode,
+//                                 {{"jpg", sluice::normalized<>{.mean = {...}, .std = {...}}},
+//                                  {"cls", sluice::stack<>{}}})
+//               | sluice::prefetch(2);
+//
+// What is checked at construction, each a usage_error naming the field: a field the samples do
+// not have (listing those they have), a collator that does not fit the field's element type
+// (normalized<> takes u8 images; pack<> takes integer tokens), a pad value the element type
+// cannot hold. Per batch, as compiled: a field's bytes that do not fit its collator are a
+// format_error naming the file, the record and the field by its run-time name.
+//
+// Cost: per field and sample, one indirect call for check and one for write (the compiled code
+// inside each is the compiled collator's, for the field's element type), plus the producer's one
+// when the field is produced (a decoded image). Nothing per byte.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "sluice/core/any_sample.hpp"
+#include "sluice/core/batch.hpp"
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/tensor.hpp"
+#include "sluice/stage/field_collate.hpp"
+
+namespace sluice {
+
+// How one field of a run-time sample is collated.
+using any_field_collator = std::variant<stack<>, normalized<>, ragged<>, pad<>, pack<>>;
+
+// A field (by name) and its collator.
+struct field_collate_spec {
+  std::string field;
+  any_field_collator how;
+};
+
+namespace detail {
+
+// Field k of a run-time sample, as a compiled collator sees a field sample: a schema of one field
+// named "" whose label (field_label) is the run-time name.
+template <class T, extent E>
+struct any_field_view {
+  using schema_type = schema<field<"", T, E>>;
+  std::uint64_t id = 0;
+  std::string_view origin;
+  const any_sample* sample = nullptr;
+  std::size_t k = 0;
+  std::string_view label;
+
+  [[nodiscard]] std::string_view field_label() const noexcept { return label; }
+  template <fixed_string N>
+  [[nodiscard]] std::size_t size_of() const {
+    return sample->size_of(k);
+  }
+  template <fixed_string N>
+  void write(std::span<std::byte> dst, const sample_context& ctx) const {
+    sample->write(k, dst, ctx);
+  }
+  template <fixed_string N>
+  [[nodiscard]] field_geometry geometry_of() const {
+    return sample->geometry_of(k);
+  }
+};
+
+struct any_part_scratch {
+  virtual ~any_part_scratch() = default;
+  [[nodiscard]] virtual std::unique_ptr<any_part_scratch> clone() const = 0;
+  virtual void assign(const any_part_scratch& o) = 0;
+};
+
+// One field's collator behind one virtual call a step.
+class any_part {
+ public:
+  virtual ~any_part() = default;
+  [[nodiscard]] virtual std::unique_ptr<any_part_scratch> make_scratch() const = 0;
+  virtual void begin(any_part_scratch& sc) const = 0;
+  virtual void check(const any_sample& s, any_part_scratch& sc) const = 0;
+  virtual void plan(std::span<const any_sample> all, any_part_scratch& sc, batch_layout& layout) const = 0;
+  virtual void write(const any_sample& s, std::size_t i, std::byte* base, any_part_scratch& sc,
+                     const sample_context& ctx) const = 0;
+  virtual void finish(std::span<const any_sample> all, std::byte* base, any_part_scratch& sc,
+                      const batch_layout& layout) const = 0;
+};
+
+template <class C, class T, extent E>
+class any_part_of final : public any_part {
+  using view = any_field_view<T, E>;
+  struct scratch final : any_part_scratch {
+    typename C::scratch inner{};
+    std::vector<view> views;  // the batch's samples as views (plan, finish): grows once
+    [[nodiscard]] std::unique_ptr<any_part_scratch> clone() const override { return std::make_unique<scratch>(*this); }
+    void assign(const any_part_scratch& o) override { *this = static_cast<const scratch&>(o); }
+  };
+
+ public:
+  any_part_of(C c, std::size_t k, std::string_view label) : c_(std::move(c)), k_(k), label_(label) {}
+
+  [[nodiscard]] std::unique_ptr<any_part_scratch> make_scratch() const override { return std::make_unique<scratch>(); }
+  void begin(any_part_scratch& sc) const override { c_.begin(inner(sc)); }
+  void check(const any_sample& s, any_part_scratch& sc) const override { c_.check(at(s), inner(sc)); }
+  void plan(std::span<const any_sample> all, any_part_scratch& sc, batch_layout& layout) const override {
+    c_.plan(views(all, sc), inner(sc), layout);
+  }
+  void write(const any_sample& s, std::size_t i, std::byte* base, any_part_scratch& sc,
+             const sample_context& ctx) const override {
+    c_.write(at(s), i, base, inner(sc), ctx);
+  }
+  void finish(std::span<const any_sample> all, std::byte* base, any_part_scratch& sc,
+              const batch_layout& layout) const override {
+    c_.finish(views(all, sc), base, inner(sc), layout);
+  }
+
+ private:
+  [[nodiscard]] view at(const any_sample& s) const noexcept { return {s.id, s.origin, &s, k_, label_}; }
+  static typename C::scratch& inner(any_part_scratch& sc) noexcept { return static_cast<scratch&>(sc).inner; }
+  std::span<const view> views(std::span<const any_sample> all, any_part_scratch& sc) const {
+    auto& v = static_cast<scratch&>(sc).views;
+    v.resize(all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) v[i] = at(all[i]);
+    return v;
+  }
+
+  C c_;
+  std::size_t k_;
+  std::string_view label_;
+};
+
+template <class C>
+inline constexpr const char* any_collator_name = "";
+template <>
+inline constexpr const char* any_collator_name<stack<>> = "stack";
+template <>
+inline constexpr const char* any_collator_name<normalized<>> = "normalized";
+template <>
+inline constexpr const char* any_collator_name<ragged<>> = "ragged";
+template <>
+inline constexpr const char* any_collator_name<pad<>> = "pad";
+template <>
+inline constexpr const char* any_collator_name<pack<>> = "pack";
+
+// The part for collator c of field k (its spec f), for the field's element type.
+template <class C>
+std::unique_ptr<any_part> make_any_part(C c, std::size_t k, const field_spec& f) {
+  const std::string_view label = intern_name(f.name);
+  const std::string who = std::string("sluice: ") + any_collator_name<C> + "<> of field '" + f.name + "' (" +
+                          dtype_name(f.type) + "): ";
+  if constexpr (std::is_same_v<C, normalized<>>) {
+    if (f.type != dtype::u8)
+      throw usage_error(who + "normalized<> converts u8 images to float; this field is " + dtype_name(f.type) +
+                        " (stack<> keeps it as it is)");
+    return std::make_unique<any_part_of<C, std::uint8_t, extent::fixed>>(std::move(c), k, label);
+  } else {
+    return visit_dtype(f.type, [&]<class T>() -> std::unique_ptr<any_part> {
+      if constexpr (std::is_same_v<C, stack<>>) {
+        return std::make_unique<any_part_of<C, T, extent::fixed>>(std::move(c), k, label);
+      } else {
+        if constexpr (std::is_same_v<C, pack<>>) {
+          if (!std::is_integral_v<T> || std::is_same_v<T, bool>)
+            throw usage_error(who + "pack<> packs integer tokens; this field is " + dtype_name(f.type) +
+                              " (pad<> or ragged<> collate other sequences)");
+          if (c.length == 0) throw usage_error(who + ".length must be at least 1");
+        }
+        if constexpr (std::is_same_v<C, pad<>> || std::is_same_v<C, pack<>>)
+          (void)pad_value_as<T>(c.value, f.name);  // a pad value the type cannot hold: refused now
+        if constexpr (std::is_same_v<C, pad<>>)
+          if (c.multiple == 0) throw usage_error(who + ".multiple must be at least 1");
+        return std::make_unique<any_part_of<C, T, extent::variable>>(std::move(c), k, label);
+      }
+    });
+  }
+}
+
+}  // namespace detail
+
+// The batch collator of run-time samples (a field collator each).
+class any_collate {
+ public:
+  using collate_concept = collate_tag;
+  static constexpr std::string_view name = "collate";
+  static constexpr bool concurrent_write = true;  // every part is a compiled collator that is
+  template <class S>
+  using batch_type = batch;
+
+  // One part's scratch each; copies are deep (a helping worker's copy of the owner's plan).
+  class scratch_type {
+   public:
+    scratch_type() = default;
+    scratch_type(const scratch_type& o) { *this = o; }
+    scratch_type& operator=(const scratch_type& o) {
+      if (this == &o) return *this;
+      if (parts.size() != o.parts.size()) {
+        parts.clear();
+        for (const auto& p : o.parts) parts.push_back(p->clone());
+      } else {
+        for (std::size_t i = 0; i < parts.size(); ++i) parts[i]->assign(*o.parts[i]);
+      }
+      return *this;
+    }
+    scratch_type(scratch_type&&) noexcept = default;
+    scratch_type& operator=(scratch_type&&) noexcept = default;
+    ~scratch_type() = default;
+    std::vector<std::unique_ptr<detail::any_part_scratch>> parts;
+  };
+
+  // `in`: the schema of the samples collate receives; one spec a field to emit (fields no spec
+  // names are not emitted). Every check of the header comment is made here.
+  any_collate(batch_options o, const any_schema& in, std::vector<field_collate_spec> fields) : opt_(o) {
+    if (opt_.batch == 0) throw usage_error("sluice: collate({.batch = 0}): a batch needs at least one sample");
+    if (fields.empty()) throw usage_error("sluice: collate: no field to collate (give one collator a field)");
+    for (std::size_t a = 0; a < fields.size(); ++a)
+      for (std::size_t b = 0; b < a; ++b)
+        if (fields[a].field == fields[b].field)
+          throw usage_error("sluice: collate: field '" + fields[a].field + "' has two collators");
+    for (auto& f : fields) {
+      const std::size_t k = in.at(f.field, "collate");
+      parts_.push_back(std::visit([&](auto c) { return std::shared_ptr<const detail::any_part>(
+                                                    detail::make_any_part(std::move(c), k, in[k])); },
+                                  std::move(f.how)));
+    }
+  }
+  [[nodiscard]] std::size_t batch_size() const noexcept { return opt_.batch; }
+  [[nodiscard]] bool drop_last() const noexcept { return opt_.drop_last; }
+
+  void begin(scratch_type& sc) const {
+    if (sc.parts.size() != parts_.size()) {
+      sc.parts.clear();
+      for (const auto& p : parts_) sc.parts.push_back(p->make_scratch());
+    }
+    for (std::size_t f = 0; f < parts_.size(); ++f) parts_[f]->begin(*sc.parts[f]);
+  }
+  void check(const any_sample& s, scratch_type& sc) const {
+    for (std::size_t f = 0; f < parts_.size(); ++f) parts_[f]->check(s, *sc.parts[f]);
+  }
+  void plan(std::span<const any_sample> all, scratch_type& sc, batch_layout& layout) const {
+    for (std::size_t f = 0; f < parts_.size(); ++f) parts_[f]->plan(all, *sc.parts[f], layout);
+  }
+  void write(const any_sample& s, std::size_t i, std::byte* base, scratch_type& sc, const sample_context& ctx) const {
+    for (std::size_t f = 0; f < parts_.size(); ++f) parts_[f]->write(s, i, base, *sc.parts[f], ctx);
+  }
+  void finish(std::span<const any_sample> all, std::byte* base, scratch_type& sc, const batch_layout& layout) const {
+    for (std::size_t f = 0; f < parts_.size(); ++f) parts_[f]->finish(all, base, *sc.parts[f], layout);
+  }
+
+ private:
+  batch_options opt_;
+  std::vector<std::shared_ptr<const detail::any_part>> parts_;
+};
+
+// collate({.batch = 64}, schema, {{"jpg", sluice::stack<>{}}, {"cls", sluice::stack<>{}}})
+inline any_collate collate(batch_options o, const any_schema& in, std::vector<field_collate_spec> fields) {
+  return any_collate(o, in, std::move(fields));
+}
+
+}  // namespace sluice

@@ -1,0 +1,236 @@
+// Run-time fields (core/any_sample.hpp, io/wds.hpp's wds_any, stage/any_collate.hpp,
+// stage/any_decode.hpp): a WebDataset whose fields and collators are chosen at run time gives
+// the batches the compiled pipeline gives, byte for byte and under the same names; and what does
+// not fit is refused at construction, naming the field.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sluice/sluice.hpp"
+#include "sluice/stage/any_collate.hpp"
+#include "sluice/stage/any_decode.hpp"
+#include "wds_util.hpp"
+#ifdef SLUICE_TEST_HAVE_JPEG
+#include "sluice/codec/jpeg.hpp"
+#endif
+
+using namespace sluice;
+using namespace wds_test;
+using sluice_test::temp_dir;
+
+namespace {
+
+// name -> bytes, shape and dtype of every tensor of every batch, in order.
+struct tensor_copy {
+  dtype type;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;
+  bool operator==(const tensor_copy&) const = default;
+};
+using batch_copy = std::map<std::string, tensor_copy>;
+
+template <class Loader>
+std::vector<batch_copy> drain(Loader& loader, std::uint64_t epoch) {
+  std::vector<batch_copy> out;
+  for (auto& b : loader.epoch(epoch)) {
+    batch_copy c;
+    for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+      const auto v = b.tensor(t);
+      const auto s = v.shape();
+      const auto bytes = v.bytes();
+      c[std::string(v.name())] = {v.type(), {s.begin(), s.end()}, {bytes.begin(), bytes.end()}};
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<field_spec> specs4() {
+  return {{"jpg", dtype::u8, extent::variable},
+          {"json", dtype::u8, extent::variable},
+          {"cls", dtype::i64, extent::fixed},
+          {"boxes.npy", dtype::f32, extent::variable}};
+}
+
+}  // namespace
+
+TEST_CASE("run-time fields: wds_any + any_collate give the compiled pipeline's batches, for any worker count") {
+  temp_dir dir;
+  write_shards(dir, {7, 9, 5, 11});
+  const std::string pattern = dir.file("train-{0000..0003}.tar");
+  io::wds_dataset<schema4> typed(pattern);
+  io::wds_any any(pattern, specs4());
+  REQUIRE(any.size() == typed.size());
+  CHECK(any.schema().describe() == "jpg (u8, variable), json (u8, variable), cls (i64, fixed), boxes.npy (f32, variable)");
+
+  auto compiled = from(sample::shuffle(typed.size(), {.seed = 3})) | read(typed) |
+                  collate({.batch = 5}, stack<"cls">{}, ragged<"json">{}, pad<"boxes.npy">{.value = -1, .mask = true, .row = {4}},
+                          ragged<"jpg">{}) |
+                  prefetch(2, {.workers = 2});
+  const auto want = drain(compiled, 1);
+  REQUIRE(want.size() == 7);
+  CHECK(want[0].count("boxes.npy.mask") == 1);
+  for (std::size_t workers : {1, 2}) {
+    auto run_time = from(sample::shuffle(any.size(), {.seed = 3})) | read(any) |
+                    collate({.batch = 5}, any.schema(),
+                            {{"cls", stack<>{}},
+                             {"json", ragged<>{}},
+                             {"boxes.npy", pad<>{.value = -1, .mask = true, .row = {4}}},
+                             {"jpg", ragged<>{}}}) |
+                    prefetch(2, {.workers = workers});
+    CHECK(drain(run_time, 1) == want);
+  }
+}
+
+TEST_CASE("run-time fields: pack<> is pack<\"f\">, tokens in rows with doc ids, positions and cu_seqlens") {
+  temp_dir dir;
+  std::vector<member> ms;
+  for (std::uint64_t g = 0; g < 23; ++g) {
+    std::vector<std::int32_t> t(g % 7 + 1);
+    for (std::size_t k = 0; k < t.size(); ++k) t[k] = static_cast<std::int32_t>(g * 100 + k);
+    auto npy = io::npy_header_bytes("<i4", {t.size()});
+    const auto* p = reinterpret_cast<const std::byte*>(t.data());
+    npy.insert(npy.end(), p, p + t.size() * 4);
+    ms.push_back({"d/" + std::to_string(1000 + g) + ".tok.npy", npy});
+  }
+  write_tar(dir.file("tok.tar"), ms);
+  using tok = schema<field<"tok.npy", std::int32_t, variable>>;
+  io::wds_dataset<tok> typed(dir.file("tok.tar"));
+  io::wds_any any(dir.file("tok.tar"), {{"tok.npy", dtype::i32, extent::variable}});
+  auto compiled = from(sample::sequential(typed.size())) | read(typed) |
+                  collate({.batch = 6}, pack<"tok.npy">{.length = 8, .split = false, .value = -5}) | prefetch(2);
+  auto run_time = from(sample::sequential(any.size())) | read(any) |
+                  collate({.batch = 6}, any.schema(), {{"tok.npy", pack<>{.length = 8, .split = false, .value = -5}}}) |
+                  prefetch(2);
+  const auto want = drain(compiled, 0);
+  REQUIRE(want.size() == 4);
+  CHECK(want[0].count("tok.npy.cu_seqlens") == 1);
+  CHECK(drain(run_time, 0) == want);
+}
+
+TEST_CASE("run-time fields: a batch outlives its loader and still names its tensors") {
+  temp_dir dir;
+  write_shards(dir, {4});
+  io::wds_any any(dir.file("train-0000.tar"), specs4());
+  batch kept;
+  {
+    // A name built at run time, gone once the loader is: the batch's names must not refer to it.
+    std::vector<field_spec> f = specs4();
+    f[2].name = std::string("c") + "ls";
+    io::wds_any d(dir.file("train-0000.tar"), f);
+    auto loader = from(sample::sequential(d.size())) | read(d) |
+                  collate({.batch = 4}, d.schema(), {{std::string("c") + "ls", stack<>{}}}) | prefetch(1);
+    for (auto& b : loader.epoch(0)) kept = std::move(b);
+  }
+  REQUIRE(kept);
+  CHECK(kept.tensor_count() == 1);
+  CHECK(kept.tensor(0).name() == "cls");
+  CHECK(kept.field("cls").as<std::int64_t>()[3] == 3 * 3 - 7);
+}
+
+TEST_CASE("run-time fields: what does not fit is refused at construction, naming the field") {
+  temp_dir dir;
+  write_shards(dir, {3});
+  io::wds_any any(dir.file("train-0000.tar"), specs4());
+  auto refused = [&](std::vector<field_collate_spec> f) -> std::string {
+    try {
+      (void)collate({.batch = 2}, any.schema(), std::move(f));
+    } catch (const usage_error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  CHECK(refused({{"label", stack<>{}}}).find("names field 'label', which the samples do not have (they have: jpg (u8, "
+                                             "variable), json") != std::string::npos);
+  CHECK(refused({{"boxes.npy", normalized<>{}}}).find("normalized<> of field 'boxes.npy' (f32)") != std::string::npos);
+  CHECK(refused({{"boxes.npy", pack<>{}}}).find("pack<> packs integer tokens; this field is f32") != std::string::npos);
+  CHECK(refused({{"json", pad<>{.value = 300}}}).find("the pad value 300") != std::string::npos);
+  CHECK(refused({{"cls", stack<>{}}, {"cls", ragged<>{}}}).find("field 'cls' has two collators") != std::string::npos);
+  CHECK(refused({}).find("no field to collate") != std::string::npos);
+  // The reader: a text member for a numeric field, two fields for one extension.
+  CHECK_THROWS_WITH_AS(io::wds_any(dir.file("train-0000.tar"), {{"json", dtype::f32, extent::variable}}),
+                       doctest::Contains("field 'json' holds f32 elements, but it takes '.json' members"), usage_error);
+  CHECK_THROWS_WITH_AS(io::wds_any(dir.file("train-0000.tar"), {{"jpg", dtype::u8}, {"jpg;png", dtype::u8}}),
+                       doctest::Contains("both take the extension 'jpg'"), usage_error);
+  CHECK_THROWS_WITH_AS(io::wds_any(dir.file("train-0000.tar"), {{"jpg", dtype::u8}, {"jpg", dtype::u8}}),
+                       doctest::Contains("names field 'jpg' twice"), usage_error);
+#ifdef SLUICE_TEST_HAVE_JPEG
+  CHECK_THROWS_WITH_AS(decode_field(any.schema(), "cls", codecs::jpeg{{.width = 4, .height = 4}}),
+                       doctest::Contains("field 'cls' holds i64 elements; a codec decodes encoded bytes"), usage_error);
+#endif
+}
+
+TEST_CASE("run-time fields: bytes that do not fit are a format_error naming the file, the record and the run-time field") {
+  temp_dir dir;
+  write_shards(dir, {6});
+  io::wds_any any(dir.file("train-0000.tar"), specs4());
+  // boxes.npy holds rows of 4 floats; rows of 3 do not divide them (sample 1 has 4 floats).
+  auto loader = from(sample::sequential(any.size())) | read(any) |
+                collate({.batch = 3}, any.schema(), {{"boxes.npy", ragged<>{.row = {3}}}}) | prefetch(1);
+  try {
+    for (auto& b : loader.epoch(0)) (void)b;
+    FAIL("no error");
+  } catch (const std::exception& e) {  // collate's stage_error, the format_error nested (and in its text)
+    const std::string what = e.what();
+    CHECK(what.find("train-0000.tar', record 1: field 'boxes.npy': 16 bytes are not a whole number of rows of shape {3}") !=
+          std::string::npos);
+  }
+}
+
+#ifdef SLUICE_TEST_HAVE_JPEG
+TEST_CASE("run-time fields: decode_field + normalized<> give decode<\"jpg\"> + normalized<\"jpg\">'s floats") {
+  temp_dir dir;
+  write_shards(dir, {5, 6});
+  const std::string pattern = dir.file("train-{0000..0001}.tar");
+  io::wds_dataset<schema4> typed(pattern);
+  io::wds_any any(pattern, specs4());
+  const codecs::jpeg codec{{.width = 8, .height = 8, .mode = codecs::fit::random_resized_crop, .random_flip = true,
+                            .layout = image_layout::chw}};
+  const normalized<> norm{.mean = {0.5f, 0.4f, 0.3f}, .std = {0.2f, 0.25f, 0.3f}};
+  auto compiled = from(sample::shuffle(typed.size(), {.seed = 9})) | read(typed) | decode<"jpg">(codec) |
+                  collate({.batch = 4}, normalized<"jpg">{.mean = norm.mean, .std = norm.std}, stack<"cls">{}) |
+                  prefetch(2, {.workers = 2, .seed = 4});
+  auto dec = decode_field(any.schema(), "jpg", codec);
+  CHECK(dec.schema()[0].kind == extent::fixed);
+  auto run_time = from(sample::shuffle(any.size(), {.seed = 9})) | read(any) | dec |
+                  collate({.batch = 4}, dec.schema(), {{"jpg", norm}, {"cls", stack<>{}}}) |
+                  prefetch(2, {.workers = 2, .seed = 4});
+  const auto want = drain(compiled, 2);
+  REQUIRE(want.size() == 3);
+  CHECK(want[0].at("jpg").shape == std::vector<std::int64_t>{4, 3, 8, 8});
+  CHECK(drain(run_time, 2) == want);
+}
+
+TEST_CASE("run-time fields: an image that does not decode fails its sample, naming the file, the record and the field") {
+  temp_dir dir;
+  write_tar(dir.file("bad.tar"), {{"a/0.jpg", image_of(0)}, {"a/0.cls", bytes_of("1")},
+                                  {"a/1.jpg", bytes_of("not a jpeg at all")}, {"a/1.cls", bytes_of("2")}});
+  io::wds_any any(dir.file("bad.tar"), {{"jpg", dtype::u8}, {"cls", dtype::i64, extent::fixed}});
+  auto dec = decode_field(any.schema(), "jpg", codecs::jpeg{{.width = 8, .height = 8}});
+  auto loader = from(sample::sequential(any.size())) | read(any) | dec |
+                collate({.batch = 2}, dec.schema(), {{"jpg", stack<>{}}, {"cls", stack<>{}}}) |
+                prefetch(1, {.errors = on_error::skip});
+  std::size_t delivered = 0, skipped = 0;
+  for (auto& b : loader.epoch(0)) {
+    delivered += b.size();
+    skipped += b.skipped();
+    CHECK(b.field("cls").as<std::int64_t>()[0] == 1);
+  }
+  CHECK(delivered == 1);
+  CHECK(skipped == 1);
+  auto raising = from(sample::sequential(any.size())) | read(any) | dec |
+                 collate({.batch = 2}, dec.schema(), {{"jpg", stack<>{}}}) | prefetch(1);
+  try {
+    for (auto& b : raising.epoch(0)) (void)b;
+    FAIL("no error");
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    CHECK(what.find("bad.tar") != std::string::npos);
+    CHECK(what.find("record 1") != std::string::npos);
+    CHECK(what.find("field 'jpg'") != std::string::npos);
+  }
+}
+#endif
