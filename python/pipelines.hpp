@@ -26,6 +26,23 @@ namespace sluice_module {
 
 namespace py = pybind11;
 
+// One field of sluice.wds(fields=...): sluice.field(members, dtype=, decode=, collate=).
+struct field_option {
+  std::string name, members;
+  std::string dtype;  // empty: an .npy member's own, else uint8
+  bool decode = false;  // an image, with the options below (sluice.image)
+  std::vector<int> size;
+  bool random_resized_crop = false, flip = false;
+  std::string layout = "hwc";
+  std::string collate = "stack";  // stack, normalized, ragged, pad, pack: the C++ collators' options
+  std::vector<std::int64_t> shape, row;
+  std::vector<float> mean, std;
+  std::string output_layout;  // normalized<>'s .output; empty: the input's
+  double value = 0;
+  std::size_t length = 0, multiple = 1;
+  bool mask = false, truncate = false, split = true;
+};
+
 struct options {
   std::string source;
   std::string path, images, labels, decode;
@@ -61,6 +78,8 @@ struct options {
   // Segmentation (wds): the member of each sample's mask; mask<>'s fill where the crop leaves the image.
   std::string mask;
   std::int64_t ignore_index = 255;
+  // Run-time fields (wds): every field the trainer names.
+  std::vector<field_option> fields;
 };
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
@@ -178,5 +197,6 @@ loader_ptr make_image_loader(const options& o);    // shard + decode="jpeg", wds
 loader_ptr make_detection_loader(const options& o);  // wds with boxes= and classes=
 loader_ptr make_segmentation_loader(const options& o);  // wds with mask=
 loader_ptr make_token_loader(const options& o);    // tokens, documents
+loader_ptr make_fields_loader(const options& o);   // wds with fields=
 
 }  // namespace sluice_module

@@ -16,6 +16,12 @@ namespace {
 
 loader_ptr make_loader(const options& o) {
   if (o.batch_size == 0) throw sluice::usage_error("sluice: batch_size must be at least 1");
+  if (!o.fields.empty()) {
+    if (o.source != "wds" && o.source != "shard")
+      throw sluice::usage_error("sluice: fields= is read from WebDataset samples and sluice shards with fields "
+                                "(source='wds' or 'shard'), not source='" + o.source + "'");
+    return make_fields_loader(o);
+  }
   const bool images = o.source == "wds" || o.source == "tfrecord" || o.source == "mds" || (o.source == "shard" && !o.decode.empty());
   if (!images && (!o.image_field.empty() || !o.label_field.empty()))
     throw sluice::usage_error("sluice: image_field= and label_field= name the image and label of the image sources "
@@ -36,6 +42,32 @@ loader_ptr make_loader(const options& o) {
   bad_value("source", "'" + o.source + "'", "'idx', 'records', 'npy', 'shard', 'wds', 'tfrecord', 'mds', 'tokens' or 'documents'");
 }
 
+// One field of fields= as the sluice package sends it (every key present; python/sluice/__init__.py).
+field_option field_of(const py::dict& d) {
+  field_option f;
+  f.name = d["name"].cast<std::string>();
+  f.members = d["members"].cast<std::string>();
+  f.dtype = d["dtype"].cast<std::string>();
+  f.decode = d["decode"].cast<bool>();
+  f.size = d["size"].cast<std::vector<int>>();
+  f.random_resized_crop = d["random_resized_crop"].cast<bool>();
+  f.flip = d["flip"].cast<bool>();
+  f.layout = d["layout"].cast<std::string>();
+  f.collate = d["collate"].cast<std::string>();
+  f.shape = d["shape"].cast<std::vector<std::int64_t>>();
+  f.row = d["row"].cast<std::vector<std::int64_t>>();
+  f.mean = d["mean"].cast<std::vector<float>>();
+  f.std = d["std"].cast<std::vector<float>>();
+  f.output_layout = d["output_layout"].cast<std::string>();
+  f.value = d["value"].cast<double>();
+  f.length = d["length"].cast<std::size_t>();
+  f.multiple = d["multiple"].cast<std::size_t>();
+  f.mask = d["mask"].cast<bool>();
+  f.truncate = d["truncate"].cast<bool>();
+  f.split = d["split"].cast<bool>();
+  return f;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_sluice, m) {
@@ -53,7 +85,7 @@ PYBIND11_MODULE(_sluice, m) {
          std::size_t max_workers, std::uint64_t ram_budget, std::string image_field, std::string label_field,
          std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget,
          std::string boxes, std::string classes, std::string box_format, bool box_normalized, double box_min_size,
-         double box_min_visible, std::string mask, std::int64_t ignore_index) {
+         double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -70,6 +102,7 @@ PYBIND11_MODULE(_sluice, m) {
         o.box_min_visible = box_min_visible;
         o.mask = std::move(mask);
         o.ignore_index = ignore_index;
+        for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
@@ -88,6 +121,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("label_field") = "", py::arg("rank") = -1, py::arg("world_size") = -1, py::arg("sampler_seed") = -1,
       py::arg("hold_budget") = std::uint64_t{1} << 30, py::arg("boxes") = "", py::arg("classes") = "",
       py::arg("box_format") = "xyxy", py::arg("box_normalized") = false, py::arg("box_min_size") = 1.0,
-      py::arg("box_min_visible") = 0.0, py::arg("mask") = "", py::arg("ignore_index") = 255,
+      py::arg("box_min_visible") = 0.0, py::arg("mask") = "", py::arg("ignore_index") = 255, py::arg("fields") = py::list(),
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "sluice/codec/transform.hpp"
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/config.hpp"
@@ -64,6 +65,8 @@
 #include "sluice/sample/shuffle.hpp"
 #include "sluice/sample/length_bucket.hpp"
 #include "sluice/sample/loss_aware.hpp"
+#include "sluice/stage/any_collate.hpp"
+#include "sluice/stage/any_decode.hpp"
 #include "sluice/stage/cache.hpp"
 #include "sluice/stage/collate.hpp"
 #include "sluice/stage/convert.hpp"

@@ -65,7 +65,8 @@ from .sample import Sampler
 
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
-    "Boxes", "image", "boxes", "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "tokens", "documents", "loader", "sample",
+    "Boxes", "Collator", "Field", "image", "boxes", "field", "stack", "normalized", "ragged", "pad", "pack",
+    "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "tokens", "documents", "loader", "sample",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -266,6 +267,143 @@ def boxes(field: str = "boxes.npy", *, classes: str = "classes.npy", format: str
     return Boxes(field, classes, format, normalized, min_size, min_visible)
 
 
+class Collator:
+    """How one field is collated into the batch: made by :func:`stack`, :func:`normalized`,
+    :func:`ragged`, :func:`pad` or :func:`pack` (C++: ``sluice::stack<>`` and the others, the same
+    options and defaults)."""
+
+    __slots__ = ("kind", "options")
+
+    def __init__(self, kind: str, options: Dict[str, Any]) -> None:
+        self.kind, self.options = kind, options
+
+    def __repr__(self) -> str:
+        return f"sluice.{self.kind}({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+
+def _dims(name: str, where: str, v: Any) -> list:
+    if v is None:
+        return []
+    try:
+        dims = [int(d) for d in v]
+    except (TypeError, ValueError):
+        raise _usage(f"{where}: {name}={v!r} is not accepted; use a tuple of positive ints") from None
+    if any(d <= 0 for d in dims):
+        raise _usage(f"{where}: {name}={v!r} is not accepted; every dimension must be positive")
+    return dims
+
+
+def stack(*, shape: Optional[Sequence[int]] = None) -> Collator:
+    """Fixed-size fields stacked: ``(B, *shape)`` of the field's dtype. ``shape``: the per-sample
+    shape; by default the producer's (a decoded image's ``(H, W, C)`` or ``(C, H, W)``), else flat.
+    A sample of another size than the batch's first is a FormatError naming it."""
+    return Collator("stack", dict(shape=_dims("shape", "sluice.stack", shape)))
+
+
+def normalized(*, mean=None, std=None, layout: Optional[str] = None) -> Collator:
+    """A uint8 image as float32 ``(x / 255 - mean[c]) / std[c]`` per channel (one value, or one per
+    channel), in the decoded layout or transposed to ``layout="chw"``/``"hwc"`` in the same pass."""
+    kw: Dict[str, Any] = {}
+    _normalise(kw, "float32", mean, std, "sluice.normalized")
+    if layout not in (None, "chw", "hwc"):
+        raise _usage(f"sluice.normalized: layout={layout!r} is not accepted; use 'chw', 'hwc' or None (as decoded)")
+    return Collator("normalized", dict(mean=kw.get("mean", []), std=kw.get("std", []), layout=layout or ""))
+
+
+def ragged(*, row: Optional[Sequence[int]] = None) -> Collator:
+    """Variable rows concatenated: ``"f"`` of ``(rows, *row)`` (all the batch's rows) and
+    ``"f.offsets"`` ``(B + 1,)`` int64: sample i's rows are ``offsets[i]:offsets[i + 1]``. ``row``:
+    the shape of one row, e.g. ``(4,)`` for boxes (default: scalars; bytes of text)."""
+    return Collator("ragged", dict(row=_dims("row", "sluice.ragged", row)))
+
+
+def pad(*, value: float = 0, length: int = 0, multiple: int = 1, mask: bool = False, truncate: bool = False,
+        row: Optional[Sequence[int]] = None) -> Collator:
+    """Variable rows padded: ``"f"`` ``(B, L, *row)`` and ``"f.lengths"`` ``(B,)`` int64 (and
+    ``"f.mask"`` ``(B, L)`` bool with ``mask=True``). ``L``: the batch's longest, or ``length``;
+    rounded up to ``multiple``. ``value``: the pad value, in the field's dtype (a value it cannot
+    hold is a UsageError). A sequence longer than ``length`` is a FormatError unless ``truncate``."""
+    v = float(value)
+    if not math.isfinite(v):
+        raise _usage(f"sluice.pad: value={value!r} is not accepted; use a finite number")
+    return Collator("pad", dict(value=v, length=_int("length", length), multiple=_int("multiple", multiple, 1),
+                                mask=bool(mask), truncate=bool(truncate), row=_dims("row", "sluice.pad", row)))
+
+
+def pack(*, length: int = 2048, split: bool = True, value: float = 0) -> Collator:
+    """1-D integer sequences (tokens) packed into rows of ``length``: ``"f"`` ``(rows, length)``
+    with ``"f.doc_ids"`` (the sample's index in the batch, -1 on padding), ``"f.position_ids"``
+    (restarting per piece) and ``"f.cu_seqlens"`` int32. ``split``: a sequence may continue in the
+    next row; else it starts a new one, and one longer than a row is a FormatError."""
+    v = float(value)
+    if not math.isfinite(v):
+        raise _usage(f"sluice.pack: value={value!r} is not accepted; use a finite number")
+    return Collator("pack", dict(length=_int("length", length, 1), split=bool(split), value=v))
+
+
+_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32", "float64",
+           "bfloat16", "bool")
+
+
+class Field:
+    """One field of a WebDataset sample: see :func:`field`."""
+
+    __slots__ = ("members", "dtype", "decode", "collate")
+
+    def __init__(self, members: str, dtype: Optional[str], decode: Optional[Image], collate: Collator) -> None:
+        self.members, self.dtype, self.decode, self.collate = members, dtype, decode, collate
+
+    def __repr__(self) -> str:
+        return f"sluice.field({self.members!r}, dtype={self.dtype!r}, decode={self.decode!r}, collate={self.collate!r})"
+
+    def _engine(self, name: str) -> Dict[str, Any]:
+        c, img = self.collate.options, self.decode
+        return dict(name=name, members=self.members, dtype=self.dtype or "", decode=img is not None,
+                    size=list(img.size) if img else [], random_resized_crop=bool(img and img.crop == "random_resized"),
+                    flip=bool(img and img.flip), layout=img.layout if img else "hwc", collate=self.collate.kind,
+                    shape=c.get("shape", []), row=c.get("row", []), mean=c.get("mean", []), std=c.get("std", []),
+                    output_layout=c.get("layout", ""), value=c.get("value", 0.0),
+                    length=c.get("length", 0), multiple=c.get("multiple", 1), mask=c.get("mask", False),
+                    truncate=c.get("truncate", False), split=c.get("split", True))
+
+
+def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] = None,
+          collate: Optional[Collator] = None) -> Field:
+    """A field of ``sluice.wds(path, fields={name: sluice.field(...)})``: the batch's ``name``.
+
+    members: the member extensions it takes, ``";"``-separated (``"jpg;png"``, ``"cls"``,
+             ``"boxes.npy"``); a sample without one, or with two, is a FormatError naming it.
+             For ``sluice.shard``: the shard field's name (its dtype and shape as stored).
+    dtype:   the element type. By default an ``.npy`` member's own (read from the first shard's
+             first such member, and checked for every member), else ``"uint8"`` (the bytes). A
+             non-uint8 field stacked as a fixed value (``stack()``) takes an ASCII number
+             (``.cls``) or an ``.npy``; text members (``.json``, ``.txt``) are refused for numbers.
+    decode:  ``sluice.image(...)``: the member is a JPEG or PNG decoded straight into the batch.
+    collate: :func:`stack` (the default), :func:`normalized`, :func:`ragged`, :func:`pad` or
+             :func:`pack`.
+    """
+    if not isinstance(members, str) or not members or "/" in members or ":" in members:
+        raise _usage(f"sluice.field: members={members!r} is not accepted; use member extensions separated by ';', "
+                     "e.g. 'jpg;png'")
+    if dtype is not None and dtype not in _DTYPES:
+        near = difflib.get_close_matches(str(dtype), _DTYPES, n=1)
+        raise _usage(f"sluice.field({members!r}): dtype={dtype!r} is not accepted; use one of {', '.join(_DTYPES)}"
+                     + (f" (did you mean {near[0]!r}?)" if near else ""))
+    if decode is not None:
+        if not isinstance(decode, Image):
+            raise _usage(f"sluice.field({members!r}): decode={decode!r} is not accepted; use sluice.image(size=(h, w), ...)")
+        if dtype not in (None, "uint8"):
+            raise _usage(f"sluice.field({members!r}): decode= reads encoded bytes; dtype={dtype!r} does not apply")
+    if collate is None:
+        collate = stack()
+    elif not isinstance(collate, Collator):
+        raise _usage(f"sluice.field({members!r}): collate={collate!r} is not accepted; use sluice.stack(), "
+                     "sluice.normalized(...), sluice.ragged(...), sluice.pad(...) or sluice.pack(...)")
+    if collate.kind == "normalized" and decode is None and dtype not in (None, "uint8"):
+        raise _usage(f"sluice.field({members!r}): normalized() takes uint8 images; the field is {dtype}")
+    return Field(members, dtype, decode, collate)
+
+
 class Source:
     """What a loader reads: made by :func:`records`, :func:`npy`, :func:`idx`, :func:`shard`,
     :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`tokens` or :func:`documents`."""
@@ -338,14 +476,41 @@ def _image_keywords(kind: str, decode: Optional[Image], output: Optional[str], m
     _normalise(kw, output, mean, std, f"sluice.{kind}", channels=3)
 
 
+def _fields_source(kind: str, path: PathLike, fields: Any, **others: Any) -> Source:
+    """The source of ``sluice.<kind>(path, fields=...)``; ``others``: the keywords that do not apply
+    with fields= (None where not given)."""
+    given = [k for k, v in others.items() if v is not None]
+    if given:
+        raise _usage(f"sluice.{kind}: fields= names every field, so {', '.join(k + '=' for k in given)} "
+                     "does not apply; say it in the field's sluice.field(..., decode=, collate=)")
+    if not isinstance(fields, dict) or not fields:
+        raise _usage(f"sluice.{kind}: fields={fields!r} is not accepted; use a dict of name: sluice.field(...)")
+    engine = []
+    for name, f in fields.items():
+        if not isinstance(name, str) or not name:
+            raise _usage(f"sluice.{kind}: fields= key {name!r} is not accepted; use the batch's name for the field")
+        if not isinstance(f, Field):
+            raise _usage(f"sluice.{kind}: fields[{name!r}]={f!r} is not accepted; use sluice.field(members, ...)")
+        engine.append(f._engine(name))
+    return Source(kind, dict(source=kind, path=_path("path", path), fields=engine), kind == "shard")
+
+
 def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
           label_field: Optional[str] = None, shape: Optional[Sequence[int]] = None, output: Optional[str] = None,
-          mean=None, std=None) -> Source:
+          mean=None, std=None, fields: Optional[Dict[str, Field]] = None) -> Source:
     """A sluice shard (``sluice-pack``'s output). Without ``decode=``: records as stored
     (``"data"``, ``"label"``; ``shape=`` the per-sample shape). With ``decode=sluice.image(...)``:
     encoded images decoded into ``"data"`` (a shard of single records) or, for a shard with fields
     (``sluice-pack --fields``), the field ``image_field=`` (default ``"jpg"``) into ``"image"`` and
-    the record's label (or the integer field ``label_field=``) into ``"label"``."""
+    the record's label (or the integer field ``label_field=``) into ``"label"``.
+
+    Any fields of a shard with fields: ``fields={name: sluice.field("jpg", decode=...), ...}``, a
+    field's members being the shard field's name; the element types are the shard's, a fixed
+    field's shape its stored one (see :func:`field`); the records' labels serve
+    ``class_balanced``."""
+    if fields is not None:
+        return _fields_source("shard", path, fields, decode=decode, image_field=image_field, label_field=label_field,
+                              shape=shape, output=output, mean=mean, std=std)
     kw: Dict[str, Any] = dict(source="shard", path=_path("path", path), image_field=image_field or "",
                               label_field=label_field or "")
     if decode is None:
@@ -362,9 +527,10 @@ def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Option
     return Source("shard", kw, True)
 
 
-def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "jpg;jpeg;png",
+def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
         label_field: Optional[str] = None, boxes: Optional[Boxes] = None, mask: Optional[str] = None,
-        ignore_index: int = 255, output: Optional[str] = None, mean=None, std=None) -> Source:
+        ignore_index: int = 255, output: Optional[str] = None, mean=None, std=None,
+        fields: Optional[Dict[str, Field]] = None) -> Source:
     """WebDataset shards: a tar path or a brace pattern (``"train-{000000..000127}.tar"``).
     ``<key>.<image_field>`` (any extension of the ``;`` list) is decoded into ``"image"``.
 
@@ -374,7 +540,25 @@ def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "j
     Segmentation: ``mask="seg.png"`` names each sample's mask member, a PNG of class ids (grey, or
     palette indices) the size of the image; it follows the image's crop, scale and flip,
     resampled nearest-neighbour so ids are never blended, ``ignore_index`` where the crop leaves
-    the image: ``"mask"`` uint8 ``(B, H, W)``; no ``"label"``."""
+    the image: ``"mask"`` uint8 ``(B, H, W)``; no ``"label"``.
+
+    Any fields: ``fields={name: sluice.field(members, dtype=, decode=, collate=)}`` names every
+    field the batch gets, each with its members, element type, optional image decode and collator
+    (see :func:`field`); the keywords above then do not apply::
+
+        sluice.wds("train-{0..3}.tar", fields={
+            "image": sluice.field("jpg;png", decode=sluice.image((224, 224), crop="random_resized", flip=True,
+                                  layout="chw"), collate=sluice.normalized(mean=MEAN, std=STD)),
+            "label": sluice.field("cls", dtype="int64"),
+            "caption": sluice.field("txt", collate=sluice.ragged()),
+            "emb": sluice.field("emb.npy")})                    # the .npy members' dtype and shape
+    """
+    if fields is not None:
+        return _fields_source("wds", path, fields, decode=decode, image_field=image_field, label_field=label_field,
+                              boxes=boxes, mask=mask, output=output, mean=mean, std=std,
+                              ignore_index=None if ignore_index == 255 else ignore_index)
+    if image_field is None:
+        image_field = "jpg;jpeg;png"
     kw: Dict[str, Any] = dict(source="wds", path=_path("path", path), image_field=image_field)
     if mask is not None:
         if not isinstance(mask, str) or not mask:

@@ -547,3 +547,52 @@ TEST_CASE("shard fields: under the loader, skip drops and counts a record with a
   CHECK(what.find("record 9") != std::string::npos);
   CHECK(what.find("field 'ids'") != std::string::npos);
 }
+
+TEST_CASE("shard_any: the shard's own fields at run time, fixed shapes as stored, the batches shard_fields<> gives") {
+  temp_dir d;
+  const std::string p = write_det(d, 23);
+  io::shard_any all(p);
+  CHECK(all.schema().describe() == "jpg (u8, variable), boxes (f32, variable), size (i32, fixed), ids (i64, variable), w (f64, fixed)");
+  // Picked and renamed, in the given order.
+  io::shard_any some(p, {}, {{"sz", "size"}, {"b", "boxes"}});
+  REQUIRE(some.schema().size() == 2);
+  CHECK(some.schema()[0].name == "sz");
+  const auto s7 = some.fields(7);
+  CHECK(s7.origin == p);
+  CHECK(typed<std::int32_t>(s7.fields[0].bytes) == std::vector<std::int32_t>{7, -14});
+  CHECK(s7.geometry_of(0).ndim == 1);
+  CHECK(s7.geometry_of(0).shape[0] == 2);
+  CHECK(typed<float>(s7.fields[1].bytes) == make_record(7).boxes);
+  CHECK(all.labels() == io::shard_fields<det>(p).labels());
+
+  io::shard_fields<det> typed_reader(p);
+  auto compiled = from(sample::shuffle(typed_reader.size(), {.seed = 2})) | read(typed_reader) |
+                  collate({.batch = 5}, stack<"size">{}, ragged<"boxes">{.row = {4}}, pad<"ids">{.value = -1}) |
+                  prefetch(2, {.workers = 2});
+  auto run_time = from(sample::shuffle(all.size(), {.seed = 2})) | read(all) |
+                  collate({.batch = 5}, all.schema(),
+                          {{"size", stack<>{}}, {"boxes", ragged<>{.row = {4}}}, {"ids", pad<>{.value = -1}}}) |
+                  prefetch(2, {.workers = 2});
+  std::vector<std::vector<std::byte>> want, got;
+  std::vector<std::vector<std::int64_t>> want_shape, got_shape;
+  for (auto& b : compiled.epoch(1))
+    for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+      const auto v = b.tensor(t);
+      want.emplace_back(v.bytes().begin(), v.bytes().end());
+      want_shape.emplace_back(v.shape().begin(), v.shape().end());
+    }
+  for (auto& b : run_time.epoch(1))
+    for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+      const auto v = b.tensor(t);
+      got.emplace_back(v.bytes().begin(), v.bytes().end());
+      got_shape.emplace_back(v.shape().begin(), v.shape().end());
+    }
+  REQUIRE(want.size() == 5 * 5);  // 5 batches x (size, boxes, boxes.offsets, ids, ids.lengths)
+  CHECK(got == want);
+  CHECK(got_shape == want_shape);
+  CHECK(want_shape[0] == std::vector<std::int64_t>{5, 2});  // stack<> took the stored shape {2}
+
+  CHECK_THROWS_WITH_AS(io::shard_any(p, {}, {{"x", "nope"}}), doctest::Contains("field 'nope': not in the shard (its fields: jpg"),
+                       format_error);
+  CHECK_THROWS_WITH_AS(io::shard_any(p, {}, {{"x", "size"}, {"y", "size"}}), doctest::Contains("is read twice"), usage_error);
+}

@@ -22,6 +22,8 @@
 // a format_error naming the file, the record, the byte offset and the field when it does not fit
 // (so under on_error::skip the loader drops that sample). Labels and class names are the shard's.
 //
+// shard_any (below) reads the same shards with the fields the shard says it has, at run time.
+//
 // Thread-safety: after construction every member is const and safe to call concurrently.
 // fields(i) allocates nothing.
 #pragma once
@@ -36,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
@@ -122,6 +125,82 @@ class shard_fields {
   shard_reader r_;
   std::vector<std::size_t> slot_;  // per shard field: its place in Schema, or none
   std::array<std::size_t, Schema::size> at_{};  // per schema field: the shard field it reads
+};
+
+// A sluice shard with fields, read with the fields it says it has (run time): fields(i) is a
+// run-time sample (core/any_sample.hpp) for read(), any_decode_stage and any_collate. `names`
+// picks and names them ({{"image", "jpg"}}: the sample's field "image" is the shard's "jpg"), in
+// that order; empty: every field of the shard under its own name. The element types and extents
+// are the shard's (schema()), and a fixed field carries its stored shape as its geometry, so
+// stack<> gives {B, shape...} without being told. A shard field that does not exist, or one
+// named twice, is refused at construction (a format_error naming the file and listing the
+// shard's fields; a usage_error); records are checked as shard_fields<> checks them.
+class shard_any {
+ public:
+  using reader_concept = reader_tag;
+  using names_type = std::vector<std::pair<std::string, std::string>>;  // sample field -> shard field
+
+  explicit shard_any(std::string path, shard_options opt = {}, const names_type& names = {})
+      : r_(std::move(path), opt) {
+    const std::string p(r_.path());
+    if (!r_.has_fields())
+      throw format_error(p, {}, "a version-" + std::to_string(r_.version()) +
+                                    " shard of single records, without fields (read it with shard_reader)");
+    names_type picked = names;
+    if (picked.empty())
+      for (const auto& f : r_.schema()) picked.emplace_back(f.name, f.name);
+    if (picked.size() > max_any_fields)
+      throw usage_error("sluice: shard_any: " + std::to_string(picked.size()) + " fields; a run-time sample holds at most " +
+                        std::to_string(max_any_fields) + " (pick the ones to read with names)");
+    slot_.assign(r_.schema().size(), none);
+    std::vector<field_spec> specs;
+    for (std::size_t s = 0; s < picked.size(); ++s) {
+      const auto& [name, from] = picked[s];
+      const std::size_t k = r_.field_index(from);
+      if (k == shard_reader::npos) {
+        std::string have;
+        for (const auto& f : r_.schema()) have += (have.empty() ? "" : ", ") + f.name + " (" + schema_field_text(f) + ")";
+        throw format_error(p, {}, "field '" + from + "': not in the shard (its fields: " + have + ")");
+      }
+      if (slot_[k] != none)
+        throw usage_error("sluice: shard_any: the shard's field '" + from + "' is read twice; a shard field can go to "
+                          "one sample field only");
+      const shard_schema_field& f = r_.schema()[k];
+      slot_[k] = s;
+      specs.push_back({name, f.type, f.kind});
+      field_geometry g;
+      if (f.kind == extent::fixed && f.shape.size() <= max_dims - 1) {
+        g.ndim = static_cast<std::uint8_t>(f.shape.size());
+        for (std::size_t d = 0; d < f.shape.size(); ++d) g.shape[d] = f.shape[d];
+      }
+      geometry_.push_back(g);
+    }
+    schema_ = any_schema(std::move(specs));  // a usage_error for an output name given twice
+  }
+
+  [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
+  [[nodiscard]] std::size_t size() const noexcept { return r_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return r_.path(); }
+  [[nodiscard]] const mapped_file& file() const noexcept { return r_.file(); }
+  [[nodiscard]] const shard_reader& reader() const noexcept { return r_; }
+  [[nodiscard]] std::int64_t label(std::size_t i) const { return r_.label(i); }
+  [[nodiscard]] std::vector<std::int64_t> labels() const { return r_.labels(); }
+
+  [[nodiscard]] any_sample fields(std::size_t i) const {
+    any_sample s{.id = i, .origin = r_.path()};
+    s.count = schema_.size();
+    r_.for_each_field(i, [&](std::size_t k, std::span<const std::byte> b) {
+      if (slot_[k] != none) s.fields[slot_[k]] = {b, geometry_[slot_[k]], nullptr};
+    });
+    return s;
+  }
+
+ private:
+  static constexpr std::size_t none = ~std::size_t{0};
+  shard_reader r_;
+  any_schema schema_;
+  std::vector<std::size_t> slot_;  // per shard field: its place in the sample, or none
+  std::vector<field_geometry> geometry_;
 };
 
 }  // namespace sluice::io

@@ -1,0 +1,183 @@
+// The Python module's run-time fields: sluice.wds(path, fields={name: sluice.field(...)}) and
+// sluice.shard(path, fields=...). Every field of a sample the trainer names, each with its members'
+// extensions (for a shard: its field's name), its element type (given, or an .npy member's own,
+// read from the first shard; a sluice shard's as stored), an optional image decode and its
+// collator (stack, normalized, ragged, pad, pack), composed at run time over the C++ core's
+// run-time samples (io/wds.hpp's wds_any, io/shard_fields.hpp's shard_any, stage/any_decode.hpp,
+// stage/any_collate.hpp): one loader type serves every combination, with one indirect call a
+// field and sample.
+#include "image_codec.hpp"
+
+#include <algorithm>
+
+#include "sluice/io/npy.hpp"
+#include "sluice/io/shard_fields.hpp"
+#include "sluice/io/wds.hpp"
+#include "sluice/io/wds_tar.hpp"
+#include "sluice/stage/any_collate.hpp"
+#include "sluice/stage/any_decode.hpp"
+
+namespace sluice_module {
+
+namespace {
+
+constexpr const char* kFields = "fields= data (a sample has the fields it names, not one label)";
+
+sluice::dtype dtype_named(const field_option& f) {
+  static const std::pair<const char*, sluice::dtype> known[] = {
+      {"uint8", sluice::dtype::u8},     {"int8", sluice::dtype::i8},     {"uint16", sluice::dtype::u16},
+      {"int16", sluice::dtype::i16},    {"uint32", sluice::dtype::u32},  {"int32", sluice::dtype::i32},
+      {"uint64", sluice::dtype::u64},   {"int64", sluice::dtype::i64},   {"float16", sluice::dtype::f16},
+      {"float32", sluice::dtype::f32},  {"float64", sluice::dtype::f64}, {"bfloat16", sluice::dtype::bf16},
+      {"bool", sluice::dtype::boolean}};
+  for (const auto& [n, t] : known)
+    if (f.dtype == n) return t;
+  bad_value("sluice.field('" + f.members + "', dtype", "'" + f.dtype + "')",
+            "'uint8', 'int8', 'uint16', 'int16', 'uint32', 'int32', 'uint64', 'int64', 'float16', 'float32', "
+            "'float64', 'bfloat16' or 'bool'");
+}
+
+// An .npy member's element type; what a tensor cannot hold is a UsageError naming the field.
+sluice::dtype dtype_of_npy(const sluice::io::npy_dtype& d, const field_option& f, const std::string& shard) {
+  using sluice::dtype;
+  const auto n = d.item_bytes;
+  switch (d.kind) {
+    case 'u': if (n == 1) return dtype::u8; if (n == 2) return dtype::u16; if (n == 4) return dtype::u32; if (n == 8) return dtype::u64; break;
+    case 'i': if (n == 1) return dtype::i8; if (n == 2) return dtype::i16; if (n == 4) return dtype::i32; if (n == 8) return dtype::i64; break;
+    case 'f': if (n == 2) return dtype::f16; if (n == 4) return dtype::f32; if (n == 8) return dtype::f64; break;
+    case 'b': if (n == 1) return dtype::boolean; break;
+    default: break;
+  }
+  throw sluice::usage_error("sluice.field('" + f.members + "'): the .npy members of " + shard + " hold dtype '" +
+                            d.descr + "', which has no tensor type (numbers and bool only)");
+}
+
+bool takes(const std::string& members, std::string_view ext) {
+  std::string_view m = members;
+  while (true) {
+    const std::size_t semi = m.find(';');
+    if (m.substr(0, semi) == ext) return true;
+    if (semi == std::string_view::npos) return false;
+    m.remove_prefix(semi + 1);
+  }
+}
+
+// The element type of each field: given, else an .npy member's own (the first one of the first
+// shard), else uint8 (the member's bytes).
+std::vector<sluice::dtype> types_of(const std::vector<field_option>& fields, const std::string& first_shard) {
+  std::vector<sluice::dtype> t(fields.size(), sluice::dtype::u8);
+  std::vector<bool> open(fields.size(), false);
+  std::size_t want = 0;
+  for (std::size_t k = 0; k < fields.size(); ++k) {
+    if (!fields[k].dtype.empty()) t[k] = dtype_named(fields[k]);
+    else if (!fields[k].decode) open[k] = true, ++want;
+  }
+  if (want == 0) return t;
+  const sluice::io::mapped_file file(first_shard);  // an io_error naming it when it is missing
+  sluice::io::detail::walk_tar(file.bytes(), first_shard, false, [&](const sluice::io::detail::tar_member_view& m) {
+    std::string_view key, ext;
+    if (!sluice::io::detail::split_key(m.name, key, ext)) return true;
+    for (std::size_t k = 0; k < fields.size(); ++k) {
+      if (!open[k] || !takes(fields[k].members, ext)) continue;
+      if (sluice::io::detail::is_npy_ext(ext))
+        t[k] = dtype_of_npy(sluice::io::detail::parse_npy_header(m.body, first_shard).dtype, fields[k], first_shard);
+      open[k] = false;
+      --want;
+    }
+    return want != 0;
+  });
+  return t;
+}
+
+sluice::image_layout layout_named(const std::string& l, const std::string& where) {
+  if (l.empty()) return sluice::image_layout::none;
+  if (l == "chw") return sluice::image_layout::chw;
+  if (l == "hwc") return sluice::image_layout::hwc;
+  bad_value(where, "'" + l + "'", "'chw' or 'hwc'");
+}
+
+sluice::any_field_collator collator_of(const field_option& f) {
+  if (f.collate == "stack") return sluice::stack<>{.shape = f.shape};
+  if (f.collate == "normalized")
+    return sluice::normalized<>{.mean = f.mean, .std = f.std,
+                                .output = layout_named(f.output_layout, "sluice.normalized(layout")};
+  if (f.collate == "ragged") return sluice::ragged<>{.row = f.row};
+  if (f.collate == "pad")
+    return sluice::pad<>{.value = f.value, .length = f.length, .multiple = f.multiple, .mask = f.mask,
+                         .truncate = f.truncate, .row = f.row};
+  if (f.collate == "pack") return sluice::pack<>{.length = f.length, .split = f.split, .value = f.value};
+  bad_value("collate", "'" + f.collate + "'", "'stack', 'normalized', 'ragged', 'pad' or 'pack'");
+}
+
+}  // namespace
+
+namespace {
+
+// Decode and collate as the fields say, over `data` (wds_any or shard_any), with the sampler the
+// options name (class_balanced where the data has labels).
+template <class Data>
+loader_ptr fields_loader(const options& o, Data data, const std::vector<std::int64_t>& labels) {
+  sluice::any_decode_stage dec(data.schema());
+  for (const auto& f : o.fields) {
+    if (!f.decode) continue;
+#if SLUICE_WITH_TURBOJPEG
+    options io = o;
+    io.source = o.source;
+    io.size = f.size;
+    io.random_resized_crop = f.random_resized_crop;
+    io.flip = f.flip;
+    io.layout = f.layout;
+    dec.add(f.name, codec_of(io));
+#else
+    throw sluice::usage_error("sluice.field('" + f.members + "', decode=...): this module was built without TurboJPEG");
+#endif
+  }
+  std::vector<sluice::field_collate_spec> collators;
+  for (const auto& f : o.fields) collators.push_back({f.name, collator_of(f)});
+  const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
+  sluice::any_collate col(bo, dec.schema(), std::move(collators));
+  const std::size_t n = data.size();
+  auto build = [&](auto s) {
+    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) | std::move(dec) |
+                                std::move(col) | sluice::prefetch(depth_of(o), loader_opts(o)));
+  };
+  if (labels.empty()) return with_order_sampler(o, n, build, kFields);
+  return with_sampler(o, n, labels, build);
+}
+
+// A sluice shard's fields: the element types are the shard's; a dtype given must agree.
+loader_ptr shard_fields_loader(const options& o) {
+  sluice::io::shard_any::names_type names;
+  for (const auto& f : o.fields) names.emplace_back(f.name, f.members);
+  sluice::io::shard_any data(o.path, {}, names);
+  for (std::size_t k = 0; k < o.fields.size(); ++k) {
+    const auto& f = o.fields[k];
+    if (!f.dtype.empty() && dtype_named(f) != data.schema()[k].type)
+      throw sluice::usage_error("sluice.field('" + f.members + "', dtype='" + f.dtype + "'): the shard " + o.path +
+                                " stores field '" + f.members + "' as " + sluice::dtype_name(data.schema()[k].type) +
+                                "; leave dtype= out to take the shard's");
+  }
+  auto labels = data.labels();
+  if (std::all_of(labels.begin(), labels.end(), [](std::int64_t l) { return l < 0; })) labels.clear();
+  return fields_loader(o, std::move(data), labels);
+}
+
+}  // namespace
+
+loader_ptr make_fields_loader(const options& o) {
+  if (o.path.empty()) throw sluice::usage_error("sluice." + o.source + ": needs a path");
+  if (o.source == "shard") return shard_fields_loader(o);
+  const auto shards = sluice::io::expand_braces(o.path);
+  const auto types = types_of(o.fields, shards.front());
+  std::vector<sluice::field_spec> specs;
+  sluice::io::wds_dataset_options wo;
+  for (std::size_t k = 0; k < o.fields.size(); ++k) {
+    const auto& f = o.fields[k];
+    const bool fixed = f.collate == "stack" || f.collate == "normalized";
+    specs.push_back({f.name, types[k], fixed ? sluice::extent::fixed : sluice::extent::variable});
+    wo.extensions.emplace_back(f.name, f.members);
+  }
+  return fields_loader(o, sluice::io::wds_any(shards, std::move(specs), std::move(wo)), {});
+}
+
+}  // namespace sluice_module

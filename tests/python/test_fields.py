@@ -1,0 +1,201 @@
+"""Any fields from Python: sluice.wds(path, fields={name: sluice.field(...)}) composes a pipeline at
+run time (members, dtype from the files, image decode, a collator per field) and gives exactly
+what the files hold; what does not fit is a UsageError at construction naming the field."""
+import io
+import os
+import subprocess
+import tarfile
+
+import numpy as np
+import pytest
+
+import sluice
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def add(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def npy(a):
+    out = io.BytesIO()
+    np.save(out, a)
+    return out.getvalue()
+
+
+def jpeg(level):
+    out = io.BytesIO()
+    Image.fromarray(np.full((24, 32, 3), level, np.uint8)).save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+def emb(k):
+    return np.arange(6, dtype=np.float32).reshape(2, 3) + k
+
+
+def tokens(k):
+    return np.arange(k % 5 + 1, dtype=np.int32) + 100 * k
+
+
+def write_shards(tmp_path, counts):
+    k = 0
+    for s, n in enumerate(counts):
+        with tarfile.open(tmp_path / f"part-{s}.tar", "w") as tar:
+            for _ in range(n):
+                key = f"s{k:05d}"
+                add(tar, key + ".jpg", jpeg(20 + 9 * k))
+                add(tar, key + ".cls", str(3 * k - 7).encode())
+                add(tar, key + ".txt", ("caption " * (k % 3 + 1)).strip().encode())
+                add(tar, key + ".emb.npy", npy(emb(k)))
+                add(tar, key + ".tok.npy", npy(tokens(k)))
+                k += 1
+    return k
+
+
+def fields(**over):
+    f = {
+        "image": sluice.field("jpg;png", decode=sluice.image((16, 16), layout="chw"),
+                              collate=sluice.normalized(mean=0.5, std=0.25)),
+        "label": sluice.field("cls", dtype="int64"),
+        "caption": sluice.field("txt", collate=sluice.ragged()),
+        "emb": sluice.field("emb.npy", collate=sluice.stack(shape=(2, 3))),
+        "tokens": sluice.field("tok.npy", collate=sluice.pad(value=-1, mask=True)),
+    }
+    f.update(over)
+    return f
+
+
+def test_every_field_arrives_as_the_files_hold_it(tmp_path):
+    n = write_shards(tmp_path, [7, 6])
+    src = sluice.wds(str(tmp_path / "part-{0..1}.tar"), fields=fields())
+
+    def run(workers):
+        got = {}
+        with sluice.Loader(src, batch_size=4, sampler=sluice.sample.shuffle(seed=3), workers=workers) as ld:
+            for b in ld:
+                assert set(b) == {"image", "label", "caption", "caption.offsets", "emb", "tokens", "tokens.lengths",
+                                  "tokens.mask"}
+                img, lab = np.from_dlpack(b["image"]), np.from_dlpack(b["label"])
+                cap, off = np.from_dlpack(b["caption"]), np.from_dlpack(b["caption.offsets"])
+                e, t = np.from_dlpack(b["emb"]), np.from_dlpack(b["tokens"])
+                lens, mask = np.from_dlpack(b["tokens.lengths"]), np.from_dlpack(b["tokens.mask"])
+                assert img.dtype == np.float32 and img.shape[1:] == (3, 16, 16)
+                assert lab.dtype == np.int64 and e.dtype == np.float32 and e.shape[1:] == (2, 3)
+                assert t.dtype == np.int32
+                assert mask.dtype in (np.bool_, np.uint8)   # uint8 where the DLPack header predates kDLBool (0.8)
+                for i in range(len(lab)):
+                    k = (int(lab[i]) + 7) // 3
+                    level = (20 + 9 * k) / 255
+                    assert abs(float(img[i].mean()) - (level - 0.5) / 0.25) < 0.05   # a flat JPEG survives
+                    assert bytes(cap[off[i]:off[i + 1]]).decode() == ("caption " * (k % 3 + 1)).strip()
+                    np.testing.assert_array_equal(e[i], emb(k))
+                    want = tokens(k)
+                    assert lens[i] == len(want)
+                    np.testing.assert_array_equal(t[i, :len(want)], want)
+                    assert (t[i, len(want):] == -1).all() and mask[i].sum() == len(want)
+                    got[k] = img[i].copy()
+        return got
+
+    one = run(1)
+    assert sorted(one) == list(range(n))
+    two = run(2)
+    assert all(np.array_equal(one[k], two[k]) for k in one)
+
+
+def test_pack_and_dtypes_from_the_files(tmp_path):
+    write_shards(tmp_path, [9])
+    src = sluice.wds(tmp_path / "part-0.tar", fields={"tokens": sluice.field("tok.npy", collate=sluice.pack(length=8))})
+    seen = []
+    with sluice.Loader(src, batch_size=3, sampler=sluice.sample.sequential(), workers=1) as ld:
+        for b in ld:
+            assert set(b) == {"tokens", "tokens.doc_ids", "tokens.position_ids", "tokens.cu_seqlens"}
+            t, d = np.from_dlpack(b["tokens"]), np.from_dlpack(b["tokens.doc_ids"])
+            assert t.dtype == np.int32 and t.shape[1] == 8
+            flat, docs = t.reshape(-1), d.reshape(-1)
+            for j in range(docs.max() + 1):
+                seen.append(flat[docs == j].tolist())
+    assert seen == [tokens(k).tolist() for k in range(9)]
+
+
+def test_what_does_not_fit_is_refused_at_construction_naming_the_field(tmp_path):
+    write_shards(tmp_path, [3])
+    path = tmp_path / "part-0.tar"
+
+    def refused(**kw):
+        with pytest.raises(sluice.UsageError) as e:
+            sluice.Loader(sluice.wds(path, **kw), batch_size=2)
+        return str(e.value)
+
+    # normalized() on float32 data; pack() on float32; a pad value int32 cannot hold.
+    assert "normalized<> of field 'emb' (f32)" in refused(fields=fields(emb=sluice.field("emb.npy", collate=sluice.normalized())))
+    assert "pack<> packs integer tokens; this field is f32" in refused(fields={"e": sluice.field("emb.npy", collate=sluice.pack())})
+    msg = refused(fields={"t": sluice.field("tok.npy", dtype="int32", collate=sluice.pad(value=1e10))})
+    assert "the pad value 10000000000" in msg and "of field 't' does not fit its element type i32" in msg
+    # A text member as numbers; two fields for one extension; decode of a numeric field.
+    assert "field 'c' holds f32 elements, but it takes '.txt' members" in refused(
+        fields={"c": sluice.field("txt", dtype="float32", collate=sluice.ragged())})
+    assert "both take the extension 'jpg'" in refused(fields={"a": sluice.field("jpg"), "b": sluice.field("jpg;png")})
+    # The keywords of the classic form do not apply with fields=.
+    with pytest.raises(sluice.UsageError, match="decode=, label_field= does not apply"):
+        sluice.wds(path, fields=fields(), decode=sluice.image((8, 8)), label_field="cls")
+    with pytest.raises(sluice.UsageError, match="dtype='f32' is not accepted.*did you mean 'float32'"):
+        sluice.field("emb.npy", dtype="f32")
+    with pytest.raises(sluice.UsageError, match="decode= reads encoded bytes"):
+        sluice.field("jpg", dtype="int64", decode=sluice.image((8, 8)))
+    with pytest.raises(sluice.UsageError, match="class_balanced"):
+        sluice.Loader(sluice.wds(path, fields=fields()), sampler=sluice.sample.class_balanced())
+
+
+def test_bad_members_are_format_errors_naming_shard_sample_and_field(tmp_path):
+    with tarfile.open(tmp_path / "bad.tar", "w") as tar:
+        add(tar, "a.jpg", jpeg(50))
+        add(tar, "a.emb.npy", npy(emb(0)))
+        add(tar, "b.jpg", jpeg(60))
+        add(tar, "b.emb.npy", npy(np.arange(5, dtype=np.float32)))   # 5 floats where the batch has 6
+        add(tar, "c.jpg", b"not a jpeg")
+        add(tar, "c.emb.npy", npy(emb(2)))
+    src = sluice.wds(tmp_path / "bad.tar", fields={
+        "image": sluice.field("jpg", decode=sluice.image((8, 8))), "emb": sluice.field("emb.npy")})
+    with sluice.Loader(src, batch_size=3, sampler=sluice.sample.sequential(), workers=1) as ld:
+        with pytest.raises(sluice.FormatError) as e:
+            list(ld)
+    assert "bad.tar" in str(e.value) and "record 1" in str(e.value) and "field 'emb'" in str(e.value)
+    with sluice.Loader(src, batch_size=3, sampler=sluice.sample.sequential(), workers=1, errors="skip") as ld:
+        batches = list(ld)
+        assert sum(len(np.from_dlpack(b["emb"])) for b in batches) == 1
+        assert ld.stats()["skipped"] == 2
+
+
+def test_a_sluice_shard_with_fields_gives_its_fields_and_labels(tmp_path):
+    pack = os.environ.get("SLUICE_PACK", "")
+    if not pack or not os.path.exists(pack):
+        pytest.skip("sluice-pack was not built (SLUICE_PACK)")
+    n = write_shards(tmp_path, [10])
+    subprocess.run([pack, "wds", str(tmp_path / "part-0.tar"), "--fields", "jpg,txt", "-o", str(tmp_path / "f.sluice"),
+                    "--quiet"], check=True)
+    src = sluice.shard(tmp_path / "f.sluice", fields={
+        "image": sluice.field("jpg", decode=sluice.image((8, 8))), "caption": sluice.field("txt", collate=sluice.ragged())})
+    # The fields are the shard's bytes; every record once with sequential.
+    with sluice.Loader(src, batch_size=5, sampler=sluice.sample.sequential(), workers=1) as ld:
+        total = 0
+        for b in ld:
+            assert set(b) == {"image", "caption", "caption.offsets"}
+            img, cap, off = np.from_dlpack(b["image"]), np.from_dlpack(b["caption"]), np.from_dlpack(b["caption.offsets"])
+            assert img.shape[1:] == (8, 8, 3) and img.dtype == np.uint8
+            for i in range(len(img)):
+                words = bytes(cap[off[i]:off[i + 1]]).decode().split()
+                assert set(words) == {"caption"} and 1 <= len(words) <= 3
+            total += len(img)
+        assert total == n
+    # The records' labels (from .cls: 3k - 7) serve class_balanced, which draws the labelled ones
+    # (k >= 3; a negative .cls is packed as "no label").
+    with sluice.Loader(src, batch_size=5, sampler=sluice.sample.class_balanced(seed=1), workers=1) as ld:
+        assert sum(len(np.from_dlpack(b["image"])) for b in ld) == n - 3
+    with pytest.raises(sluice.FormatError, match="field 'emb': not in the shard .its fields: jpg"):
+        sluice.Loader(sluice.shard(tmp_path / "f.sluice", fields={"e": sluice.field("emb")}))
+    with pytest.raises(sluice.UsageError, match="stores field 'txt' as u8; leave dtype= out"):
+        sluice.Loader(sluice.shard(tmp_path / "f.sluice", fields={"c": sluice.field("txt", dtype="int32",
+                                                                                     collate=sluice.ragged())}))
