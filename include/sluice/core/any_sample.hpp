@@ -10,7 +10,7 @@
 // image) costs one indirect call to its producer, never one a byte.
 //
 //   sluice::any_schema s{{{"jpg", sluice::dtype::u8}, {"cls", sluice::dtype::i64, sluice::extent::fixed}}};
-//   sluice::any_sample x{.id = 7, .origin = "train-0.tar"};
+//   sluice::any_sample x{7, "train-0.tar"};
 //   x.count = 2;  x.fields[0].bytes = jpeg;  x.fields[1].bytes = std::as_bytes(std::span(&label, 1));
 //
 // Field k of a sample is the schema's field k. A producer (field_producer) writes a field whose
@@ -18,6 +18,7 @@
 // view then holds the producer's input (the encoded image).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -114,9 +115,11 @@ class field_producer {
 };
 
 // One field's value: a view, or a producer's input and the producer.
+// Small (32 bytes): a sample is copied from stage to stage, so what the reader knows of a field's
+// shape is pointed to (the reader keeps it), not held.
 struct any_field {
   std::span<const std::byte> bytes;
-  field_geometry geometry{};  // what the reader knows (an .npy member's shape), else nothing
+  const field_geometry* geometry = nullptr;  // what the reader knows (a shard's stored shape), else null
   const field_producer* producer = nullptr;
 };
 
@@ -125,6 +128,21 @@ struct any_sample {
   std::string_view origin;  // the file (for error messages)
   std::size_t count = 0;    // fields set: the schema's size
   std::array<any_field, max_any_fields> fields{};
+
+  any_sample() = default;
+  any_sample(std::uint64_t i, std::string_view o) noexcept : id(i), origin(o) {}
+  // A copy takes the fields set, not the whole array: samples go from stage to stage and into
+  // the batch's list by copy, and most have a few fields.
+  any_sample(const any_sample& o) noexcept : id(o.id), origin(o.origin), count(o.count) {
+    std::copy_n(o.fields.begin(), std::min(o.count, max_any_fields), fields.begin());
+  }
+  any_sample& operator=(const any_sample& o) noexcept {
+    id = o.id;
+    origin = o.origin;
+    count = o.count;
+    std::copy_n(o.fields.begin(), std::min(o.count, max_any_fields), fields.begin());
+    return *this;
+  }
 
   [[nodiscard]] std::size_t size_of(std::size_t k) const {
     const any_field& f = fields[k];
@@ -138,7 +156,8 @@ struct any_sample {
   }
   [[nodiscard]] field_geometry geometry_of(std::size_t k) const {
     const any_field& f = fields[k];
-    return f.producer != nullptr ? f.producer->geometry(*this, k) : f.geometry;
+    if (f.producer != nullptr) return f.producer->geometry(*this, k);
+    return f.geometry != nullptr ? *f.geometry : field_geometry{};
   }
 };
 

@@ -630,7 +630,7 @@ class wds_any {
   [[nodiscard]] std::string key(std::size_t i) const { return core_.key(i); }
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
-    any_sample out{.id = i, .origin = {}};
+    any_sample out(i, {});
     out.count = schema_.size();
     out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.fields[k].bytes = v; });
     return out;

@@ -108,8 +108,13 @@ class any_part_of final : public any_part {
   struct scratch final : any_part_scratch {
     typename C::scratch inner{};
     std::vector<view> views;  // the batch's samples as views (plan, finish): grows once
-    [[nodiscard]] std::unique_ptr<any_part_scratch> clone() const override { return std::make_unique<scratch>(*this); }
-    void assign(const any_part_scratch& o) override { *this = static_cast<const scratch&>(o); }
+    // A helping worker's copy needs the collator's plan, not the views (rebuilt where needed).
+    [[nodiscard]] std::unique_ptr<any_part_scratch> clone() const override {
+      auto c = std::make_unique<scratch>();
+      c->inner = inner;
+      return c;
+    }
+    void assign(const any_part_scratch& o) override { inner = static_cast<const scratch&>(o).inner; }
   };
 
  public:
