@@ -97,7 +97,10 @@ std::string_view field_label(const S& s) noexcept {
 template <fixed_string Name, fixed_string Suffix, class S>
 std::string_view output_label(std::span<const S> samples) {
   if constexpr (requires(const S& s) { { s.field_label() } -> std::convertible_to<std::string_view>; }) {
-    if (!samples.empty()) return intern_name(std::string(samples[0].field_label()) + std::string(Suffix.view()));
+    if (!samples.empty()) {
+      if constexpr (Suffix.size() == 0) return samples[0].field_label();  // interned already
+      else return intern_name(std::string(samples[0].field_label()) + std::string(Suffix.view()));
+    }
   }
   return concat_v<Name, Suffix>.view();
 }
