@@ -299,7 +299,9 @@ class wds_core {
   }
 
   void init_rules() {
-    for (const auto& [f, e] : opt_.extensions) {
+    for (const auto& entry : opt_.extensions) {
+      const std::string& f = entry.first;
+      const std::string& e = entry.second;
       if (std::none_of(fields_.begin(), fields_.end(), [&](const field_spec& x) { return x.name == f; }))
         throw usage_error("sluice: " + who_ + ": wds_dataset_options::extensions names field '" + f +
                           "', which the schema does not have");
