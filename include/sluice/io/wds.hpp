@@ -543,33 +543,9 @@ std::vector<field_spec> specs_of() {
   return f;
 }
 
-}  // namespace detail
-
-template <class Schema>
-class wds_dataset {
-  static_assert(Schema::size >= 1 && Schema::size <= 39, "sluice: wds_dataset: a schema of 1 to 39 fields");
-
+// What wds_dataset<Schema> and wds_any share: the core and its shard accessors.
+class wds_shards {
  public:
-  using reader_concept = reader_tag;
-  using schema_type = Schema;
-  using sample_type = fields_sample<Schema>;
-
-  // A brace pattern (or one path).
-  explicit wds_dataset(std::string pattern, wds_dataset_options o = {})
-      : core_(expand_braces(pattern), std::move(o), pattern, detail::specs_of<Schema>()) {}
-  // An explicit list of shards, read in this order.
-  explicit wds_dataset(std::vector<std::string> shards, wds_dataset_options o = {})
-      : core_(std::move(shards), std::move(o), std::string{}, detail::specs_of<Schema>()) {}
-  // A braced list of patterns, each expanded, in order: `wds_dataset<S> d{"train-{0..3}.tar"}`
-  // (brace-initialising with one pattern lands here, so it must expand too) or
-  // `d({"train-{0..3}.tar", "extra.tar"})`.
-  wds_dataset(std::initializer_list<std::string> patterns, wds_dataset_options o = {})
-      : core_(detail::wds_core::expand_all(patterns), std::move(o),
-              patterns.size() == 1 ? *patterns.begin() : std::string{}, detail::specs_of<Schema>()) {}
-
-  wds_dataset(wds_dataset&&) noexcept = default;
-  wds_dataset& operator=(wds_dataset&&) noexcept = default;
-
   [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
   // The pattern, or a description of the list (for messages; each sample's origin is its shard).
   [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
@@ -585,6 +561,40 @@ class wds_dataset {
   [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
   // Whether shard s has been opened (mapped, and scanned or its index loaded) yet.
   [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
+  // Sample i's key (the member path up to the first dot of its basename).
+  [[nodiscard]] std::string key(std::size_t i) const { return core_.key(i); }
+
+ protected:
+  explicit wds_shards(wds_core core) : core_(std::move(core)) {}
+  wds_core core_;
+};
+
+}  // namespace detail
+
+template <class Schema>
+class wds_dataset : public detail::wds_shards {
+  static_assert(Schema::size >= 1 && Schema::size <= 39, "sluice: wds_dataset: a schema of 1 to 39 fields");
+
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = fields_sample<Schema>;
+
+  // A brace pattern (or one path).
+  explicit wds_dataset(std::string pattern, wds_dataset_options o = {})
+      : wds_shards(detail::wds_core(expand_braces(pattern), std::move(o), pattern, detail::specs_of<Schema>())) {}
+  // An explicit list of shards, read in this order.
+  explicit wds_dataset(std::vector<std::string> shards, wds_dataset_options o = {})
+      : wds_shards(detail::wds_core(std::move(shards), std::move(o), std::string{}, detail::specs_of<Schema>())) {}
+  // A braced list of patterns, each expanded, in order: `wds_dataset<S> d{"train-{0..3}.tar"}`
+  // (brace-initialising with one pattern lands here, so it must expand too) or
+  // `d({"train-{0..3}.tar", "extra.tar"})`.
+  wds_dataset(std::initializer_list<std::string> patterns, wds_dataset_options o = {})
+      : wds_shards(detail::wds_core(detail::wds_core::expand_all(patterns), std::move(o),
+                                    patterns.size() == 1 ? *patterns.begin() : std::string{}, detail::specs_of<Schema>())) {}
+
+  wds_dataset(wds_dataset&&) noexcept = default;
+  wds_dataset& operator=(wds_dataset&&) noexcept = default;
 
   // Sample i: its fields as views into its shard's mapping (numbers parsed at the scan: views
   // into the index). A sample with a missing or malformed member raises format_error here.
@@ -593,11 +603,6 @@ class wds_dataset {
     out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.values[k] = v; });
     return out;
   }
-  // Sample i's key (the member path up to the first dot of its basename).
-  [[nodiscard]] std::string key(std::size_t i) const { return core_.key(i); }
-
- private:
-  detail::wds_core core_;
 };
 
 // A WebDataset whose fields are chosen at run time (a front door: the Python module, a trainer
@@ -610,26 +615,18 @@ class wds_dataset {
 //
 //   sluice::io::wds_any data{"train-{0..3}.tar", {{"jpg;png"}, {"cls", sluice::dtype::i64, sluice::extent::fixed},
 //                                                 {"emb.npy", sluice::dtype::f32}}};
-class wds_any {
+class wds_any : public detail::wds_shards {
  public:
   using reader_concept = reader_tag;
 
   wds_any(std::string pattern, std::vector<field_spec> fields, wds_dataset_options o = {})
-      : schema_(fields), core_(expand_braces(pattern), std::move(o), pattern, std::move(fields), "wds_any") {}
+      : wds_shards(detail::wds_core(expand_braces(pattern), std::move(o), pattern, checked(fields), "wds_any")),
+        schema_(std::move(fields)) {}
   wds_any(std::vector<std::string> shards, std::vector<field_spec> fields, wds_dataset_options o = {})
-      : schema_(fields), core_(std::move(shards), std::move(o), std::string{}, std::move(fields), "wds_any") {}
+      : wds_shards(detail::wds_core(std::move(shards), std::move(o), std::string{}, checked(fields), "wds_any")),
+        schema_(std::move(fields)) {}
 
   [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
-  [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
-  [[nodiscard]] std::size_t shard_count() const noexcept { return core_.shard_count(); }
-  [[nodiscard]] const std::string& shard_path(std::size_t s) const { return core_.shard_path(s); }
-  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return core_.shard_size(s); }
-  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return core_.shard_range(s); }
-  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
-  [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
-  [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
-  [[nodiscard]] std::string key(std::size_t i) const { return core_.key(i); }
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
     any_sample out(i, {});
@@ -639,8 +636,13 @@ class wds_any {
   }
 
  private:
+  // The fields as a run-time schema takes them (names distinct, not too many), before any shard
+  // is opened.
+  static std::vector<field_spec> checked(const std::vector<field_spec>& f) {
+    (void)any_schema(f);
+    return f;
+  }
   any_schema schema_;
-  detail::wds_core core_;
 };
 
 }  // namespace sluice::io
