@@ -160,6 +160,11 @@ TEST_CASE("run-time fields: what does not fit is refused at construction, naming
 #ifdef SLUICE_TEST_HAVE_JPEG
   CHECK_THROWS_WITH_AS(decode_field(any.schema(), "cls", codecs::jpeg{{.width = 4, .height = 4}}),
                        doctest::Contains("field 'cls' holds i64 elements; a codec decodes encoded bytes"), usage_error);
+  CHECK_THROWS_WITH_AS(decode_field(any.schema(), "jpg", codecs::jpeg{{.width = 4, .height = 4}})
+                           .add("jpg", codecs::jpeg{{.width = 8, .height = 8}}),
+                       doctest::Contains("field 'jpg' is decoded twice"), usage_error);
+  CHECK_THROWS_WITH_AS(decode_field(any.schema(), "png", codecs::jpeg{{.width = 4, .height = 4}}),
+                       doctest::Contains("decode_field names field 'png', which the samples do not have"), usage_error);
 #endif
 }
 
