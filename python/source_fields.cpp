@@ -174,6 +174,19 @@ loader_ptr make_fields_loader(const options& o) {
   for (std::size_t k = 0; k < o.fields.size(); ++k) {
     const auto& f = o.fields[k];
     const bool fixed = f.collate == "stack" || f.collate == "normalized";
+    // A text member stacked: the number it holds needs its dtype (uint8 would do for class ids
+    // under 256 only, and is no one's label type), text as text a variable collator.
+    if (fixed && f.dtype.empty() && !f.decode) {
+      std::string_view m = f.members;
+      while (!m.empty()) {
+        const std::string_view ext = m.substr(0, m.find(';'));
+        if (sluice::io::detail::is_text_ext(ext) && !sluice::io::detail::is_npy_ext(ext))
+          throw sluice::usage_error("sluice.field('" + f.members + "') for field '" + f.name + "': '." + std::string(ext) +
+                                    "' members hold text; give dtype= (e.g. 'int64') for the number each holds, or "
+                                    "collate=sluice.ragged() (or pad()) to keep the text as bytes");
+        m.remove_prefix(std::min(m.size(), ext.size() + 1));
+      }
+    }
     specs.push_back({f.name, types[k], fixed ? sluice::extent::fixed : sluice::extent::variable});
     wo.extensions.emplace_back(f.name, f.members);
   }

@@ -30,6 +30,15 @@ Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout
 ``sluice.wds`` also takes ``boxes=sluice.boxes("boxes.npy", classes="classes.npy")`` for detection:
 boxes and their classes that follow the image's crop and flip.
 
+Any fields: ``sluice.wds`` and ``sluice.shard`` take ``fields={name: sluice.field(members, dtype=,
+decode=, collate=)}``, a collator a field (``sluice.stack``, ``normalized``, ``ragged``, ``pad``,
+``pack``: C++'s collators, the same options and defaults), composed at run time::
+
+    src = sluice.wds("train-{0..3}.tar", fields={
+        "image": sluice.field("jpg;png", decode=sluice.image((224, 224)), collate=sluice.normalized(mean=0.5, std=0.25)),
+        "label": sluice.field("cls", dtype="int64"),
+        "caption": sluice.field("txt", collate=sluice.ragged())})
+
 How a Loader behaves (as PyTorch's DataLoader and torchdata's StatefulDataLoader do, where their
 habits reach):
 
@@ -810,6 +819,12 @@ for _n, _f in list(_SOURCES.items()):
     globals()[_n] = _SOURCES[_n] = _checked(_f, f"sluice.{_n}")
 image = _checked(image, "sluice.image")
 boxes = _checked(boxes, "sluice.boxes")
+field = _checked(field, "sluice.field")
+stack = _checked(stack, "sluice.stack")
+normalized = _checked(normalized, "sluice.normalized")
+ragged = _checked(ragged, "sluice.ragged")
+pad = _checked(pad, "sluice.pad")
+pack = _checked(pack, "sluice.pack")
 _loader_init = Loader.__init__
 
 

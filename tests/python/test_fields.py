@@ -138,11 +138,16 @@ def test_what_does_not_fit_is_refused_at_construction_naming_the_field(tmp_path)
     assert "field 'c' holds f32 elements, but it takes '.txt' members" in refused(
         fields={"c": sluice.field("txt", dtype="float32", collate=sluice.ragged())})
     assert "both take the extension 'jpg'" in refused(fields={"a": sluice.field("jpg"), "b": sluice.field("jpg;png")})
+    # Text stacked as uint8 would be character codes: refused, naming both ways out.
+    msg = refused(fields={"label": sluice.field("cls")})
+    assert "'.cls' members hold text" in msg and "dtype=" in msg and "ragged()" in msg
     # The keywords of the classic form do not apply with fields=.
     with pytest.raises(sluice.UsageError, match="decode=, label_field= does not apply"):
         sluice.wds(path, fields=fields(), decode=sluice.image((8, 8)), label_field="cls")
     with pytest.raises(sluice.UsageError, match="dtype='f32' is not accepted.*did you mean 'float32'"):
         sluice.field("emb.npy", dtype="f32")
+    with pytest.raises(TypeError, match="'lenght'.*length"):               # a misspelt keyword: the nearest
+        sluice.pad(lenght=8)
     with pytest.raises(sluice.UsageError, match="decode= reads encoded bytes"):
         sluice.field("jpg", dtype="int64", decode=sluice.image((8, 8)))
     with pytest.raises(sluice.UsageError, match="class_balanced"):

@@ -239,3 +239,19 @@ TEST_CASE("run-time fields: an image that does not decode fails its sample, nami
   }
 }
 #endif
+
+TEST_CASE("run-time fields: a fixed u8 field of text members holds the number, not its characters' codes") {
+  temp_dir dir;
+  write_tar(dir.file("u8.tar"), {{"a/0.jpg", bytes_of("x")}, {"a/0.cls", bytes_of("7\n")},
+                                 {"a/1.jpg", bytes_of("y")}, {"a/1.cls", bytes_of("42")},
+                                 {"a/2.jpg", bytes_of("z")}, {"a/2.cls", bytes_of("300")}});
+  using u8cls = schema<field<"cls", std::uint8_t>>;
+  for (int pass = 0; pass < 2; ++pass) {  // the scan, then its saved index
+    io::wds_dataset<u8cls> typed(dir.file("u8.tar"));
+    io::wds_any any(dir.file("u8.tar"), {{"cls", dtype::u8, extent::fixed}});
+    CHECK(std::to_integer<int>(typed.fields(0).bytes_of<"cls">()[0]) == 7);
+    CHECK(std::to_integer<int>(any.fields(1).fields[0].bytes[0]) == 42);
+    CHECK(any.fields(1).fields[0].bytes.size() == 1);
+    CHECK_THROWS_WITH_AS((void)any.fields(2), doctest::Contains("'300' is not a u8 value: it does not fit"), format_error);
+  }
+}

@@ -21,9 +21,11 @@
 //   - `.npy` members (extension "npy" or ending ".npy"): the header is parsed and checked: its
 //     dtype must be the field's element type (i1..i8, u1..u8, f2/f4/f8, b1), C order, and the
 //     shape must account for every data byte; the field is the array's data (zero copy).
-//   - a fixed-extent field of any element type but u8 (`field<"cls", std::int64_t>`) takes an
-//     ASCII number: surrounding whitespace is trimmed and the rest must be one integer (a float
-//     for f16/bf16/f32/f64 fields) that fits the type. Parsed once at the scan.
+//   - a fixed-extent field of any element type but u8 (`field<"cls", std::int64_t>`), or a fixed
+//     u8 field whose member is text (`field<"cls", std::uint8_t>`: a class id, not the character
+//     code of its first digit), takes an ASCII number: surrounding whitespace is trimmed and the
+//     rest must be one integer (a float for f16/bf16/f32/f64 fields) that fits the type. Parsed
+//     once at the scan.
 //   - everything else, e.g. a u8 variable field (`.jpg`, `.json`, `.txt` kept as text, `.cls`
 //     kept as bytes): the member's bytes, as a view into the mapping.
 //   Members whose extension no field names are ignored; members with no key (no dot) too.
@@ -113,7 +115,8 @@ struct wds_dataset_options {
 
 namespace detail {
 
-inline constexpr int wds_group_scan_version = 1;
+// 2: a fixed u8 field of text members holds a parsed number (an index of version 1 held its bytes).
+inline constexpr int wds_group_scan_version = 2;
 
 // How a field takes its member.
 enum class wds_take : std::uint8_t { bytes, number, npy };
@@ -294,9 +297,7 @@ class wds_core {
     lazy_open<shard_state> state;
   };
 
-  [[nodiscard]] bool takes_number(std::size_t k) const noexcept {
-    return fields_[k].kind == extent::fixed && fields_[k].type != dtype::u8;
-  }
+  [[nodiscard]] bool takes_number(std::size_t k) const noexcept { return rules_[k].take == wds_take::number; }
 
   void init_rules() {
     for (const auto& entry : opt_.extensions) {
@@ -325,7 +326,12 @@ class wds_core {
         if (semi == std::string_view::npos) break;
         n.remove_prefix(semi + 1);
       }
-      rules_[k].take = takes_number(k) ? wds_take::number : wds_take::bytes;
+      // A fixed field takes a number unless it is u8 bytes; a fixed u8 field whose member is text
+      // (.cls) takes a number too: its bytes would be character codes ("7" as 55).
+      bool text = false;
+      for (const auto& e : rules_[k].exts) text = text || (is_text_ext(e) && !is_npy_ext(e));
+      const bool number = fields_[k].kind == extent::fixed && (fields_[k].type != dtype::u8 || text);
+      rules_[k].take = number ? wds_take::number : wds_take::bytes;
     }
     // A member goes to the first field that takes its extension: two fields sharing one would
     // leave the second always missing. Refused here, naming both.
