@@ -16,6 +16,9 @@
 //                                 sluice::ragged<"json">{}, sluice::stack<"cls">{})
 //               | sluice::prefetch(2, {.workers = 4});
 //
+// wds_any (at the end) is the same dataset with its fields chosen at run time (a list of
+// field_spec), handing out run-time samples (core/any_sample.hpp) for any_collate.
+//
 // Members to fields (a field name "a;b;c" takes a member with any of those extensions; the
 // extension is everything after the first dot of the basename, e.g. "seg.png"):
 //   - `.npy` members (extension "npy" or ending ".npy"): the header is parsed and checked: its
