@@ -32,19 +32,21 @@ struct tensor_copy {
 };
 using batch_copy = std::map<std::string, tensor_copy>;
 
+batch_copy copy_of(const batch& b) {
+  batch_copy c;
+  for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+    const auto v = b.tensor(t);
+    const auto s = v.shape();
+    const auto bytes = v.bytes();
+    c[std::string(v.name())] = {v.type(), {s.begin(), s.end()}, {bytes.begin(), bytes.end()}};
+  }
+  return c;
+}
+
 template <class Loader>
 std::vector<batch_copy> drain(Loader& loader, std::uint64_t epoch) {
   std::vector<batch_copy> out;
-  for (auto& b : loader.epoch(epoch)) {
-    batch_copy c;
-    for (std::size_t t = 0; t < b.tensor_count(); ++t) {
-      const auto v = b.tensor(t);
-      const auto s = v.shape();
-      const auto bytes = v.bytes();
-      c[std::string(v.name())] = {v.type(), {s.begin(), s.end()}, {bytes.begin(), bytes.end()}};
-    }
-    out.push_back(std::move(c));
-  }
+  for (auto& b : loader.epoch(epoch)) out.push_back(copy_of(b));
   return out;
 }
 
@@ -254,4 +256,35 @@ TEST_CASE("run-time fields: a fixed u8 field of text members holds the number, n
     CHECK(any.fields(1).fields[0].bytes.size() == 1);
     CHECK_THROWS_WITH_AS((void)any.fields(2), doctest::Contains("'300' is not a u8 value: it does not fit"), format_error);
   }
+}
+
+TEST_CASE("run-time fields: a state resumes the same fields exactly, and a pipeline of other fields refuses it") {
+  temp_dir dir;
+  write_shards(dir, {13});
+  io::wds_any any(dir.file("train-0000.tar"), specs4());
+  auto make = [&](std::vector<field_collate_spec> f) {
+    return from(sample::shuffle(any.size(), {.seed = 5})) | read(any) | collate({.batch = 3}, any.schema(), std::move(f)) |
+           prefetch(2, {.workers = 2});
+  };
+  const std::vector<field_collate_spec> cls_json{{"cls", stack<>{}}, {"json", ragged<>{}}};
+  auto whole = make(cls_json);
+  const auto want = drain(whole, 1);
+  REQUIRE(want.size() == 5);
+  auto first = make(cls_json);
+  loader_state saved;
+  std::vector<batch_copy> got;
+  for (auto& b : first.epoch(1)) {
+    got.push_back(copy_of(b));
+    if (got.size() == 2) {
+      saved = first.state();
+      break;
+    }
+  }
+  auto second = make(cls_json);
+  for (auto& b : second.resume(saved)) {
+    got.push_back(copy_of(b));
+  }
+  CHECK(got == want);
+  auto other = make({{"cls", stack<>{}}, {"json", pad<>{}}});
+  CHECK_THROWS_AS((void)other.resume(saved), usage_error);
 }

@@ -40,6 +40,7 @@
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/state.hpp"
 #include "sluice/core/tensor.hpp"
 #include "sluice/stage/field_collate.hpp"
 
@@ -236,15 +237,22 @@ class any_collate {
       for (std::size_t b = 0; b < a; ++b)
         if (fields[a].field == fields[b].field)
           throw usage_error("sluice: collate: field '" + fields[a].field + "' has two collators");
+    fingerprint_hash h;
     for (auto& f : fields) {
       const std::size_t k = in.at(f.field, "collate");
+      h.add(std::string_view(f.field)).add(static_cast<std::uint64_t>(f.how.index()));
+      h.add(static_cast<std::uint64_t>(in[k].type));
       parts_.push_back(std::visit([&](auto c) { return std::shared_ptr<const detail::any_part>(
                                                     detail::make_any_part(std::move(c), k, in[k])); },
                                   std::move(f.how)));
     }
+    fingerprint_ = h.value();
   }
   [[nodiscard]] std::size_t batch_size() const noexcept { return opt_.batch; }
   [[nodiscard]] bool drop_last() const noexcept { return opt_.drop_last; }
+  // The fields, their collators and types, for a loader state's fingerprint (core/state.hpp): a
+  // state saved by a pipeline of other fields is refused on resume, as a compiled batch type's is.
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_; }
 
   void begin(scratch_type& sc) const {
     if (sc.parts.size() != parts_.size()) {
@@ -269,6 +277,7 @@ class any_collate {
  private:
   batch_options opt_;
   std::vector<std::shared_ptr<const detail::any_part>> parts_;
+  std::uint64_t fingerprint_ = 0;
 };
 
 // collate({.batch = 64}, schema, {{"jpg", sluice::stack<>{}}, {"cls", sluice::stack<>{}}})
