@@ -42,11 +42,20 @@ sluice::dtype dtype_of_npy(const sluice::io::npy_dtype& d, const field_option& f
   using sluice::dtype;
   const auto n = d.item_bytes;
   switch (d.kind) {
-    case 'u': if (n == 1) return dtype::u8; if (n == 2) return dtype::u16; if (n == 4) return dtype::u32; if (n == 8) return dtype::u64; break;
-    case 'i': if (n == 1) return dtype::i8; if (n == 2) return dtype::i16; if (n == 4) return dtype::i32; if (n == 8) return dtype::i64; break;
-    case 'f': if (n == 2) return dtype::f16; if (n == 4) return dtype::f32; if (n == 8) return dtype::f64; break;
-    case 'b': if (n == 1) return dtype::boolean; break;
-    default: break;
+    case 'u':
+      if (n == 1 || n == 2 || n == 4 || n == 8) return n == 1 ? dtype::u8 : n == 2 ? dtype::u16 : n == 4 ? dtype::u32 : dtype::u64;
+      break;
+    case 'i':
+      if (n == 1 || n == 2 || n == 4 || n == 8) return n == 1 ? dtype::i8 : n == 2 ? dtype::i16 : n == 4 ? dtype::i32 : dtype::i64;
+      break;
+    case 'f':
+      if (n == 2 || n == 4 || n == 8) return n == 2 ? dtype::f16 : n == 4 ? dtype::f32 : dtype::f64;
+      break;
+    case 'b':
+      if (n == 1) return dtype::boolean;
+      break;
+    default:
+      break;
   }
   throw sluice::usage_error("sluice.field('" + f.members + "'): the .npy members of " + shard + " hold dtype '" +
                             d.descr + "', which has no tensor type (numbers and bool only)");
@@ -69,8 +78,12 @@ std::vector<sluice::dtype> types_of(const std::vector<field_option>& fields, con
   std::vector<bool> open(fields.size(), false);
   std::size_t want = 0;
   for (std::size_t k = 0; k < fields.size(); ++k) {
-    if (!fields[k].dtype.empty()) t[k] = dtype_named(fields[k]);
-    else if (!fields[k].decode) open[k] = true, ++want;
+    if (!fields[k].dtype.empty()) {
+      t[k] = dtype_named(fields[k]);
+    } else if (!fields[k].decode) {
+      open[k] = true;
+      ++want;
+    }
   }
   if (want == 0) return t;
   const sluice::io::mapped_file file(first_shard);  // an io_error naming it when it is missing
@@ -122,7 +135,6 @@ loader_ptr fields_loader(const options& o, Data data, const std::vector<std::int
     if (!f.decode) continue;
 #if SLUICE_WITH_TURBOJPEG
     options io = o;
-    io.source = o.source;
     io.size = f.size;
     io.random_resized_crop = f.random_resized_crop;
     io.flip = f.flip;

@@ -25,6 +25,7 @@
 // when the field is produced (a decoded image). Nothing per byte.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -67,8 +68,15 @@ struct any_field_view {
   const any_sample* sample = nullptr;
   std::size_t k = 0;
   std::string_view label;
+  const std::array<std::pair<std::string_view, std::string_view>, 6>* suffixed = nullptr;  // the part's
 
   [[nodiscard]] std::string_view field_label() const noexcept { return label; }
+  // label + suffix (".offsets", ...), interned when the part was made; any other suffix now.
+  [[nodiscard]] std::string_view suffixed_label(std::string_view suffix) const {
+    for (const auto& [sfx, name] : *suffixed)
+      if (sfx == suffix) return name;
+    return intern_name(std::string(label) + std::string(suffix));
+  }
   template <fixed_string N>
   [[nodiscard]] std::size_t size_of() const {
     return sample->size_of(k);
@@ -119,7 +127,12 @@ class any_part_of final : public any_part {
   };
 
  public:
-  any_part_of(C c, std::size_t k, std::string_view label) : c_(std::move(c)), k_(k), label_(label) {}
+  any_part_of(C c, std::size_t k, std::string_view label) : c_(std::move(c)), k_(k), label_(label) {
+    constexpr std::array<std::string_view, 6> suffixes{".offsets", ".lengths", ".mask", ".doc_ids", ".position_ids",
+                                                        ".cu_seqlens"};
+    for (std::size_t i = 0; i < suffixes.size(); ++i)
+      suffixed_[i] = {suffixes[i], intern_name(std::string(label) + std::string(suffixes[i]))};
+  }
 
   [[nodiscard]] std::unique_ptr<any_part_scratch> make_scratch() const override { return std::make_unique<scratch>(); }
   void begin(any_part_scratch& sc) const override { c_.begin(inner(sc)); }
@@ -133,11 +146,14 @@ class any_part_of final : public any_part {
   }
   void finish(std::span<const any_sample> all, std::byte* base, any_part_scratch& sc,
               const batch_layout& layout) const override {
-    c_.finish(views(all, sc), base, inner(sc), layout);
+    // The views plan() made, unless the samples moved since (they do not between the two).
+    const auto& v = static_cast<scratch&>(sc).views;
+    const bool same = v.size() == all.size() && (all.empty() || v.front().sample == &all.front());
+    c_.finish(same ? std::span<const view>(v) : views(all, sc), base, inner(sc), layout);
   }
 
  private:
-  [[nodiscard]] view at(const any_sample& s) const noexcept { return {s.id, s.origin, &s, k_, label_}; }
+  [[nodiscard]] view at(const any_sample& s) const noexcept { return {s.id, s.origin, &s, k_, label_, &suffixed_}; }
   static typename C::scratch& inner(any_part_scratch& sc) noexcept { return static_cast<scratch&>(sc).inner; }
   std::span<const view> views(std::span<const any_sample> all, any_part_scratch& sc) const {
     auto& v = static_cast<scratch&>(sc).views;
@@ -149,6 +165,7 @@ class any_part_of final : public any_part {
   C c_;
   std::size_t k_;
   std::string_view label_;
+  std::array<std::pair<std::string_view, std::string_view>, 6> suffixed_{};
 };
 
 template <class C>

@@ -99,7 +99,7 @@ std::string_view output_label(std::span<const S> samples) {
   if constexpr (requires(const S& s) { { s.field_label() } -> std::convertible_to<std::string_view>; }) {
     if (!samples.empty()) {
       if constexpr (Suffix.size() == 0) return samples[0].field_label();  // interned already
-      else return intern_name(std::string(samples[0].field_label()) + std::string(Suffix.view()));
+      else return samples[0].suffixed_label(Suffix.view());               // interned once, up front
     }
   }
   return concat_v<Name, Suffix>.view();
@@ -107,7 +107,8 @@ std::string_view output_label(std::span<const S> samples) {
 
 template <fixed_string Name, class S>
 [[noreturn]] void field_error(const S& s, const std::string& cause) {
-  throw format_error(std::string(s.origin), {.record = s.id}, "field '" + std::string(field_label<Name>(s)) + "': " + cause);
+  throw format_error(std::string(s.origin), {.record = s.id},
+                     "field '" + std::string(field_label<Name>(s)) + "': " + cause);
 }
 
 inline std::string shape_text(std::span<const std::int64_t> shape) {
@@ -228,8 +229,8 @@ struct stack {
     field_geometry g = detail::producer_geometry<Name>(s);
     if (!shape.empty()) {
       if (g.ndim != 0 && !std::equal(g.shape.begin(), g.shape.begin() + g.ndim, shape.begin(), shape.end()))
-        throw usage_error("sluice: stack<\"" + std::string(detail::field_label<Name>(s)) + "\">{.shape = " + detail::shape_text(shape) +
-                          "} contradicts the producer, which wrote " + detail::shape_text({g.shape.data(), g.ndim}));
+        throw usage_error("sluice: stack<\"" + std::string(detail::field_label<Name>(s)) +
+                          "\">{.shape = " + detail::shape_text(shape) + "} contradicts the producer, which wrote " + detail::shape_text({g.shape.data(), g.ndim}));
       if (shape.size() > max_dims - 1) throw usage_error("sluice: stack: too many dimensions");
       g.ndim = static_cast<std::uint8_t>(shape.size());
       for (std::size_t i = 0; i < shape.size(); ++i) g.shape[i] = shape[i];
@@ -249,8 +250,8 @@ struct stack {
 
   template <class S>
   void plan(std::span<const S> samples, scratch& sc, batch_layout& layout) const {
-    sc.offset = layout.add_batched(detail::output_label<Name, "">(samples), detail::field_of_t<Name, S>::type, static_cast<std::int64_t>(samples.size()),
-                                   {sc.geo.shape.data(), sc.geo.ndim});
+    sc.offset = layout.add_batched(detail::output_label<Name, "">(samples), detail::field_of_t<Name, S>::type,
+                                   static_cast<std::int64_t>(samples.size()), {sc.geo.shape.data(), sc.geo.ndim});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -357,8 +358,8 @@ struct normalized {
 
   template <class S>
   void plan(std::span<const S> samples, scratch& sc, batch_layout& layout_out) const {
-    sc.offset = layout_out.add_batched(detail::output_label<Name, "">(samples), dtype::f32, static_cast<std::int64_t>(samples.size()),
-                                       {sc.geo.shape.data(), sc.geo.ndim});
+    sc.offset = layout_out.add_batched(detail::output_label<Name, "">(samples), dtype::f32,
+                                       static_cast<std::int64_t>(samples.size()), {sc.geo.shape.data(), sc.geo.ndim});
   }
 
   template <class S>
@@ -441,7 +442,8 @@ struct ragged {
     }
     sc.start[samples.size()] = rows;
     sc.values = layout.add_batched(detail::output_label<Name, "">(samples), F::type, static_cast<std::int64_t>(rows), row);
-    sc.offsets = layout.add(detail::output_label<Name, ".offsets">(samples), dtype::i64, {static_cast<std::int64_t>(samples.size() + 1)});
+    sc.offsets = layout.add(detail::output_label<Name, ".offsets">(samples), dtype::i64,
+                            {static_cast<std::int64_t>(samples.size() + 1)});
   }
   template <class S>
   void write(const S& s, std::size_t i, std::byte* base, scratch& sc, const sample_context& ctx) const {
@@ -500,8 +502,8 @@ struct pad {
     L = (L + multiple - 1) / multiple * multiple;
     sc.L = L;
     if (row.size() + 2 > max_dims)
-      throw usage_error("sluice: pad<\"" + std::string(detail::output_label<Name, "">(samples)) + "\">: .row has " + std::to_string(row.size()) +
-                        " dimensions; a padded tensor has at most " + std::to_string(max_dims));
+      throw usage_error("sluice: pad<\"" + std::string(detail::output_label<Name, "">(samples)) + "\">: .row has " +
+                        std::to_string(row.size()) + " dimensions; a padded tensor has at most " + std::to_string(max_dims));
     std::array<std::int64_t, max_dims - 1> item{};  // {L, row...}
     item[0] = static_cast<std::int64_t>(L);
     std::copy(row.begin(), row.end(), item.begin() + 1);
