@@ -1,15 +1,17 @@
-// The Python module's run-time fields: sluice.wds(path, fields={name: sluice.field(...)}) and
-// sluice.shard(path, fields=...). Every field of a sample the trainer names, each with its members'
-// extensions (for a shard: its field's name), its element type (given, or an .npy member's own,
-// read from the first shard; a sluice shard's as stored), an optional image decode and its
-// collator (stack, normalized, ragged, pad, pack), composed at run time over the C++ core's
-// run-time samples (io/wds.hpp's wds_any, io/shard_fields.hpp's shard_any, stage/any_decode.hpp,
-// stage/any_collate.hpp): one loader type serves every combination, with one indirect call a
-// field and sample.
+// The Python module's run-time fields: sluice.wds(path, fields={name: sluice.field(...)}),
+// sluice.shard(path, fields=...) and sluice.mds(path, fields=...). Every field of a sample the
+// trainer names, each with its members (WebDataset extensions; a shard's field or an MDS column by
+// name), its element type (given, or an .npy member's own, read from the first shard; a sluice
+// shard's as stored; an MDS column's), an optional image decode and its collator (stack,
+// normalized, ragged, pad, pack), composed at run time over the C++ core's run-time samples
+// (io/wds.hpp's wds_any, io/shard_fields.hpp's shard_any, io/mds.hpp's mds_any,
+// stage/any_decode.hpp, stage/any_collate.hpp): one loader type serves every combination, with
+// one indirect call a field and sample.
 #include "image_codec.hpp"
 
 #include <algorithm>
 
+#include "sluice/io/mds.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/shard_fields.hpp"
 #include "sluice/io/wds.hpp"
@@ -174,11 +176,27 @@ loader_ptr shard_fields_loader(const options& o) {
   return fields_loader(o, std::move(data), labels);
 }
 
+// An MDS dataset's columns: each field's type is its column's (a dtype given must agree).
+loader_ptr mds_fields_loader(const options& o) {
+  sluice::io::mds_any::names_type columns;
+  for (const auto& f : o.fields) columns.emplace_back(f.name, f.members);
+  sluice::io::mds_any data(o.path, columns);
+  for (std::size_t k = 0; k < o.fields.size(); ++k) {
+    const auto& f = o.fields[k];
+    if (!f.dtype.empty() && dtype_named(f) != data.schema()[k].type)
+      throw sluice::usage_error("sluice.field('" + f.members + "', dtype='" + f.dtype + "'): the MDS column '" + f.members +
+                                "' of " + o.path + " holds " + sluice::dtype_name(data.schema()[k].type) +
+                                "; leave dtype= out to take the column's");
+  }
+  return fields_loader(o, std::move(data), {});
+}
+
 }  // namespace
 
 loader_ptr make_fields_loader(const options& o) {
   if (o.path.empty()) throw sluice::usage_error("sluice." + o.source + ": needs a path");
   if (o.source == "shard") return shard_fields_loader(o);
+  if (o.source == "mds") return mds_fields_loader(o);
   const auto shards = sluice::io::expand_braces(o.path);
   const auto types = types_of(o.fields, shards.front());
   std::vector<sluice::field_spec> specs;

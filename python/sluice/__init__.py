@@ -378,11 +378,13 @@ class Field:
 
 def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] = None,
           collate: Optional[Collator] = None) -> Field:
-    """A field of ``sluice.wds(path, fields={name: sluice.field(...)})``: the batch's ``name``.
+    """A field of ``sluice.wds(path, fields={name: sluice.field(...)})`` (or of ``sluice.shard``,
+    ``sluice.mds``): the batch's ``name``.
 
     members: the member extensions it takes, ``";"``-separated (``"jpg;png"``, ``"cls"``,
              ``"boxes.npy"``); a sample without one, or with two, is a FormatError naming it.
-             For ``sluice.shard``: the shard field's name (its dtype and shape as stored).
+             For ``sluice.shard``: the shard field's name (its dtype and shape as stored); for
+             ``sluice.mds``: the column's name (its type as index.json says).
     dtype:   the element type. By default an ``.npy`` member's own (read from the first shard's
              first such member, and checked for every member), else ``"uint8"`` (the bytes). A
              non-uint8 field stacked as a fixed value (``stack()``) takes an ASCII number
@@ -604,12 +606,23 @@ def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: str
     return Source("tfrecord", kw, True)
 
 
-def mds(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "image", label_field: str = "label",
-        output: Optional[str] = None, mean=None, std=None) -> Source:
+def mds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
+        label_field: Optional[str] = None, output: Optional[str] = None, mean=None, std=None,
+        fields: Optional[Dict[str, Field]] = None) -> Source:
     """A MosaicML Streaming (MDS) dataset as ``MDSWriter`` wrote it (its directory or
-    ``index.json``): the column ``image_field`` (jpeg, png or bytes) decoded into ``"image"``, the
-    int column ``label_field`` as ``"label"``."""
-    kw: Dict[str, Any] = dict(source="mds", path=_path("path", path), image_field=image_field, label_field=label_field)
+    ``index.json``): the column ``image_field`` (default ``"image"``; jpeg, png or bytes) decoded
+    into ``"image"``, the int column ``label_field`` (default ``"label"``) as ``"label"``.
+
+    Any columns: ``fields={name: sluice.field("column", ...), ...}``, a field's members being the
+    column's name. Each field has its column's type (``int`` int64, ``float32``, ``ndarray:int32``,
+    an ``ndarray`` that stores its dtype per sample: the first sample's, checked for every sample;
+    ``str``/``bytes``/``json``/``jpeg``/``png`` uint8 bytes); a scalar column stacks to ``(B,)``,
+    an ndarray of static shape to ``(B, *shape)``. A ``dtype=`` given must be the column's."""
+    if fields is not None:
+        return _fields_source("mds", path, fields, decode=decode, image_field=image_field, label_field=label_field,
+                              output=output, mean=mean, std=std)
+    kw: Dict[str, Any] = dict(source="mds", path=_path("path", path), image_field=image_field or "image",
+                              label_field=label_field or "label")
     _image_keywords("mds", decode, output, mean, std, kw)
     return Source("mds", kw, True)
 

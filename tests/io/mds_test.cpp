@@ -534,3 +534,93 @@ TEST_CASE("mds: columns named at run time through mds_options::columns") {
   CHECK(e.cause().find("field 'image' (column 'picture'): no column of that name") != std::string::npos);
   CHECK_THROWS_AS(io::mds_dataset<fixed>(fixtures + "/plain", {.columns = {{"imgae", "image"}}}), usage_error);
 }
+
+TEST_CASE("mds_any: columns at run time with their own types give the compiled reader's batches") {
+  // Every column sluice reads, under its own name, typed as index.json (and the first ndarray) say.
+  io::mds_any all(fixtures + "/plain");
+  CHECK(all.schema().describe() ==
+        "arr (i32, variable), blob (u8, variable), f32 (f32, fixed), image (u8, variable), label (i64, fixed), "
+        "mask (u8, variable), meta (u8, variable), name (u8, variable), u16 (u16, fixed), vec (f32, fixed)");
+  const auto s3 = all.fields(3);
+  CHECK(std::string(s3.origin).ends_with("/plain/shard.00001.mds"));
+  CHECK(values<std::int32_t>(s3.fields[0].bytes) == std::vector<std::int32_t>{300, 301});
+  CHECK(s3.geometry_of(4).ndim == 0);  // a scalar: stack<> gives {B}
+  CHECK(s3.geometry_of(9).ndim == 1);  // ndarray:float32:3
+  CHECK(s3.geometry_of(9).shape[0] == 3);
+  CHECK(s3.fields[0].geometry == nullptr);  // a dynamic shape: none known
+
+  // Picked, renamed, in the given order; the batches are the compiled reader's, byte for byte.
+  io::mds_any some(fixtures + "/plain", {{"y", "label"}, {"x", "arr"}, {"v", "vec"}, {"s", "name"}});
+  using compiled_schema = schema<field<"arr", std::int32_t, variable>, field<"label", std::int64_t>, field<"vec", float>,
+                                 field<"name", std::uint8_t, variable>>;
+  io::mds_dataset<compiled_schema> typed_reader(fixtures + "/plain");
+  for (std::size_t workers : {1, 2}) {
+    CAPTURE(workers);
+    auto compiled = from(sample::shuffle(typed_reader.size(), {.seed = 4})) | read(typed_reader) |
+                    collate({.batch = 3, .drop_last = false}, stack<"label">{}, pad<"arr">{.value = -1, .row = {2}},
+                            stack<"vec">{}, ragged<"name">{}) |
+                    prefetch(2, {.workers = workers});
+    auto run_time = from(sample::shuffle(some.size(), {.seed = 4})) | read(some) |
+                    collate({.batch = 3, .drop_last = false}, some.schema(),
+                            {{"y", stack<>{}}, {"x", pad<>{.value = -1, .row = {2}}}, {"v", stack<>{}}, {"s", ragged<>{}}}) |
+                    prefetch(2, {.workers = workers});
+    std::vector<std::vector<std::byte>> want, got;
+    std::vector<std::vector<std::int64_t>> want_shape, got_shape;
+    for (auto& b : compiled.epoch(1))
+      for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+        want.emplace_back(b.tensor(t).bytes().begin(), b.tensor(t).bytes().end());
+        want_shape.emplace_back(b.tensor(t).shape().begin(), b.tensor(t).shape().end());
+      }
+    std::vector<std::string> names;
+    for (auto& b : run_time.epoch(1))
+      for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+        got.emplace_back(b.tensor(t).bytes().begin(), b.tensor(t).bytes().end());
+        got_shape.emplace_back(b.tensor(t).shape().begin(), b.tensor(t).shape().end());
+        if (names.size() < b.tensor_count()) names.emplace_back(b.tensor(t).name());
+      }
+    REQUIRE(want.size() == 4 * 6);  // 4 batches x (label, arr, arr.lengths, vec, name, name.offsets)
+    CHECK(got == want);
+    CHECK(got_shape == want_shape);
+    CHECK(got_shape[0] == std::vector<std::int64_t>{3});     // the int column: {B}
+    CHECK(got_shape[3] == std::vector<std::int64_t>{3, 3});  // ndarray:float32:3: {B, 3}
+    CHECK(names == std::vector<std::string>{"y", "x", "x.lengths", "v", "s", "s.offsets"});
+  }
+
+  // A dtype given is checked against the column, as the compiled reader checks it.
+  auto e = sluice_test::expect_format_error([&] { io::mds_any bad(fixtures + "/plain", {{"l", "label"}}, {{"l", dtype::i32}}); });
+  CHECK(e.cause().find("field 'l' (column 'label'): column 'label' is encoded 'int' (i64)") != std::string::npos);
+  // An ndarray given another type than its samples hold: the sample read names it.
+  io::mds_any as_float(fixtures + "/plain", {{"arr", "arr"}}, {{"arr", dtype::f32}});
+  e = sluice_test::expect_format_error([&] { (void)as_float.fields(3); });
+  CHECK(e.cause().find("column 'arr' (f32): the ndarray holds i32 values") != std::string::npos);
+  e = sluice_test::expect_format_error([&] { io::mds_any bad(fixtures + "/plain", {{"x", "nope"}}); });
+  CHECK(e.cause().find("field 'x' (column 'nope'): no column of that name (the shard has arr, blob") != std::string::npos);
+  e = sluice_test::expect_format_error([&] { io::mds_any bad(fixtures + "/plain", {{"obj", "obj"}}); });
+  CHECK(e.cause().find("pickled (pkl)") != std::string::npos);
+  CHECK_THROWS_WITH_AS(io::mds_any(fixtures + "/plain", {{"a", "label"}, {"a", "arr"}}), doctest::Contains("names field 'a' twice"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS(io::mds_any(fixtures + "/plain", {{"a", "label"}}, {{"b", dtype::i64}}),
+                       doctest::Contains("types names field 'b', which is not read"), usage_error);
+}
+
+TEST_CASE("mds_any: an ndarray column that stores its dtype per sample takes the first sample's, and a sample of another fails") {
+  temp_dir t;
+  auto samples = small_samples(9);
+  samples[6][0] = ndarray_i32({1, 2}, 34);  // sample 6 claims float32
+  (void)write_mds(t.path().string(), small_cols, samples, 4);
+  io::mds_any d(t.path().string(), {{"ids", "ids"}, {"text", "text"}});
+  CHECK(d.schema().describe() == "ids (i32, variable), text (u8, variable)");
+  CHECK(values<std::int32_t>(d.fields(2).fields[0].bytes) == std::vector<std::int32_t>{20, 21, 22});
+  const auto e = sluice_test::expect_format_error([&] { (void)d.fields(6); });
+  CHECK(e.file().ends_with("shard.00001.mds"));
+  CHECK(e.record() == 2);
+  CHECK(e.cause().find("column 'ids' (i32): the ndarray holds f32 values") != std::string::npos);
+  // Under the loader with skip: the one bad sample dropped and counted, the rest delivered.
+  auto loader = from(sample::sequential(d.size())) | read(d) |
+                collate({.batch = 4, .drop_last = false}, d.schema(), {{"ids", ragged<>{}}, {"text", ragged<>{}}}) |
+                prefetch(2, {.workers = 2, .errors = on_error::skip});
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) n += b.size();
+  CHECK(n == 8);
+  CHECK(loader.stats().skipped == 1);
+}

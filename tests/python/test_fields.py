@@ -204,3 +204,63 @@ def test_a_sluice_shard_with_fields_gives_its_fields_and_labels(tmp_path):
     with pytest.raises(sluice.UsageError, match="stores field 'txt' as u8; leave dtype= out"):
         sluice.Loader(sluice.shard(tmp_path / "f.sluice", fields={"c": sluice.field("txt", dtype="int32",
                                                                                      collate=sluice.ragged())}))
+
+
+def mds_fixture():
+    # Written by MosaicML Streaming's MDSWriter (tests/data/mds/make_fixtures.py says how): sample i
+    # has label int i*7%10, f32 float32 i/4, vec ndarray:float32:3 [i, i+.5, -i], arr ndarray
+    # (int32 per sample) of (1 + i%3, 2), name str "sample-<i>", image a 6-row JPEG.
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "mds", "plain")
+    plain = os.path.join(os.environ.get("SLUICE_TEST_DATA_DIR", ""), "mds", "plain")
+    for p in (plain, here):
+        if os.path.exists(os.path.join(p, "index.json")):
+            return p
+    pytest.skip("tests/data/mds/plain not found")
+
+
+def test_mds_columns_arrive_with_their_own_types(tmp_path):
+    plain = mds_fixture()
+    src = sluice.mds(plain, fields={
+        "label": sluice.field("label"), "f": sluice.field("f32"), "vec": sluice.field("vec"),
+        "arr": sluice.field("arr", collate=sluice.ragged(row=(2,))), "name": sluice.field("name", collate=sluice.ragged()),
+        "image": sluice.field("image", decode=sluice.image((6, 8)))})
+
+    def run(workers):
+        seen = []
+        with sluice.Loader(src, batch_size=4, sampler=sluice.sample.shuffle(seed=5), workers=workers, drop_last=False) as ld:
+            for b in ld:
+                lab, f, vec = np.from_dlpack(b["label"]), np.from_dlpack(b["f"]), np.from_dlpack(b["vec"])
+                arr, aoff = np.from_dlpack(b["arr"]), np.from_dlpack(b["arr.offsets"])
+                name, noff = np.from_dlpack(b["name"]), np.from_dlpack(b["name.offsets"])
+                img = np.from_dlpack(b["image"])
+                assert lab.dtype == np.int64 and lab.ndim == 1
+                assert f.dtype == np.float32 and f.ndim == 1
+                assert vec.dtype == np.float32 and vec.shape[1:] == (3,)
+                assert arr.dtype == np.int32 and arr.shape[1:] == (2,)
+                assert img.dtype == np.uint8 and img.shape[1:] == (6, 8, 3)
+                for k in range(len(lab)):
+                    i = int(bytes(name[noff[k]:noff[k + 1]]).decode().split("-")[1])
+                    seen.append(i)
+                    assert lab[k] == i * 7 % 10 and f[k] == np.float32(i / 4)
+                    np.testing.assert_array_equal(vec[k], np.array([i, i + 0.5, -i], np.float32))
+                    want = (np.arange((1 + i % 3) * 2, dtype=np.int32) + i * 100).reshape(1 + i % 3, 2)
+                    np.testing.assert_array_equal(arr[aoff[k]:aoff[k + 1]], want)
+                    assert abs(int(img[k, :, :, 0].mean()) - min(255, i * 20)) <= 4   # the red level survives
+        return seen
+
+    one = run(1)
+    assert sorted(one) == list(range(10))
+    assert run(2) == one
+
+    def refused(error, **f):
+        with pytest.raises(error) as e:
+            sluice.Loader(sluice.mds(plain, fields=f), batch_size=2)
+        return str(e.value)
+
+    assert "column 'lable'" in refused(sluice.FormatError, y=sluice.field("lable")) and "the shard has arr" in refused(
+        sluice.FormatError, y=sluice.field("lable"))
+    assert "pickled" in refused(sluice.FormatError, o=sluice.field("obj", collate=sluice.ragged()))
+    assert "holds i64; leave dtype= out" in refused(sluice.UsageError, y=sluice.field("label", dtype="int32"))
+    assert "normalized<> of field 'v' (f32)" in refused(sluice.UsageError, v=sluice.field("vec", collate=sluice.normalized()))
+    with pytest.raises(sluice.UsageError, match="image_field= does not apply"):
+        sluice.mds(plain, fields={"y": sluice.field("label")}, image_field="image")

@@ -13,7 +13,8 @@
 //               | sluice::decode<"image">(sluice::codecs::jpeg{{.width = 224, .height = 224}})
 //               | sluice::collate({.batch = 256}, sluice::stack<"image">{}, sluice::stack<"label">{})
 //               | sluice::prefetch(2, {.workers = 4});
-// Remote datasets (http://, through the node disk tier): remote_mds in io/remote.hpp.
+// Remote datasets (http://, through the node disk tier): remote_mds in io/remote.hpp. mds_any
+// (below) reads the same datasets with fields chosen at run time, each column with its own type.
 //
 // Columns to fields. Columns the schema does not name are never read. A named column's encoding
 // decides the field's element type; a mismatch is a format_error at construction naming
@@ -48,7 +49,8 @@
 // the shard and saying to write with compression=None (or decompress the shards).
 //
 // Thread-safety: fields(i) may be called from several threads; a shard is opened once (under its
-// own lock) and read-only after. fields(i) allocates nothing once its shard is open.
+// own lock) and read-only after. fields(i) allocates nothing once its shard is open. Both readers
+// are detail::mds_core with the fields given as a list: one index parse, one set of checks.
 #pragma once
 
 #include <sys/stat.h>
@@ -70,6 +72,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/file_guard.hpp"
@@ -203,6 +206,7 @@ struct mds_encoding {
   bool dynamic_dtype = false;     // ndarray: a dtype byte leads each value
   bool dynamic_shape = false;     // ndarray: ndim/shape bytes lead each value
   std::uint64_t static_elems = 0; // ndarray with a static shape
+  std::vector<std::int64_t> static_shape{};  // its sizes
 };
 
 inline std::optional<dtype> mds_dtype_named(std::string_view n) {
@@ -282,6 +286,7 @@ inline std::optional<mds_encoding> parse_mds_encoding(const std::string& enc, st
         return std::nullopt;
       }
       elems *= v;
+      e.static_shape.push_back(static_cast<std::int64_t>(v));
       if (comma == std::string_view::npos) break;
       shape.remove_prefix(comma + 1);
     }
@@ -327,32 +332,35 @@ inline void check_mds_shard(std::span<const std::byte> f, const mds_shard_info& 
   }
 }
 
-}  // namespace detail
+// One field an MDS reader takes: its name in the sample, the column it reads, and its element
+// type (nullopt: the column's own, for readers whose fields are known at run time).
+struct mds_field {
+  std::string name;
+  std::string column;
+  std::optional<dtype> type{};
+};
 
-template <class Schema>
-class mds_dataset {
-  static constexpr std::size_t F = Schema::size;
-  template <std::size_t K>
-  using field_k = schema_field_t<Schema, K>;
+// The index.json of a dataset given as its directory or its index.
+inline std::string mds_index_path(std::string dir_or_index) {
+  if (dir_or_index.ends_with(".json")) return dir_or_index;
+  while (dir_or_index.size() > 1 && dir_or_index.back() == '/') dir_or_index.pop_back();
+  return dir_or_index + "/index.json";
+}
 
+// index.json, read: a regular file of at most 1 GiB (a FIFO, a directory or /dev/zero is refused).
+inline std::string read_mds_index(const std::string& index) {
+  return read_small_file(index, std::size_t{1} << 30, "an MDS index");
+}
+
+// An MDS dataset with its fields given at run time: what mds_dataset<Schema> and mds_any share
+// (one index parse, one set of checks, one set of errors).
+class mds_core {
  public:
-  using reader_concept = reader_tag;
-  using schema_type = Schema;
-  using sample_type = fields_sample<Schema>;
-
-  // A local dataset: its directory, or its index.json.
-  explicit mds_dataset(std::string dir_or_index, mds_options o = {}) : opt_(o) {
-    std::string index = dir_or_index;
-    if (index.ends_with(".json")) {
-      const std::size_t slash = index.rfind('/');
-      dir_ = slash == std::string::npos ? "." : index.substr(0, slash);
-    } else {
-      while (index.size() > 1 && index.back() == '/') index.pop_back();
-      dir_ = index;
-      index += "/index.json";
-    }
-    name_ = index;
-    auto shards = parse_mds_index(read_text(index), index);
+  mds_core(const std::string& dir_or_index, std::vector<mds_field> fields, map_options map)
+      : name_(mds_index_path(dir_or_index)), fields_(std::move(fields)) {
+    const std::size_t slash = name_.rfind('/');
+    dir_ = slash == std::string::npos ? "." : name_.substr(0, slash);
+    auto shards = parse_mds_index(read_mds_index(name_), name_);
     for (std::size_t s = 0; s < shards.size(); ++s) {
       const auto& i = shards[s];
       struct stat st {};
@@ -362,7 +370,7 @@ class mds_dataset {
         // 4 bytes read), so an index that lies fails at construction, under skip too. A shard
         // that is not here is an io_error at the first batch that needs it.
         const std::string why = check_header(raw, i);
-        if (!why.empty()) throw format_error(raw, {}, why + " (shard " + std::to_string(s) + " of " + index + ")");
+        if (!why.empty()) throw format_error(raw, {}, why + " (shard " + std::to_string(s) + " of " + name_ + ")");
       }
       if (!i.compression.empty() && ::stat(raw.c_str(), &st) != 0)
         throw format_error(dir_ + "/" + i.zip_basename, {},
@@ -371,39 +379,35 @@ class mds_dataset {
                                ": sluice reads uncompressed MDS shards; write them with compression=None, or decompress "
                                "them beside index.json");
     }
-    init(std::move(shards));
     const std::string dir = dir_;
-    const map_options map = opt_.map;
     opener_ = [dir, map](const mds_shard_info& info, std::size_t) {
       std::string path = dir + "/" + info.basename;
       mapped_file f(path, map);
       return mds_shard_file{std::move(path), std::move(f), nullptr};
     };
+    init(std::move(shards));
   }
-  // Shards from anywhere: `name` for messages (the index's URL), `open` maps shard s when it is
-  // first read (on the worker that needs it). io/remote.hpp's remote_mds builds one.
-  mds_dataset(std::vector<mds_shard_info> shards, std::string name, mds_opener open, mds_options o = {})
-      : opt_(o), name_(std::move(name)), opener_(std::move(open)) {
+  mds_core(std::vector<mds_shard_info> shards, std::string name, mds_opener open, std::vector<mds_field> fields)
+      : name_(std::move(name)), fields_(std::move(fields)), opener_(std::move(open)) {
     if (!opener_) throw usage_error("sluice: mds_dataset needs a shard opener");
     init(std::move(shards));
   }
 
-  mds_dataset(mds_dataset&&) noexcept = default;
-  mds_dataset& operator=(mds_dataset&&) noexcept = default;
-  ~mds_dataset() { ahead_.stop(); }
+  mds_core(mds_core&&) noexcept = default;
+  mds_core& operator=(mds_core&&) noexcept = default;
+  ~mds_core() { ahead_.stop(); }
 
-  // Opens shard s on a background thread (for a remote dataset: fetches it into the tier) so the
-  // worker that reads it later does not wait; returns at once. A failure is reported by the read
-  // that needs the shard. sample::fetch_ahead calls it for the windows ahead of the loader.
   void prefetch(std::size_t s) const {
     if (s >= shards_.size() || shards_[s]->ready()) return;
     ahead_.post([this, s] { (void)open(s); });
   }
+  void release_all() const {
+    ahead_.stop();
+    for (const auto& l : shards_) l->reset();
+  }
 
   [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
-  // The index's path or URL (each sample's origin is its shard).
   [[nodiscard]] std::string_view path() const noexcept { return name_; }
-
   [[nodiscard]] std::size_t shard_count() const noexcept { return info_.size(); }
   [[nodiscard]] const mds_shard_info& shard_info(std::size_t s) const { return info_.at(s); }
   [[nodiscard]] std::size_t shard_size(std::size_t s) const { return table_.size_of(s); }
@@ -412,22 +416,22 @@ class mds_dataset {
   [[nodiscard]] std::vector<std::size_t> sizes() const { return table_.sizes(); }
   [[nodiscard]] bool is_open(std::size_t s) const { return shards_.at(s)->ready(); }
 
-  // Closes every open shard and forgets failures (see remote_shards::release_all): only while
-  // nothing reads from this dataset; sample::fetch_ahead calls it between epochs.
-  void release_all() const {
-    ahead_.stop();
-    for (const auto& l : shards_) l->reset();
-  }
+  [[nodiscard]] const std::vector<mds_field>& fields() const noexcept { return fields_; }
+  // Field k's element type (given, or its column's) and, for a fixed-size column (a scalar, an
+  // ndarray of static shape), its per-sample shape as the first shard's index gives it.
+  [[nodiscard]] dtype type_of(std::size_t k) const noexcept { return types_[k]; }
+  [[nodiscard]] const std::optional<std::vector<std::int64_t>>& shape_of(std::size_t k) const noexcept { return shapes_[k]; }
 
-  // Sample i: its fields as views into its shard's mapping; format_error for a bad sample.
-  [[nodiscard]] sample_type fields(std::size_t i) const {
+  // Sample i's fields, out[k] for field k, as views into its shard's mapping; returns its shard's
+  // path. A format_error for a bad sample.
+  std::string_view sample(std::size_t i, std::span<std::span<const std::byte>> out) const {
     const std::size_t s = shard_of(i);
     const shard_state& sh = open(s);
     if (sluice::detail::file_registry::instance().flagged() != 0) [[unlikely]] sh.file.file.throw_if_changed();
     const std::uint64_t local = i - table_.first[s];
     const auto f = sh.file.file.bytes();
-    const std::uint64_t begin = detail::load_u32(f.data() + 4 + 4 * local);
-    const std::uint64_t end = detail::load_u32(f.data() + 8 + 4 * local);
+    const std::uint64_t begin = load_u32(f.data() + 4 + 4 * local);
+    const std::uint64_t end = load_u32(f.data() + 8 + 4 * local);
     const std::span<const std::byte> sample = f.subspan(begin, end - begin);
     const plan& pl = plans_[s];
     // The sample: a u32 size per variable column, then every column's bytes in column order.
@@ -435,44 +439,40 @@ class mds_dataset {
     if (head > sample.size())
       bad(sh, local, begin, "its " + std::to_string(pl.variable) + " column sizes take " + std::to_string(head) +
                                 " bytes but the sample holds " + std::to_string(sample.size()));
-    std::array<std::span<const std::byte>, F> col{};
     std::uint64_t at = head, var = 0;
     for (std::size_t c = 0; c < pl.sizes.size(); ++c) {
-      const std::uint64_t n = pl.sizes[c] ? *pl.sizes[c] : detail::load_u32(sample.data() + 4 * var++);
+      const std::uint64_t n = pl.sizes[c] ? *pl.sizes[c] : load_u32(sample.data() + 4 * var++);
       if (n > sample.size() - at)
         bad(sh, local, begin, "column '" + info_[s].columns[c].name + "' (" + std::to_string(n) + " bytes at byte " +
                                   std::to_string(at) + " of the sample) runs past the sample's end (" +
                                   std::to_string(sample.size()) + " bytes)");
-      for (std::size_t k = 0; k < F; ++k)
-        if (pl.column[k] == c) col[k] = sample.subspan(at, n);
+      for (std::size_t k = 0; k < fields_.size(); ++k)
+        if (pl.column[k] == c) out[k] = sample.subspan(at, n);
       at += n;
     }
     if (at != sample.size())
       bad(sh, local, begin, "its columns take " + std::to_string(at) + " bytes but the sample holds " + std::to_string(sample.size()));
-    sample_type out{.id = i, .origin = sh.file.path};
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      ((out.values[K] = value<K>(sh, local, begin, col[K], pl.enc[K])), ...);
-    }(std::make_index_sequence<F>{});
-    return out;
+    for (std::size_t k = 0; k < fields_.size(); ++k) out[k] = value(sh, local, begin, k, out[k], pl.enc[k]);
+    return sh.file.path;
   }
 
  private:
   struct plan {
-    std::array<std::size_t, F> column{};               // the column each field takes
-    std::array<detail::mds_encoding, F> enc{};
+    std::vector<std::size_t> column;                  // the column each field takes
+    std::vector<mds_encoding> enc;                    // its encoding
     std::vector<std::optional<std::uint64_t>> sizes;  // every column's fixed size (empty: variable)
     std::uint64_t variable = 0;                       // columns of variable size
   };
   struct shard_state {
     mds_shard_file file;
   };
-  using lazy_shard = detail::lazy_open<shard_state>;
+  using lazy_shard = lazy_open<shard_state>;
 
   // What is wrong with the shard file at `raw` against its index entry (size, sample count), or
   // empty. A file that is not regular is refused by the open (it never blocks).
   static std::string check_header(const std::string& raw, const mds_shard_info& info) {
     struct stat st {};
-    const int fd = detail::open_regular_nonblocking(raw, st);
+    const int fd = open_regular_nonblocking(raw, st);
     std::uint32_t n = 0;
     const ssize_t got = ::pread(fd, &n, 4, 0);
     ::close(fd);
@@ -485,75 +485,114 @@ class mds_dataset {
     return {};
   }
 
-  // index.json: a regular file of at most 1 GiB (a FIFO, a directory or /dev/zero is refused).
-  static std::string read_text(const std::string& path) {
-    return detail::read_small_file(path, std::size_t{1} << 30, "an MDS index");
-  }
-
   void init(std::vector<mds_shard_info> shards) {
-    for (const auto& [f, c] : opt_.columns)
-      if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
-        throw usage_error("sluice: mds_dataset: mds_options::columns names field '" + f + "', which the schema does not have");
     info_ = std::move(shards);
     if (info_.empty()) throw format_error(name_, {}, "the index lists no shards");
+    types_.resize(fields_.size());
+    shapes_.resize(fields_.size());
     table_.first.reserve(info_.size() + 1);
     for (std::size_t s = 0; s < info_.size(); ++s) {
-      plans_.push_back(make_plan(s));
       table_.add(info_[s].samples);
       shards_.push_back(std::make_unique<lazy_shard>());
     }
+    for (std::size_t s = 0; s < info_.size(); ++s) plans_.push_back(make_plan(s));
   }
 
-  plan make_plan(std::size_t s) const {
+  [[nodiscard]] std::string where(std::size_t s, std::size_t k) const {
+    const mds_field& f = fields_[k];
+    return "shard " + std::to_string(s) + " (" + info_[s].basename + "), field '" + f.name + "'" +
+           (f.column != f.name ? " (column '" + f.column + "')" : std::string{}) + ": ";
+  }
+
+  // How shard s's columns give the fields: a format_error naming the index, the shard, the field
+  // and both types for a column that is missing or does not fit. The first shard's plan also
+  // settles each field's element type (resolve).
+  plan make_plan(std::size_t s) {
     const mds_shard_info& info = info_[s];
     plan p;
     for (const auto& c : info.columns) {
       p.sizes.push_back(c.size);
       if (!c.size) ++p.variable;
     }
-    auto where = [&](std::size_t k) {
-      std::string w = "shard " + std::to_string(s) + " (" + info.basename + "), field '" + std::string(Schema::names[k]) + "'";
-      for (const auto& [f, c] : opt_.columns)
-        if (f == Schema::names[k]) w += " (column '" + c + "')";
-      return w + ": ";
-    };
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (([&] {
-         using Fk = field_k<K>;
-         using T = typename Fk::value_type;
-         std::string_view want = Fk::name.view();
-         for (const auto& [f, c] : opt_.columns)
-           if (f == want) want = c;
-         std::size_t c = 0;
-         while (c < info.columns.size() && info.columns[c].name != want) ++c;
-         if (c == info.columns.size()) {
-           std::string have;
-           for (const auto& x : info.columns) have += (have.empty() ? "" : ", ") + x.name;
-           throw format_error(name_, {}, where(K) + "no column of that name (the shard has " + have + ")");
-         }
-         p.column[K] = c;
-         const mds_column& col = info.columns[c];
-         std::string why;
-         auto e = detail::parse_mds_encoding(col.encoding, why);
-         if (!e) throw format_error(name_, {}, where(K) + "column '" + col.name + "': " + why);
-         const std::string ty = "the field's element type is " + std::string(dtype_name(dtype_of<T>));
-         if (e->take == detail::mds_take::raw && !std::is_same_v<T, std::uint8_t>)
-           throw format_error(name_, {}, where(K) + "column '" + col.name + "' is encoded '" + col.encoding +
-                                             "' (bytes): it needs a u8 field, but " + ty);
-         const bool typed = e->take == detail::mds_take::scalar || (e->take == detail::mds_take::ndarray && !e->dynamic_dtype);
-         if (typed && e->type != dtype_of<T>)
-           throw format_error(name_, {}, where(K) + "column '" + col.name + "' is encoded '" + col.encoding + "' (" +
-                                             std::string(dtype_name(e->type)) + "), but " + ty);
-         if (e->take == detail::mds_take::ndarray && e->dynamic_dtype) {
-           bool any = false;
-           for (int code : {8, 9, 16, 17, 18, 32, 33, 34, 64, 65, 66}) any = any || detail::mds_ndarray_code(static_cast<std::uint8_t>(code)) == dtype_of<T>;
-           if (!any) throw format_error(name_, {}, where(K) + "column '" + col.name + "' is an ndarray, which never holds " + ty);
-         }
-         p.enc[K] = *e;
-       }()),
-       ...);
-    }(std::make_index_sequence<F>{});
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      const std::string& want = fields_[k].column;
+      std::size_t c = 0;
+      while (c < info.columns.size() && info.columns[c].name != want) ++c;
+      if (c == info.columns.size()) {
+        std::string have;
+        for (const auto& x : info.columns) have += (have.empty() ? "" : ", ") + x.name;
+        throw format_error(name_, {}, where(s, k) + "no column of that name (the shard has " + have + ")");
+      }
+      p.column.push_back(c);
+      const mds_column& col = info.columns[c];
+      std::string why;
+      auto e = parse_mds_encoding(col.encoding, why);
+      if (!e) throw format_error(name_, {}, where(s, k) + "column '" + col.name + "': " + why);
+      if (s == 0) resolve(k, *e, p);
+      const dtype t = types_[k];
+      const std::string ty = "the field's element type is " + std::string(dtype_name(t));
+      if (e->take == mds_take::raw && t != dtype::u8)
+        throw format_error(name_, {}, where(s, k) + "column '" + col.name + "' is encoded '" + col.encoding +
+                                          "' (bytes): it needs a u8 field, but " + ty);
+      const bool typed = e->take == mds_take::scalar || (e->take == mds_take::ndarray && !e->dynamic_dtype);
+      if (typed && e->type != t)
+        throw format_error(name_, {}, where(s, k) + "column '" + col.name + "' is encoded '" + col.encoding + "' (" +
+                                          std::string(dtype_name(e->type)) + "), but " + ty);
+      if (e->take == mds_take::ndarray && e->dynamic_dtype && !ndarray_holds(t))
+        throw format_error(name_, {}, where(s, k) + "column '" + col.name + "' is an ndarray, which never holds " + ty);
+      p.enc.push_back(std::move(*e));
+    }
     return p;
+  }
+
+  static bool ndarray_holds(dtype t) {
+    for (int code : {8, 9, 16, 17, 18, 32, 33, 34, 64, 65, 66})
+      if (mds_ndarray_code(static_cast<std::uint8_t>(code)) == t) return true;
+    return false;
+  }
+
+  // Field k's element type and shape from the first shard's column: the type given, else the
+  // encoding's; an ndarray that stores its dtype per sample is asked its first sample's. `p` is
+  // the first shard's plan as far as field k.
+  void resolve(std::size_t k, const mds_encoding& e, const plan& p) {
+    if (e.take == mds_take::scalar) shapes_[k] = std::vector<std::int64_t>{};
+    if (e.take == mds_take::ndarray && !e.dynamic_shape) shapes_[k] = e.static_shape;
+    if (fields_[k].type) {
+      types_[k] = *fields_[k].type;
+    } else if (e.take == mds_take::raw) {
+      types_[k] = dtype::u8;
+    } else if (e.take == mds_take::scalar || !e.dynamic_dtype) {
+      types_[k] = e.type;
+    } else {
+      types_[k] = first_ndarray_type(k, p.column.back());
+    }
+  }
+
+  // The dtype of the ndarray in column c of the dataset's first sample (its dtype byte).
+  dtype first_ndarray_type(std::size_t k, std::size_t c) const {
+    std::size_t s = 0;
+    while (s < info_.size() && info_[s].samples == 0) ++s;
+    if (s == info_.size() || info_[s].columns.size() <= c || info_[s].columns[c].name != fields_[k].column)
+      throw usage_error("sluice: " + name_ + ": field '" + fields_[k].name + "' reads an ndarray column that stores its "
+                        "dtype per sample, and " + (s == info_.size() ? "the dataset has no sample" : "its first sample is not in the first shard") +
+                        " to ask; give the field's dtype");
+    const shard_state& sh = open(s);
+    const auto f = sh.file.file.bytes();
+    const std::uint64_t begin = load_u32(f.data() + 4), end = load_u32(f.data() + 8);
+    const std::span<const std::byte> sample = f.subspan(begin, end - begin);
+    std::uint64_t variable = 0;
+    for (const auto& col : info_[s].columns) variable += col.size ? 0 : 1;
+    std::uint64_t at = 4 * variable, var = 0;
+    if (at <= sample.size())
+      for (std::size_t x = 0; x < c && at <= sample.size(); ++x) {
+        const auto& col = info_[s].columns[x];
+        at += col.size ? *col.size : load_u32(sample.data() + 4 * var++);
+      }
+    if (at < sample.size())
+      if (const auto t = mds_ndarray_code(static_cast<std::uint8_t>(sample[at]))) return *t;
+    throw format_error(sh.file.path, {.record = 0, .offset = begin},
+                       "sample 0: column '" + fields_[k].column + "': no ndarray dtype code MDS writes, to take the field's "
+                       "dtype from (give it)");
   }
 
   // Opens shard s once; a shard that failed keeps failing with the same error.
@@ -562,34 +601,35 @@ class mds_dataset {
         [&] {
           auto st = std::make_unique<shard_state>();
           st->file = opener_(info_[s], s);
-          detail::check_mds_shard(st->file.file.bytes(), info_[s], st->file.path);
+          check_mds_shard(st->file.file.bytes(), info_[s], st->file.path);
           return st;
         },
-        detail::on_failure::remember);
+        on_failure::remember);
   }
 
-  [[noreturn]] void bad(const shard_state& sh, std::uint64_t local, std::uint64_t offset, const std::string& why) const {
+  [[noreturn]] static void bad(const shard_state& sh, std::uint64_t local, std::uint64_t offset, const std::string& why) {
     throw format_error(sh.file.path, {.record = local, .offset = offset}, "sample " + std::to_string(local) + ": " + why);
   }
 
-  template <std::size_t K>
-  std::span<const std::byte> value(const shard_state& sh, std::uint64_t local, std::uint64_t offset,
-                                   std::span<const std::byte> v, const detail::mds_encoding& e) const {
-    using T = typename field_k<K>::value_type;
+  // Field k's value in its column's bytes `v`: checked against the encoding and the field's type.
+  std::span<const std::byte> value(const shard_state& sh, std::uint64_t local, std::uint64_t offset, std::size_t k,
+                                   std::span<const std::byte> v, const mds_encoding& e) const {
+    if (e.take == mds_take::raw) return v;
+    const dtype t = types_[k];
+    const std::size_t es = dtype_size(t);
     auto fail = [&](const std::string& why) {
-      bad(sh, local, offset, "column '" + std::string(Schema::names[K]) + "' (" + std::string(dtype_name(dtype_of<T>)) + "): " + why);
+      bad(sh, local, offset, "column '" + fields_[k].column + "' (" + std::string(dtype_name(t)) + "): " + why);
     };
-    if (e.take == detail::mds_take::raw) return v;
-    if (e.take == detail::mds_take::scalar) {
-      if (v.size() != sizeof(T)) fail(std::to_string(v.size()) + " bytes, not one " + std::to_string(sizeof(T)) + "-byte value");
+    if (e.take == mds_take::scalar) {
+      if (v.size() != es) fail(std::to_string(v.size()) + " bytes, not one " + std::to_string(es) + "-byte value");
       return v;
     }
     std::size_t at = 0;
     if (e.dynamic_dtype) {
       if (v.empty()) fail("an ndarray with no dtype byte");
-      const auto t = detail::mds_ndarray_code(static_cast<std::uint8_t>(v[0]));
-      if (!t) fail("ndarray dtype code " + std::to_string(static_cast<unsigned>(v[0])) + " is not one MDS writes");
-      if (*t != dtype_of<T>) fail("the ndarray holds " + std::string(dtype_name(*t)) + " values");
+      const auto c = mds_ndarray_code(static_cast<std::uint8_t>(v[0]));
+      if (!c) fail("ndarray dtype code " + std::to_string(static_cast<unsigned>(v[0])) + " is not one MDS writes");
+      if (*c != t) fail("the ndarray holds " + std::string(dtype_name(*c)) + " values");
       at = 1;
     }
     std::uint64_t elems = e.static_elems;
@@ -608,20 +648,204 @@ class mds_dataset {
       }
       at += ndim * width;
     }
-    if (elems > (v.size() - at) / sizeof(T) || elems * sizeof(T) != v.size() - at)
+    if (elems > (v.size() - at) / es || elems * es != v.size() - at)
       fail("its shape says " + std::to_string(elems) + " values, its data holds " + std::to_string(v.size() - at) + " bytes");
     return v.subspan(at);
   }
 
-  mutable detail::opener_handle ahead_;  // first: moved (stopping the source's thread) before the rest
-  mds_options opt_;
+  mutable opener_handle ahead_;  // first: moved (stopping the source's thread) before the rest
   std::string name_;
   std::string dir_;
+  std::vector<mds_field> fields_;
   mds_opener opener_;
   std::vector<mds_shard_info> info_;
   std::vector<plan> plans_;
+  std::vector<dtype> types_;
+  std::vector<std::optional<std::vector<std::int64_t>>> shapes_;
   std::vector<std::unique_ptr<lazy_shard>> shards_;
-  detail::shard_table table_;
+  shard_table table_;
+};
+
+}  // namespace detail
+
+// The dataset's columns as the fields of a compiled schema.
+template <class Schema>
+class mds_dataset {
+  static constexpr std::size_t F = Schema::size;
+
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = fields_sample<Schema>;
+
+  // A local dataset: its directory, or its index.json.
+  explicit mds_dataset(const std::string& dir_or_index, const mds_options& o = {})
+      : core_(dir_or_index, fields_of(o), o.map) {}
+  // Shards from anywhere: `name` for messages (the index's URL), `open` maps shard s when it is
+  // first read (on the worker that needs it). io/remote.hpp's remote_mds builds one.
+  mds_dataset(std::vector<mds_shard_info> shards, std::string name, mds_opener open, const mds_options& o = {})
+      : core_(std::move(shards), std::move(name), std::move(open), fields_of(o)) {}
+
+  // Opens shard s on a background thread (for a remote dataset: fetches it into the tier) so the
+  // worker that reads it later does not wait; returns at once. A failure is reported by the read
+  // that needs the shard. sample::fetch_ahead calls it for the windows ahead of the loader.
+  void prefetch(std::size_t s) const { core_.prefetch(s); }
+
+  [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
+  // The index's path or URL (each sample's origin is its shard).
+  [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
+
+  [[nodiscard]] std::size_t shard_count() const noexcept { return core_.shard_count(); }
+  [[nodiscard]] const mds_shard_info& shard_info(std::size_t s) const { return core_.shard_info(s); }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return core_.shard_size(s); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return core_.shard_range(s); }
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
+  [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
+
+  // Closes every open shard and forgets failures (see remote_shards::release_all): only while
+  // nothing reads from this dataset; sample::fetch_ahead calls it between epochs.
+  void release_all() const { core_.release_all(); }
+
+  // Sample i: its fields as views into its shard's mapping; format_error for a bad sample.
+  [[nodiscard]] sample_type fields(std::size_t i) const {
+    sample_type out{.id = i};
+    out.origin = core_.sample(i, out.values);
+    return out;
+  }
+
+ private:
+  static std::vector<detail::mds_field> fields_of(const mds_options& o) {
+    for (const auto& [f, c] : o.columns)
+      if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
+        throw usage_error("sluice: mds_dataset: mds_options::columns names field '" + f + "', which the schema does not have");
+    std::vector<detail::mds_field> out;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (([&] {
+         using Fk = schema_field_t<Schema, K>;
+         std::string column(Fk::name.view());
+         for (const auto& [f, c] : o.columns)
+           if (f == Fk::name.view()) column = c;
+         out.push_back({std::string(Fk::name.view()), std::move(column), dtype_of<typename Fk::value_type>});
+       }()),
+       ...);
+    }(std::make_index_sequence<F>{});
+    return out;
+  }
+
+  detail::mds_core core_;
+};
+
+// An MDS dataset read with the fields chosen at run time: fields(i) is a run-time sample
+// (core/any_sample.hpp) for read(), any_decode_stage and any_collate.
+//
+//   sluice::io::mds_any data{"/data/train", {{"image", "jpg"}, {"label", "cls"}}};
+//   sluice::any_decode_stage dec(data.schema());
+//   dec.add("image", sluice::codecs::jpeg{{.width = 224, .height = 224}});
+//   auto loader = sluice::from(sluice::sample::shuffle(data.size(), {.seed = 1})) | sluice::read(data) | std::move(dec)
+//               | sluice::collate({.batch = 256}, dec.schema(), {{"image", sluice::normalized<>{}}, {"label", sluice::stack<>{}}})
+//               | sluice::prefetch(2);
+//
+// `columns` picks the columns and names the fields ({{"image", "jpg"}}: field "image" reads
+// column "jpg"), in that order; empty: every column sluice reads (all but pkl), under its own
+// name. Each field's element type is its column's unless `types` gives one: an ndarray that
+// stores its dtype per sample takes the dataset's first sample's, and every sample is checked
+// against it. A scalar column or an ndarray of static shape is a fixed field that carries its
+// shape as geometry, so stack<> gives {B} or {B, shape...} untold; the other columns are
+// variable (ragged<>, pad<>, pack<>; an image column decoded). Columns that do not exist or do
+// not fit the type are refused at construction, as mds_dataset<> refuses them.
+class mds_any {
+ public:
+  using reader_concept = reader_tag;
+  using names_type = std::vector<std::pair<std::string, std::string>>;  // field -> column
+  using types_type = std::vector<std::pair<std::string, dtype>>;        // field -> element type
+
+  explicit mds_any(const std::string& dir_or_index, const names_type& columns = {}, const types_type& types = {},
+                   map_options map = {.advice = access::automatic})
+      : core_(dir_or_index, picked(dir_or_index, columns, types), map) {
+    describe();
+  }
+  mds_any(std::vector<mds_shard_info> shards, std::string name, mds_opener open, const names_type& columns,
+          const types_type& types = {})
+      : core_(std::move(shards), std::move(name), std::move(open), with_types(columns, types)) {
+    describe();
+  }
+
+  [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
+  void prefetch(std::size_t s) const { core_.prefetch(s); }
+  [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
+  [[nodiscard]] std::size_t shard_count() const noexcept { return core_.shard_count(); }
+  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return core_.shard_size(s); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return core_.shard_range(s); }
+  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
+  [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
+  [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
+  void release_all() const { core_.release_all(); }
+
+  [[nodiscard]] any_sample fields(std::size_t i) const {
+    std::array<std::span<const std::byte>, max_any_fields> v{};
+    any_sample out(i, {});
+    out.count = schema_.size();
+    out.origin = core_.sample(i, std::span(v.data(), out.count));
+    for (std::size_t k = 0; k < out.count; ++k) out.fields[k] = {v[k], geometry_[k] ? &*geometry_[k] : nullptr, nullptr};
+    return out;
+  }
+
+ private:
+  // The columns named, or every column of the index's first shard that sluice reads.
+  static std::vector<detail::mds_field> picked(const std::string& dir_or_index, const names_type& columns,
+                                               const types_type& types) {
+    if (!columns.empty()) return with_types(columns, types);
+    const std::string index = detail::mds_index_path(dir_or_index);
+    const auto shards = parse_mds_index(detail::read_mds_index(index), index);
+    names_type all;
+    if (!shards.empty())
+      for (const auto& c : shards.front().columns) {
+        std::string why;
+        if (detail::parse_mds_encoding(c.encoding, why)) all.emplace_back(c.name, c.name);
+      }
+    return with_types(all, types);
+  }
+  static std::vector<detail::mds_field> with_types(const names_type& columns, const types_type& types) {
+    if (columns.size() > max_any_fields)
+      throw usage_error("sluice: mds_any: " + std::to_string(columns.size()) + " fields; a run-time sample holds at most " +
+                        std::to_string(max_any_fields) + " (pick the columns to read)");
+    std::vector<detail::mds_field> out;
+    std::vector<field_spec> names;
+    for (const auto& [name, column] : columns) {
+      if (column.empty()) throw usage_error("sluice: mds_any: field '" + name + "' names an empty column");
+      out.push_back({name, column, std::nullopt});
+      names.push_back({name});
+    }
+    (void)any_schema(std::move(names));  // names distinct and not empty, before any shard is opened
+    for (const auto& [name, t] : types) {
+      auto at = std::find_if(out.begin(), out.end(), [&](const detail::mds_field& f) { return f.name == name; });
+      if (at == out.end()) throw usage_error("sluice: mds_any: types names field '" + name + "', which is not read");
+      at->type = t;
+    }
+    return out;
+  }
+
+  void describe() {
+    std::vector<field_spec> specs;
+    for (std::size_t k = 0; k < core_.fields().size(); ++k) {
+      const auto& shape = core_.shape_of(k);
+      specs.push_back({core_.fields()[k].name, core_.type_of(k), shape ? extent::fixed : extent::variable});
+      std::optional<field_geometry> g;
+      if (shape && shape->size() <= max_dims - 1) {
+        g.emplace();
+        g->ndim = static_cast<std::uint8_t>(shape->size());
+        std::copy(shape->begin(), shape->end(), g->shape.begin());
+      }
+      geometry_.push_back(g);
+    }
+    schema_ = any_schema(std::move(specs));
+  }
+
+  detail::mds_core core_;
+  any_schema schema_;
+  std::vector<std::optional<field_geometry>> geometry_;
 };
 
 }  // namespace sluice::io
