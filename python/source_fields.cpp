@@ -1,12 +1,12 @@
 // The Python module's run-time fields: sluice.wds(path, fields={name: sluice.field(...)}),
-// sluice.shard(path, fields=...) and sluice.mds(path, fields=...). Every field of a sample the
-// trainer names, each with its members (WebDataset extensions; a shard's field or an MDS column by
-// name), its element type (given, or an .npy member's own, read from the first shard; a sluice
-// shard's as stored; an MDS column's), an optional image decode and its collator (stack,
-// normalized, ragged, pad, pack), composed at run time over the C++ core's run-time samples
-// (io/wds.hpp's wds_any, io/shard_fields.hpp's shard_any, io/mds.hpp's mds_any,
-// stage/any_decode.hpp, stage/any_collate.hpp): one loader type serves every combination, with
-// one indirect call a field and sample.
+// sluice.shard / mds / tfrecord(path, fields=...). Every field of a sample the trainer names, each
+// with its members (WebDataset extensions; a shard's field, an MDS column or a tf.train.Example
+// feature by name), its element type (given, or an .npy member's own, read from the first shard;
+// a sluice shard's as stored; an MDS column's; record 0's list), an optional image decode and its
+// collator (stack, normalized, ragged, pad, pack), composed at run time over the C++ core's
+// run-time samples (io/wds.hpp's wds_any, io/shard_fields.hpp's shard_any, io/mds.hpp's mds_any,
+// io/tf_example.hpp's tf_example_any, stage/any_decode.hpp, stage/any_collate.hpp): one loader
+// type serves every combination, with one indirect call a field and sample.
 #include "image_codec.hpp"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "sluice/io/mds.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/shard_fields.hpp"
+#include "sluice/io/tf_example.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "sluice/stage/any_collate.hpp"
@@ -191,12 +192,25 @@ loader_ptr mds_fields_loader(const options& o) {
   return fields_loader(o, std::move(data), {});
 }
 
+// A TFRecord file of tf.train.Example: each field reads the feature its members name, typed as
+// given or as record 0's list; a field stacked is fixed at record 0's count.
+loader_ptr tfrecord_fields_loader(const options& o) {
+  std::vector<sluice::io::tf_field> fields;
+  for (const auto& f : o.fields) {
+    const bool fixed = (f.collate == "stack" || f.collate == "normalized") && !f.decode;
+    fields.push_back({f.name, f.members, f.dtype.empty() ? std::nullopt : std::optional(dtype_named(f)),
+                      fixed ? sluice::extent::fixed : sluice::extent::variable});
+  }
+  return fields_loader(o, sluice::io::tf_example_any(o.path, std::move(fields)), {});
+}
+
 }  // namespace
 
 loader_ptr make_fields_loader(const options& o) {
   if (o.path.empty()) throw sluice::usage_error("sluice." + o.source + ": needs a path");
   if (o.source == "shard") return shard_fields_loader(o);
   if (o.source == "mds") return mds_fields_loader(o);
+  if (o.source == "tfrecord") return tfrecord_fields_loader(o);
   const auto shards = sluice::io::expand_braces(o.path);
   const auto types = types_of(o.fields, shards.front());
   std::vector<sluice::field_spec> specs;

@@ -379,12 +379,13 @@ class Field:
 def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] = None,
           collate: Optional[Collator] = None) -> Field:
     """A field of ``sluice.wds(path, fields={name: sluice.field(...)})`` (or of ``sluice.shard``,
-    ``sluice.mds``): the batch's ``name``.
+    ``sluice.mds``, ``sluice.tfrecord``): the batch's ``name``.
 
     members: the member extensions it takes, ``";"``-separated (``"jpg;png"``, ``"cls"``,
              ``"boxes.npy"``); a sample without one, or with two, is a FormatError naming it.
              For ``sluice.shard``: the shard field's name (its dtype and shape as stored); for
-             ``sluice.mds``: the column's name (its type as index.json says).
+             ``sluice.mds``: the column's name (its type as index.json says); for
+             ``sluice.tfrecord``: the feature's name (its type the list record 0 holds).
     dtype:   the element type. By default an ``.npy`` member's own (read from the first shard's
              first such member, and checked for every member), else ``"uint8"`` (the bytes). A
              non-uint8 field stacked as a fixed value (``stack()``) takes an ASCII number
@@ -393,9 +394,9 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
     collate: :func:`stack` (the default), :func:`normalized`, :func:`ragged`, :func:`pad` or
              :func:`pack`.
     """
-    if not isinstance(members, str) or not members or "/" in members or ":" in members:
+    if not isinstance(members, str) or not members or ":" in members:
         raise _usage(f"sluice.field: members={members!r} is not accepted; use member extensions separated by ';', "
-                     "e.g. 'jpg;png'")
+                     "e.g. 'jpg;png' (or a shard field's, an MDS column's or a tf.train.Example feature's name)")
     if dtype is not None and dtype not in _DTYPES:
         near = difflib.get_close_matches(str(dtype), _DTYPES, n=1)
         raise _usage(f"sluice.field({members!r}): dtype={dtype!r} is not accepted; use one of {', '.join(_DTYPES)}"
@@ -595,13 +596,25 @@ def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional
     return Source("wds", kw, boxes is None)
 
 
-def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: str = "image/encoded",
-             label_field: str = "image/class/label", output: Optional[str] = None, mean=None, std=None) -> Source:
+def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
+             label_field: Optional[str] = None, output: Optional[str] = None, mean=None, std=None,
+             fields: Optional[Dict[str, Field]] = None) -> Source:
     """A TFRecord file of ``tf.train.Example`` (every record's CRC checked): the bytes feature
-    ``image_field`` decoded into ``"image"``, the int64 feature ``label_field`` as ``"label"``
-    (ImageNet's names by default)."""
-    kw: Dict[str, Any] = dict(source="tfrecord", path=_path("path", path), image_field=image_field,
-                              label_field=label_field)
+    ``image_field`` (default ``"image/encoded"``) decoded into ``"image"``, the int64 feature
+    ``label_field`` (default ``"image/class/label"``) as ``"label"``.
+
+    Any features: ``fields={name: sluice.field("feature/name", ...), ...}``, a field's members
+    being the feature's name. Its type is the list record 0 holds (``bytes_list`` uint8,
+    ``int64_list`` int64, ``float_list`` float32) unless ``dtype=`` says another the list can be
+    written as (a narrower integer, range-checked per value; ``float64``). A field stacked holds
+    record 0's count in every record: ``(B,)`` for one value, ``(B, n)`` for n; lists of any length
+    take ``ragged()`` or ``pad()`` (detection boxes: ``sluice.field("image/object/bbox/xmin",
+    collate=sluice.ragged())``)."""
+    if fields is not None:
+        return _fields_source("tfrecord", path, fields, decode=decode, image_field=image_field,
+                              label_field=label_field, output=output, mean=mean, std=std)
+    kw: Dict[str, Any] = dict(source="tfrecord", path=_path("path", path), image_field=image_field or "image/encoded",
+                              label_field=label_field or "image/class/label")
     _image_keywords("tfrecord", decode, output, mean, std, kw)
     return Source("tfrecord", kw, True)
 

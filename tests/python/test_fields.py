@@ -264,3 +264,95 @@ def test_mds_columns_arrive_with_their_own_types(tmp_path):
     assert "normalized<> of field 'v' (f32)" in refused(sluice.UsageError, v=sluice.field("vec", collate=sluice.normalized()))
     with pytest.raises(sluice.UsageError, match="image_field= does not apply"):
         sluice.mds(plain, fields={"y": sluice.field("label")}, image_field="image")
+
+
+def _pb_varint(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _pb_len(num, payload):
+    return _pb_varint(num << 3 | 2) + _pb_varint(len(payload)) + payload
+
+
+def _example(features):
+    """A tf.train.Example: {name: (kind, values)}, kind 'bytes' / 'float' / 'int64', lists packed."""
+    entries = b""
+    for name, (kind, values) in features.items():
+        if kind == "bytes":
+            feature = _pb_len(1, b"".join(_pb_len(1, v) for v in values))
+        elif kind == "float":
+            feature = _pb_len(2, _pb_len(1, np.asarray(values, "<f4").tobytes()))
+        else:
+            feature = _pb_len(3, _pb_len(1, b"".join(_pb_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values)))
+        entries += _pb_len(1, _pb_len(1, name.encode()) + _pb_len(2, feature))
+    return _pb_len(1, entries)
+
+
+def _write_tfrecord(path, records):
+    def crc(data):
+        c = 0xFFFFFFFF
+        for byte in data:
+            c ^= byte
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+        c ^= 0xFFFFFFFF
+        return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+    with open(path, "wb") as f:
+        for r in records:
+            n = len(r).to_bytes(8, "little")
+            f.write(n + crc(n).to_bytes(4, "little") + r + crc(r).to_bytes(4, "little"))
+
+
+def test_tfrecord_features_arrive_with_their_list_types(tmp_path):
+    def boxes(k):
+        return [k + 0.25 * j for j in range(k % 4)]
+
+    recs = [_example({"image/encoded": ("bytes", [jpeg(20 + 9 * k)]), "image/class/label": ("int64", [k - 3]),
+                      "image/object/bbox/xmin": ("float", boxes(k)), "weights": ("float", [k, -k]),
+                      "ids": ("int64", list(range(k % 5)))}) for k in range(11)]
+    path = tmp_path / "train.tfrecord"
+    _write_tfrecord(path, recs)
+    src = sluice.tfrecord(path, fields={
+        "image": sluice.field("image/encoded", decode=sluice.image((8, 8))),
+        "label": sluice.field("image/class/label"),
+        "xmin": sluice.field("image/object/bbox/xmin", collate=sluice.ragged()),
+        "w": sluice.field("weights"),
+        "ids": sluice.field("ids", dtype="int16", collate=sluice.pad(value=-1))})
+
+    def run(workers):
+        seen = []
+        with sluice.Loader(src, batch_size=4, sampler=sluice.sample.shuffle(seed=2), workers=workers, drop_last=False) as ld:
+            for b in ld:
+                img, lab = np.from_dlpack(b["image"]), np.from_dlpack(b["label"])
+                x, xo = np.from_dlpack(b["xmin"]), np.from_dlpack(b["xmin.offsets"])
+                w, ids, n = np.from_dlpack(b["w"]), np.from_dlpack(b["ids"]), np.from_dlpack(b["ids.lengths"])
+                assert img.shape[1:] == (8, 8, 3) and lab.dtype == np.int64 and lab.ndim == 1
+                assert x.dtype == np.float32 and w.dtype == np.float32 and w.shape[1:] == (2,) and ids.dtype == np.int16
+                for i in range(len(lab)):
+                    k = int(lab[i]) + 3
+                    seen.append(k)
+                    np.testing.assert_array_equal(x[xo[i]:xo[i + 1]], np.array(boxes(k), np.float32))
+                    np.testing.assert_array_equal(w[i], [k, -k])
+                    assert n[i] == k % 5 and ids[i, :n[i]].tolist() == list(range(k % 5)) and (ids[i, n[i]:] == -1).all()
+                    assert abs(int(img[i].mean()) - (20 + 9 * k)) <= 3
+        return seen
+
+    one = run(1)
+    assert sorted(one) == list(range(11))
+    assert run(2) == one
+
+    # A type the list cannot be written as; a feature record 0 lacks; a value out of the type's range.
+    with pytest.raises(sluice.FormatError, match="is a float_list, but its field is i64"):
+        list(sluice.Loader(sluice.tfrecord(path, fields={"w": sluice.field("weights", dtype="int64")}), batch_size=4))
+    with pytest.raises(sluice.FormatError, match="feature 'nope' \\(field 'n'\\) is not in record 0"):
+        sluice.Loader(sluice.tfrecord(path, fields={"n": sluice.field("nope")}), batch_size=4)
+    with pytest.raises(sluice.FormatError, match="record 0.*int64_list value -3 does not fit the field's type u8"):
+        list(sluice.Loader(sluice.tfrecord(path, fields={"y": sluice.field("image/class/label", dtype="uint8")}),
+                           batch_size=4, sampler=sluice.sample.sequential()))
+    with pytest.raises(sluice.UsageError, match="label_field= does not apply"):
+        sluice.tfrecord(path, fields={"y": sluice.field("image/class/label")}, label_field="image/class/label")

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -622,4 +623,166 @@ TEST_CASE("tf_example: cross-check with Python's protobuf (where installed)") {
   // The merge rules sluice follows (last name wins, Features and lists merged, oneof switches,
   // unknown fields skipped) are protobuf's: Python reads the same values from the same bytes.
   CHECK(python_reads(merge_example(false)) == "x float 1.0 2.0 3.0\ny int64 -5 6 7\nz bytes ab  cde\n");
+}
+
+namespace {
+// Every tensor of every batch: bytes, shapes and names.
+template <class L>
+void tensors_of(L& loader, std::vector<bytes>& data, std::vector<std::vector<std::int64_t>>& shapes,
+                std::vector<std::string>& names) {
+  for (auto& b : loader.epoch(1))
+    for (std::size_t t = 0; t < b.tensor_count(); ++t) {
+      data.emplace_back(b.tensor(t).bytes().begin(), b.tensor(t).bytes().end());
+      shapes.emplace_back(b.tensor(t).shape().begin(), b.tensor(t).shape().end());
+      names.emplace_back(b.tensor(t).name());
+    }
+}
+}  // namespace
+
+TEST_CASE("tf_example_any: features at run time, types from record 0, the compiled reader's batches byte for byte") {
+  sluice_test::temp_dir d;
+  for (bool packed : {true, false}) {
+    CAPTURE(packed);
+    std::vector<bytes> recs;
+    for (std::size_t i = 0; i < 29; ++i) recs.push_back(det_example(i, packed));
+    const std::string p = write_records(d, packed ? "p.tfrecord" : "u.tfrecord", recs);
+    io::tf_example_any any(p, {{"image", "image/encoded"},
+                               {"label", "image/class/label", std::nullopt, extent::fixed},
+                               {"xmin", "bbox/xmin"}});
+    CHECK(any.schema().describe() == "image (u8, variable), label (i64, fixed), xmin (f32, variable)");
+    CHECK(any.expected_count(1) == 1);
+    io::tf_example_reader<det> typed{p};
+    for (std::size_t workers : {1, 2}) {
+      CAPTURE(workers);
+      auto compiled = from(sample::shuffle(typed.size(), {.seed = 3})) | read(typed) |
+                      collate({.batch = 8, .drop_last = false}, ragged<"image/encoded">{}, stack<"image/class/label">{},
+                              pad<"bbox/xmin">{.value = -1}) |
+                      prefetch(2, {.workers = workers});
+      auto run_time = from(sample::shuffle(any.size(), {.seed = 3})) | read(any) |
+                      collate({.batch = 8, .drop_last = false}, any.schema(),
+                              {{"image", ragged<>{}}, {"label", stack<>{}}, {"xmin", pad<>{.value = -1}}}) |
+                      prefetch(2, {.workers = workers});
+      std::vector<bytes> want, got;
+      std::vector<std::vector<std::int64_t>> want_shape, got_shape;
+      std::vector<std::string> want_names, got_names;
+      tensors_of(compiled, want, want_shape, want_names);
+      tensors_of(run_time, got, got_shape, got_names);
+      REQUIRE(want.size() == 4 * 5);  // 4 batches x (image, image.offsets, label, xmin, xmin.lengths)
+      CHECK(got == want);
+      CHECK(got_shape == want_shape);
+      CHECK(got_names[2] == "label");
+      CHECK(got_shape[2] == std::vector<std::int64_t>{8});
+    }
+  }
+}
+
+TEST_CASE("tf_example_any: narrowed, widened and merged lists are written as the compiled reader writes them") {
+  sluice_test::temp_dir d;
+  // x: float_list in pieces (not contiguous), y: int64s (oneof switched), z: bytes in three values.
+  const std::string p = write_records(d, "m.tfrecord", {merge_example(false), merge_example(false)});
+  io::tf_example_any r(p, {{"x", "x", dtype::f64}, {"y", "y", dtype::i16}, {"z"}});
+  CHECK(r.schema().describe() == "x (f64, variable), y (i16, variable), z (u8, variable)");
+  auto loader = from(sample::sequential(r.size())) | read(r) |
+                collate({.batch = 2}, r.schema(), {{"x", ragged<>{}}, {"y", ragged<>{}}, {"z", ragged<>{}}}) |
+                prefetch(1, {.workers = 1});
+  std::size_t batches = 0;
+  for (auto& b : loader.epoch(0)) {
+    ++batches;
+    const auto x = b.field("x"), y = b.field("y"), z = b.field("z");
+    REQUIRE(x.bytes().size() == 2 * 3 * sizeof(double));
+    std::vector<double> xs(6);
+    std::memcpy(xs.data(), x.bytes().data(), x.bytes().size());
+    CHECK(xs == std::vector<double>{1, 2, 3, 1, 2, 3});
+    REQUIRE(y.bytes().size() == 2 * 3 * sizeof(std::int16_t));
+    std::vector<std::int16_t> ys(6);
+    std::memcpy(ys.data(), y.bytes().data(), y.bytes().size());
+    CHECK(ys == std::vector<std::int16_t>{-5, 6, 7, -5, 6, 7});
+    CHECK(std::string(reinterpret_cast<const char*>(z.bytes().data()), z.bytes().size()) == "abcdeabcde");
+  }
+  CHECK(batches == 1);
+  // The first record's x is the compiled reader's (a producer, not a view: two pieces).
+  const auto s0 = r.fields(0);
+  CHECK(s0.fields[0].producer != nullptr);
+  CHECK(s0.size_of(0) == 3 * sizeof(double));
+}
+
+TEST_CASE("tf_example_any: what does not fit is refused, naming the file, the record and the feature") {
+  sluice_test::temp_dir d;
+  std::vector<bytes> recs;
+  for (std::size_t i = 0; i < 4; ++i) recs.push_back(det_example(i));
+  // Record 2: the label as two values (a fixed field holds record 0's one); record 3: no boxes.
+  recs[2] = enc::example({enc::entry("image/encoded", enc::feature(1, enc::bytes_list({"x"}))),
+                          enc::entry("image/class/label", enc::feature(3, enc::int64_list({1, 2}))),
+                          enc::entry("bbox/xmin", enc::feature(2, enc::float_list({})))});
+  recs[3] = enc::example({enc::entry("image/encoded", enc::feature(1, enc::bytes_list({"x"}))),
+                          enc::entry("image/class/label", enc::feature(3, enc::int64_list({1})))});
+  const std::string p = write_records(d, "bad.tfrecord", recs);
+  io::tf_example_any r(p, {{"image", "image/encoded"}, {"label", "image/class/label", std::nullopt, extent::fixed},
+                           {"xmin", "bbox/xmin"}});
+  CHECK(error_of(r, 1).empty());
+  CHECK(error_of(r, 2).find("feature 'image/class/label': holds 2 values, but its field is fixed at 1") != std::string::npos);
+  CHECK(error_of(r, 2).find("record 2") != std::string::npos);
+  CHECK(error_of(r, 3).find("feature 'bbox/xmin': missing from the record") != std::string::npos);
+  // Under skip: the two bad records dropped and counted.
+  auto loader = from(sample::sequential(r.size())) | read(r) |
+                collate({.batch = 4, .drop_last = false}, r.schema(), {{"label", stack<>{}}}) |
+                prefetch(1, {.workers = 2, .errors = on_error::skip});
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(0)) n += b.size();
+  CHECK(n == 2);
+  CHECK(loader.stats().skipped == 2);
+  // A type its list cannot hold; a type given that is not the list's; a feature not in record 0.
+  CHECK_THROWS_WITH_AS(io::tf_example_any(p, {{"i", "image/encoded", dtype::f16}}), doctest::Contains("tf.train.Example holds"),
+                       usage_error);
+  io::tf_example_any wrong(p, {{"i", "image/encoded", dtype::f32}});
+  CHECK(error_of(wrong, 0).find("feature 'image/encoded': is a bytes_list, but its field is f32, which takes float_list") !=
+        std::string::npos);
+  const auto e = sluice_test::expect_format_error([&] { io::tf_example_any none(p, {{"w", "weights"}}); });
+  CHECK(e.cause().find("feature 'weights' (field 'w') is not in record 0") != std::string::npos);
+  CHECK_THROWS_WITH_AS(io::tf_example_any(p, {{"a", "image/encoded"}, {"b", "image/encoded"}}),
+                       doctest::Contains("both read the feature 'image/encoded'"), usage_error);
+  CHECK_THROWS_WITH_AS(io::tf_example_any(p, {{"a", "x"}, {"a", "y"}}), doctest::Contains("names field 'a' twice"), usage_error);
+}
+
+namespace {
+// A codec for the test: the first 4 bytes of the encoded value, as they are.
+struct first_four {
+  using codec_concept = codec_tag;
+  [[nodiscard]] std::size_t output_bytes() const noexcept { return 4; }
+  void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context&) const {
+    if (in.size() < 4) throw format_error("", {}, "shorter than 4 bytes");
+    std::memcpy(out.data(), in.data(), 4);
+  }
+};
+}  // namespace
+
+TEST_CASE("tf_example_any: a decoded feature is one bytes value; a list of several is a format_error, never decoded") {
+  sluice_test::temp_dir d;
+  std::vector<bytes> recs = {det_example(0), det_example(1), det_example(2)};
+  recs[1] = enc::example({enc::entry("image/encoded", enc::feature(1, enc::bytes_list({"abcd", "efgh"})))});
+  io::tf_example_any r(write_records(d, "two.tfrecord", recs), {{"image", "image/encoded"}});
+  auto dec = decode_field(r.schema(), "image", first_four{});
+  for (auto errors : {on_error::raise, on_error::skip}) {
+    auto loader = from(sample::sequential(r.size())) | read(r) | dec |
+                  collate({.batch = 3, .drop_last = false}, dec.schema(), {{"image", stack<>{}}}) |
+                  prefetch(1, {.workers = 1, .errors = errors});
+    if (errors == on_error::raise) {
+      try {
+        for (auto& b : loader.epoch(0)) (void)b;
+        FAIL("a list of two bytes values was decoded");
+      } catch (const stage_error& e) {
+        const std::string t = nested_text(e);
+        CHECK(t.find("record 1") != std::string::npos);
+        CHECK(t.find("field 'image': not one encoded value as stored (8 bytes in pieces)") != std::string::npos);
+      }
+    } else {
+      std::vector<std::string> got;
+      for (auto& b : loader.epoch(0)) {
+        const auto v = b.field("image");
+        for (std::size_t k = 0; k < b.size(); ++k) got.emplace_back(reinterpret_cast<const char*>(v.bytes().data()) + 4 * k, 4);
+      }
+      CHECK(got == std::vector<std::string>{"jpeg", "jpeg"});  // image_of(i) starts "jpeg-bytes-of-"
+      CHECK(loader.stats().skipped == 1);
+    }
+  }
 }

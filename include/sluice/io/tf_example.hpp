@@ -57,8 +57,10 @@
 // Thread-safety: after construction every member is const and safe to call concurrently.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -71,7 +73,9 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
 #include "sluice/io/tfrecord.hpp"
@@ -441,6 +445,84 @@ inline constexpr bool byte_like = sizeof(T) == 1 && !std::is_same_v<T, bool>;
 template <class T>
 inline constexpr bool int_like = std::is_integral_v<T> || std::is_same_v<T, std::byte>;
 
+// Which lists a field of element type t takes: one byte (u8, i8) a bytes_list or an int64_list,
+// other integers and bool an int64_list, f32/f64 a float_list; f16 and bf16 none.
+inline bool accepts(dtype t, tf_list k) noexcept {
+  switch (t) {
+    case dtype::u8:
+    case dtype::i8: return k == tf_list::bytes || k == tf_list::int64s;
+    case dtype::f32:
+    case dtype::f64: return k == tf_list::floats;
+    case dtype::f16:
+    case dtype::bf16: return false;
+    default: return k == tf_list::int64s;
+  }
+}
+inline std::string_view takes(dtype t) noexcept {
+  if (t == dtype::u8 || t == dtype::i8) return "bytes_list or int64_list";
+  if (t == dtype::f32 || t == dtype::f64) return "float_list";
+  if (t == dtype::f16 || t == dtype::bf16) return "no list (tf.train.Example holds bytes, int64 and float lists)";
+  return "int64_list";
+}
+inline int_range range_of(dtype t) {
+  return visit_dtype(t, []<class T>() { return range_of<T>(); });
+}
+
+inline constexpr std::uint64_t any_count = ~std::uint64_t{0};
+
+// Parses one serialised Example for fields reading the features `names` (field k: names[k]) with
+// element types `types` into out[k]; a field with expected[k] != any_count must hold that many
+// values. What tf_example_reader<> and tf_example_any share; a format_error through `w` when the
+// record is malformed or does not fit.
+inline void parse_fields(std::span<const std::byte> rec, const where& w, std::span<const std::string_view> names,
+                         std::span<const dtype> types, std::span<const std::uint64_t> expected, std::span<tf_feature> out);
+
+// Writes f's values as T (a bytes_list's bytes, floats as float or widened, int64s narrowed: the
+// range was checked at parse) to out.
+template <class T>
+void write_as(const tf_feature& f, std::byte* out) {
+  if (f.kind == tf_list::bytes || (f.kind == tf_list::floats && std::is_same_v<T, float>)) {
+    if (f.contiguous) {
+      if (f.count != 0) std::memcpy(out, f.data.data(), f.data.size());
+      return;
+    }
+    for_each_piece(f, [&](std::span<const std::byte> b) {
+      if (!b.empty()) std::memcpy(out, b.data(), b.size());
+      out += b.size();
+    });
+  } else if (f.kind == tf_list::floats) {  // double
+    if constexpr (std::is_floating_point_v<T>) {
+      for_each_piece(f, [&](std::span<const std::byte> b) {
+        for (std::size_t k = 0; k + 4 <= b.size(); k += 4) {
+          float v;
+          std::memcpy(&v, b.data() + k, 4);
+          const T d = static_cast<T>(v);
+          std::memcpy(out, &d, sizeof(T));
+          out += sizeof(T);
+        }
+      });
+    }
+  } else if (f.kind == tf_list::int64s) {
+    if constexpr (int_like<T>) {
+      for_each_piece(f, [&](std::span<const std::byte> b) {
+        const std::byte* q = b.data();
+        const std::byte* qe = q + b.size();
+        std::uint64_t u = 0;
+        const char* why = "";
+        while (q < qe) {
+          if (static_cast<std::uint8_t>(*q) < 0x80) [[likely]] u = static_cast<std::uint8_t>(*q++);
+          else if (!varint(q, qe, u, why)) break;
+          T v;
+          if constexpr (std::is_same_v<T, std::byte>) v = static_cast<std::byte>(u);
+          else v = static_cast<T>(static_cast<std::int64_t>(u));
+          std::memcpy(out, &v, sizeof(T));
+          out += sizeof(T);
+        }
+      });
+    }
+  }
+}
+
 }  // namespace detail::pb
 
 // A record's fields: views into the mapping plus counts; follows the field-sample protocol
@@ -467,50 +549,7 @@ struct tf_example_sample {
   }
   template <fixed_string Name>
   void write(std::span<std::byte> dst, const sample_context&) const {
-    using T = typename Schema::template field_t<Name>::value_type;
-    namespace pb = detail::pb;
-    const tf_feature& f = feature<Name>();
-    std::byte* out = dst.data();
-    if (f.kind == tf_list::bytes || (f.kind == tf_list::floats && std::is_same_v<T, float>)) {
-      if (f.contiguous) {
-        if (f.count != 0) std::memcpy(out, f.data.data(), f.data.size());
-        return;
-      }
-      pb::for_each_piece(f, [&](std::span<const std::byte> b) {
-        if (!b.empty()) std::memcpy(out, b.data(), b.size());
-        out += b.size();
-      });
-    } else if (f.kind == tf_list::floats) {  // double
-      if constexpr (std::is_floating_point_v<T>) {
-        pb::for_each_piece(f, [&](std::span<const std::byte> b) {
-          for (std::size_t k = 0; k + 4 <= b.size(); k += 4) {
-            float v;
-            std::memcpy(&v, b.data() + k, 4);
-            const T d = static_cast<T>(v);
-            std::memcpy(out, &d, sizeof(T));
-            out += sizeof(T);
-          }
-        });
-      }
-    } else if (f.kind == tf_list::int64s) {
-      if constexpr (pb::int_like<T>) {
-        pb::for_each_piece(f, [&](std::span<const std::byte> b) {
-          const std::byte* q = b.data();
-          const std::byte* qe = q + b.size();
-          std::uint64_t u = 0;
-          const char* why = "";
-          while (q < qe) {
-            if (static_cast<std::uint8_t>(*q) < 0x80) [[likely]] u = static_cast<std::uint8_t>(*q++);
-            else if (!pb::varint(q, qe, u, why)) break;
-            T v;
-            if constexpr (std::is_same_v<T, std::byte>) v = static_cast<std::byte>(u);
-            else v = static_cast<T>(static_cast<std::int64_t>(u));
-            std::memcpy(out, &v, sizeof(T));
-            out += sizeof(T);
-          }
-        });
-      }
-    }
+    detail::pb::write_as<typename Schema::template field_t<Name>::value_type>(feature<Name>(), dst.data());
   }
 };
 
@@ -573,6 +612,39 @@ void for_each_tf_feature(std::span<const std::byte> rec, const detail::pb::where
     }
   }
 }
+
+namespace detail::pb {
+
+inline void parse_fields(std::span<const std::byte> rec, const where& w, std::span<const std::string_view> names,
+                         std::span<const dtype> types, std::span<const std::uint64_t> expected, std::span<tf_feature> out) {
+  constexpr std::size_t most = 64;
+  std::array<const std::byte*, most> at{};  // where each field's winning entry starts
+  const std::size_t n = std::min(names.size(), most);
+  for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> value, const std::byte* entry_at) {
+    std::size_t k = 0;
+    while (k < n && names[k] != key) ++k;
+    if (k == n) return;  // a feature no field reads
+    where wf = w;
+    wf.feature = names[k];
+    out[k] = parse_feature(value, accepts(types[k], tf_list::int64s) ? range_of(types[k]) : int_range{}, wf);
+    at[k] = entry_at;  // last one wins
+  });
+  for (std::size_t k = 0; k < n; ++k) {
+    where wk = w;
+    wk.feature = names[k];
+    const tf_feature& f = out[k];
+    if (at[k] == nullptr) wk.fail(w.start, "missing from the record (the schema names it)");
+    if (f.kind == tf_list::none) wk.fail(at[k], "holds no list (the Feature sets none of bytes_list, float_list, int64_list)");
+    if (!accepts(types[k], f.kind))
+      wk.fail(at[k], "is a " + std::string(tf_list_name(f.kind)) + ", but its field is " + std::string(dtype_name(types[k])) +
+                         ", which takes " + std::string(takes(types[k])));
+    if (expected[k] != any_count && f.count != expected[k])
+      wk.fail(at[k], "holds " + std::to_string(f.count) + " values, but its field is fixed at " + std::to_string(expected[k]) +
+                         " (record 0's count, or .counts)");
+  }
+}
+
+}  // namespace detail::pb
 
 // tf.train.Example records of a TFRecord file as samples with the fields of Schema.
 template <class Schema>
@@ -691,25 +763,14 @@ class tf_example_reader {
   }();
 
 
-  template <std::size_t K>
-  static bool accepts(tf_list k) noexcept {
-    using T = value_t<K>;
-    namespace pb = detail::pb;
-    if constexpr (pb::byte_like<T>) return k == tf_list::bytes || k == tf_list::int64s;
-    else if constexpr (pb::int_like<T>) return k == tf_list::int64s;
-    else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return k == tf_list::floats;
-    else return false;
-  }
-  template <std::size_t K>
-  static constexpr std::string_view takes() noexcept {
-    using T = value_t<K>;
-    namespace pb = detail::pb;
-    if constexpr (pb::byte_like<T>) return "bytes_list or int64_list";
-    else if constexpr (pb::int_like<T>) return "int64_list";
-    else return "float_list";
-  }
+  static constexpr std::array<dtype, Schema::size> types_ = [] {
+    std::array<dtype, Schema::size> t{};
+    [&]<std::size_t... K>(std::index_sequence<K...>) { ((t[K] = dtype_of<value_t<K>>), ...); }(std::make_index_sequence<Schema::size>{});
+    return t;
+  }();
 
   static void check_types() noexcept {
+    static_assert(Schema::size <= 64, "sluice: tf_example_reader: at most 64 fields");
     [&]<std::size_t... K>(std::index_sequence<K...>) {
       (static_assert_type<value_t<K>>(), ...);
     }(std::make_index_sequence<Schema::size>{});
@@ -719,39 +780,6 @@ class tf_example_reader {
     static_assert(detail::pb::int_like<T> || std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "sluice: tf_example_reader: a field's type must be an integer type, bool, std::byte, float or "
                   "double (tf.train.Example holds bytes, int64 and float lists)");
-  }
-
-  // Feature-level parse of one entry value for schema field `slot`.
-  template <std::size_t... K>
-  static tf_feature parse_slot(std::size_t slot, std::span<const std::byte> msg, const detail::pb::where& w,
-                               std::index_sequence<K...>) {
-    tf_feature f;
-    ((slot == K ? (f = detail::pb::parse_feature(msg, accepts<K>(tf_list::int64s) ? detail::pb::range_of<value_t<K>>()
-                                                                                  : detail::pb::int_range{}, w),
-                   0)
-                : 0),
-     ...);
-    return f;
-  }
-  template <std::size_t... K>
-  static void check_fields(const sample_type& s, const detail::pb::where& w0, const std::array<const std::byte*, Schema::size>& at,
-                           const counts_type* expected, const names_type& names, std::index_sequence<K...>) {
-    (check_field<K>(s, w0, at[K], expected, names[K]), ...);
-  }
-  template <std::size_t K>
-  static void check_field(const sample_type& s, const detail::pb::where& w0, const std::byte* at, const counts_type* expected,
-                          std::string_view name) {
-    detail::pb::where w = w0;
-    w.feature = name;
-    const tf_feature& f = s.features[K];
-    if (at == nullptr) w.fail(w.start, "missing from the record (the schema names it)");
-    if (f.kind == tf_list::none) w.fail(at, "holds no list (the Feature sets none of bytes_list, float_list, int64_list)");
-    if (!accepts<K>(f.kind))
-      w.fail(at, "is a " + std::string(tf_list_name(f.kind)) + ", but its field is " +
-                     std::string(dtype_name(dtype_of<value_t<K>>)) + ", which takes " + std::string(takes<K>()));
-    if (expected != nullptr && !variable_[K] && (*expected)[K] != no_count && f.count != (*expected)[K])
-      w.fail(at, "holds " + std::to_string(f.count) + " values, but its field is fixed at " + std::to_string((*expected)[K]) +
-                     " (record 0's count, or .counts)");
   }
 
   sample_type parse(std::size_t i, bool check_counts) const {
@@ -771,28 +799,203 @@ class tf_example_reader {
                            const names_type* names = nullptr) {
     check_types();
     const names_type& nm = names != nullptr ? *names : Schema::names;
-    namespace pb = detail::pb;
-    pb::where w{.file = file, .record = index, .base = base, .start = rec.data()};
+    counts_type want;
+    for (std::size_t k = 0; k < Schema::size; ++k)
+      want[k] = expected != nullptr && !variable_[k] ? (*expected)[k] : detail::pb::any_count;
     sample_type s{.id = index, .origin = file};
-    std::array<const std::byte*, Schema::size> at{};  // where each field's winning entry starts
-    for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> value, const std::byte* entry_at) {
-      std::size_t k = 0;
-      while (k < Schema::size && nm[k] != key) ++k;
-      if (k == Schema::size) return;  // a feature the schema does not name
-      pb::where wf = w;
-      wf.feature = nm[k];
-      s.features[k] = parse_slot(k, value, wf, std::make_index_sequence<Schema::size>{});
-      at[k] = entry_at;  // last one wins
-    });
-    check_fields(s, w, at, expected, nm, std::make_index_sequence<Schema::size>{});
+    detail::pb::parse_fields(rec, {.file = file, .record = index, .base = base, .start = rec.data()}, nm, types_, want,
+                             s.features);
     return s;
   }
 
  private:
-
   tfrecord_reader records_;
   std::array<std::string, Schema::size> features_{};
   counts_type expected_{};
+};
+
+// One field of tf_example_any: the sample's field, the feature it reads, its element type and
+// extent.
+struct tf_field {
+  std::string name;
+  std::string feature{};            // empty: the field's name
+  std::optional<dtype> type{};      // empty: record 0's list says (bytes_list u8, int64_list i64, float_list f32)
+  extent kind = extent::variable;   // fixed: every record holds `count` values
+  std::optional<std::uint64_t> count{};  // a fixed field's values per record; empty: record 0's count
+};
+
+// tf.train.Example records with the fields chosen at run time: fields(i) is a run-time sample
+// (core/any_sample.hpp) for read(), any_decode_stage and any_collate, parsed and checked as
+// tf_example_reader<> parses them (the same rules, the same errors).
+//
+//   sluice::io::tf_example_any r{"train.tfrecord", {{"image", "image/encoded"}, {"label", "image/class/label"},
+//                                                    {"xmin", "image/object/bbox/xmin"}}};
+//   // r.schema(): image (u8, variable), label (i64, variable), xmin (f32, variable), from record 0
+//
+// A field's type, when not given, is what record 0 holds (a field missing from record 0 must be
+// given one); f16 and bf16 are refused (no list holds them). Values are views into the mapping
+// where the list is one run the field takes as is (a bytes value, packed floats as f32); otherwise
+// (varints, doubles, a list split in pieces) the field is written by a producer at collate, one
+// indirect call a field and sample. A fixed field holds one count in every record (given, or record
+// 0's) and stacks to {B} (one value) or {B, count}, as the compiled reader's does.
+class tf_example_any {
+ public:
+  using reader_concept = reader_tag;
+
+  tf_example_any(std::string path, std::vector<tf_field> fields, tfrecord_options o = {})
+      : tf_example_any(tfrecord_reader(std::move(path), std::move(o)), std::move(fields)) {}
+  tf_example_any(tfrecord_reader records, std::vector<tf_field> fields) : records_(std::move(records)) {
+    std::vector<field_spec> names;
+    for (auto& f : fields) {
+      if (f.feature.empty()) f.feature = f.name;
+      names.push_back({f.name});
+    }
+    (void)any_schema(names);  // names distinct, not empty, at most max_any_fields
+    for (std::size_t a = 0; a < fields.size(); ++a) {
+      for (std::size_t b = 0; b < a; ++b)
+        if (fields[a].feature == fields[b].feature)
+          throw usage_error("sluice: tf_example_any: fields '" + fields[b].name + "' and '" + fields[a].name +
+                            "' both read the feature '" + fields[a].feature + "'; a feature can go to one field only");
+      if (fields[a].type && (*fields[a].type == dtype::f16 || *fields[a].type == dtype::bf16))
+        throw usage_error("sluice: tf_example_any: field '" + fields[a].name + "' is " + dtype_name(*fields[a].type) +
+                          "; tf.train.Example holds bytes, int64 and float lists (take f32)");
+      if (fields[a].count && fields[a].kind == extent::variable)
+        throw usage_error("sluice: tf_example_any: field '" + fields[a].name + "' is variable (any count) and is given a count");
+    }
+    fields_ = std::move(fields);
+    for (const auto& f : fields_) feature_.push_back(f.feature);
+    types_.assign(fields_.size(), dtype::u8);
+    expected_.assign(fields_.size(), detail::pb::any_count);
+    learn();
+    std::vector<field_spec> specs;
+    for (std::size_t k = 0; k < fields_.size(); ++k) specs.push_back({fields_[k].name, types_[k], fields_[k].kind});
+    schema_ = any_schema(std::move(specs));
+    for (std::size_t k = 0; k < fields_.size(); ++k)
+      for (std::size_t v = 0; v < 6; ++v) producers_.emplace_back(types_[k], static_cast<tf_list>(v / 2 + 1), v % 2 == 1);
+  }
+
+  // Moved, not copied: the samples point to its producers, and its feature names to its fields.
+  tf_example_any(tf_example_any&&) noexcept = default;
+  tf_example_any& operator=(tf_example_any&&) noexcept = default;
+  tf_example_any(const tf_example_any&) = delete;
+  tf_example_any& operator=(const tf_example_any&) = delete;
+
+  [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
+  [[nodiscard]] std::size_t size() const noexcept { return records_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return records_.path(); }
+  [[nodiscard]] const tfrecord_reader& records() const noexcept { return records_; }
+  [[nodiscard]] const mapped_file& file() const noexcept { return records_.file(); }
+  // The values a fixed field holds in every record (any_count for a variable one).
+  [[nodiscard]] std::uint64_t expected_count(std::size_t k) const { return expected_.at(k); }
+
+  // Record i parsed into a run-time sample; a format_error naming the file, the record, the byte
+  // offset and the feature when it is malformed or does not fit the fields.
+  [[nodiscard]] any_sample fields(std::size_t i) const {
+    std::array<tf_feature, max_any_fields> f{};
+    const auto rec = records_.record(i);
+    parse(rec, i, expected_, f);
+    any_sample out(i, records_.path());
+    out.count = fields_.size();
+    for (std::size_t k = 0; k < out.count; ++k) {
+      const tf_feature& x = f[k];
+      const bool view = x.contiguous && (x.kind == tf_list::bytes || (x.kind == tf_list::floats && types_[k] == dtype::f32));
+      out.fields[k] = {x.data, nullptr,
+                       view ? nullptr : &producers_[6 * k + 2 * (static_cast<std::size_t>(x.kind) - 1) + (x.contiguous ? 1 : 0)]};
+    }
+    return out;
+  }
+
+ private:
+  // Writes a list that is not one run of the field's values: its values counted and converted
+  // (varints narrowed, floats widened, pieces joined) into the batch. One per field, list kind and
+  // contiguity; the sample's view holds the feature's data as parse_feature left it.
+  class producer final : public field_producer {
+   public:
+    producer(dtype t, tf_list k, bool contiguous) : type_(t), kind_(k), contiguous_(contiguous) {}
+    [[nodiscard]] std::size_t size(const any_sample& s, std::size_t k) const override {
+      return static_cast<std::size_t>(count(s.fields[k].bytes)) * dtype_size(type_);
+    }
+    void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
+      const tf_feature f{kind_, contiguous_, count(s.fields[k].bytes), s.fields[k].bytes};
+      visit_dtype(type_, [&]<class T>() { detail::pb::write_as<T>(f, dst.data()); });
+    }
+    [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return {}; }
+
+   private:
+    // The list's values (validated at parse: every piece is whole).
+    [[nodiscard]] std::uint64_t count(std::span<const std::byte> data) const {
+      auto in = [&](std::span<const std::byte> b) -> std::uint64_t {
+        if (kind_ == tf_list::bytes) return b.size();
+        if (kind_ == tf_list::floats) return b.size() / 4;
+        return static_cast<std::uint64_t>(
+            std::count_if(b.begin(), b.end(), [](std::byte c) { return static_cast<std::uint8_t>(c) < 0x80; }));
+      };
+      if (contiguous_) return in(data);
+      std::uint64_t n = 0;
+      detail::pb::for_each_piece(tf_feature{kind_, false, 0, data}, [&](std::span<const std::byte> b) { n += in(b); });
+      return n;
+    }
+    dtype type_;
+    tf_list kind_;
+    bool contiguous_;
+  };
+
+  void parse(std::span<const std::byte> rec, std::size_t i, const std::vector<std::uint64_t>& expected,
+             std::span<tf_feature> out) const {
+    std::uint64_t base = file_position::npos;
+    if constexpr (requires { records_.offset(i); }) base = records_.offset(i);
+    detail::pb::parse_fields(rec, {.file = records_.path(), .record = i, .base = base, .start = rec.data()}, feature_,
+                             types_, expected, out);
+  }
+
+  // The types not given, from record 0's lists (a field missing there must be given one), then
+  // the counts of fixed fields not given, from record 0 parsed with those types.
+  void learn() {
+    bool open_type = false, open_count = false;
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      if (fields_[k].type) types_[k] = *fields_[k].type;
+      else open_type = true;
+      if (fields_[k].count) expected_[k] = *fields_[k].count;
+      else open_count |= fields_[k].kind == extent::fixed;
+    }
+    if (records_.size() == 0) return;
+    const auto rec = records_.record(0);
+    std::uint64_t base = file_position::npos;
+    if constexpr (requires { records_.offset(0); }) base = records_.offset(0);
+    const detail::pb::where w{.file = records_.path(), .record = 0, .base = base, .start = rec.data()};
+    if (open_type) {
+      std::vector<tf_list> kind(fields_.size(), tf_list::none);
+      for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> value, const std::byte*) {
+        for (std::size_t k = 0; k < fields_.size(); ++k)
+          if (feature_[k] == key) {
+            detail::pb::where wf = w;
+            wf.feature = feature_[k];
+            kind[k] = detail::pb::parse_feature(value, {}, wf).kind;
+          }
+      });
+      for (std::size_t k = 0; k < fields_.size(); ++k) {
+        if (fields_[k].type) continue;
+        if (kind[k] == tf_list::none)
+          w.fail(rec.data(), "feature '" + fields_[k].feature + "' (field '" + fields_[k].name +
+                                 "') is not in record 0 or holds no list, so its type is not known: give the field's type");
+        types_[k] = kind[k] == tf_list::bytes ? dtype::u8 : kind[k] == tf_list::floats ? dtype::f32 : dtype::i64;
+      }
+    }
+    if (open_count) {
+      std::array<tf_feature, max_any_fields> f{};
+      parse(rec, 0, std::vector<std::uint64_t>(fields_.size(), detail::pb::any_count), f);
+      for (std::size_t k = 0; k < fields_.size(); ++k)
+        if (fields_[k].kind == extent::fixed && !fields_[k].count) expected_[k] = f[k].count;
+    }
+  }
+
+  tfrecord_reader records_;
+  std::vector<tf_field> fields_;
+  std::vector<std::string_view> feature_;  // into fields_ (moved in, never changed after)
+  std::vector<dtype> types_;
+  std::vector<std::uint64_t> expected_;
+  any_schema schema_;
+  std::vector<producer> producers_;  // 6 per field: list kind x contiguous
 };
 
 // Builds a tf.train.Example's wire bytes (for tests, tools, benchmarks): features in the order

@@ -90,9 +90,17 @@ class any_decode_stage {
   // The schema of the samples this stage hands on.
   [[nodiscard]] const any_schema& schema() const noexcept { return out_; }
 
+  // A field the reader writes itself (a tf.train.Example list in pieces, numbers) is not one
+  // encoded value: a format_error naming it, never its raw bytes decoded.
   any_sample operator()(const any_sample& in, const sample_context&) const {
     any_sample s = in;
-    for (const auto& [k, p] : producers_) s.fields[k].producer = p.get();
+    for (const auto& [k, p] : producers_) {
+      if (s.fields[k].producer != nullptr) [[unlikely]]
+        throw format_error(std::string(s.origin), {.record = s.id},
+                           "field '" + out_[k].name + "': not one encoded value as stored (" + std::to_string(s.size_of(k)) +
+                               " bytes in pieces); a codec decodes one encoded image");
+      s.fields[k].producer = p.get();
+    }
     return s;
   }
 
