@@ -9,6 +9,9 @@
 // JPEG: 3,000 samples of a 128x128 JPEG (quality 90) decoded with RandomResizedCrop + flip to
 // 64x64 CHW and normalised (mean/std per channel), and the label: decode<"jpg"> + normalized<"jpg">
 // against any_decode_stage.add("jpg") + normalized<>.
+// TFRecord raw records: the same 12,000 raw images as tf.train.Example (bytes_list "img", int64_list
+// "cls", float_list "boxes" of 0-32 floats) in one file: io::tf_example_reader<Schema> against
+// io::tf_example_any (the label a varint, so written by the any reader's producer).
 // Each benchmark runs whole epochs (a new order each) through prefetch(2, {.workers = W}); the
 // counter is samples/s. Report run-time / compiled per row (the target: >= 0.9).
 //
@@ -17,6 +20,7 @@
 
 #include <sluice/sluice.hpp>
 #include <sluice/codec/jpeg.hpp>
+#include <sluice/io/tf_example.hpp>
 #include <sluice/stage/any_collate.hpp>
 #include <sluice/stage/any_decode.hpp>
 
@@ -103,6 +107,32 @@ const std::string& jpeg_pattern() {
   return p;
 }
 
+// One TFRecord file of tf.train.Example records holding what the raw shards hold.
+const std::string& tfrecord_path() {
+  static const std::string p = [] {
+    std::mt19937_64 rng(7);
+    std::vector<std::uint8_t> px(3 * 64 * 64);
+    std::vector<std::byte> file;
+    for (std::size_t i = 0; i < raw_n; ++i) {
+      for (auto& v : px) v = static_cast<std::uint8_t>(rng());
+      std::vector<float> boxes(4 * (rng() % 9));
+      for (std::size_t k = 0; k < boxes.size(); ++k) boxes[k] = static_cast<float>(k) + 0.5f;
+      const std::int64_t cls[] = {static_cast<std::int64_t>(i % 1000)};
+      io::append_tfrecord(file, io::tf_example_builder{}
+                                    .bytes("img", std::as_bytes(std::span(px)))
+                                    .int64s("cls", cls)
+                                    .floats("boxes", boxes)
+                                    .build());
+    }
+    const fs::path path = dir() / "raw.tfrecord";
+    write_file(path, file);
+    return path.string();
+  }();
+  return p;
+}
+
+using tf_schema = schema<field<"img", std::uint8_t>, field<"cls", std::int64_t>, field<"boxes", float, variable>>;
+
 using raw_schema = schema<field<"img", std::uint8_t>, field<"cls", std::int64_t>, field<"boxes.npy", float, variable>>;
 using jpeg_schema = schema<field<"jpg", std::uint8_t, variable>, field<"cls", std::int64_t>>;
 
@@ -166,6 +196,25 @@ void BM_jpeg_runtime(benchmark::State& state) {
   epochs(state, loader, d.size());
 }
 
+void BM_tfrecord_compiled(benchmark::State& state) {
+  io::tf_example_reader<tf_schema> d(tfrecord_path());
+  auto loader = from(sample::shuffle(d.size(), {.seed = 1})) | read(d) |
+                collate({.batch = 256}, stack<"img">{}, stack<"cls">{}, ragged<"boxes">{.row = {4}}) |
+                prefetch(2, {.workers = static_cast<std::size_t>(state.range(0))});
+  epochs(state, loader, d.size());
+}
+
+void BM_tfrecord_runtime(benchmark::State& state) {
+  io::tf_example_any d(tfrecord_path(), {{"img", "img", std::nullopt, extent::fixed},
+                                         {"cls", "cls", std::nullopt, extent::fixed},
+                                         {"boxes", "boxes"}});
+  any_decode_stage dec(d.schema());  // nothing to decode: the stage the Python module always has
+  auto loader = from(sample::shuffle(d.size(), {.seed = 1})) | read(d) | dec |
+                collate({.batch = 256}, dec.schema(), {{"img", stack<>{}}, {"cls", stack<>{}}, {"boxes", ragged<>{.row = {4}}}}) |
+                prefetch(2, {.workers = static_cast<std::size_t>(state.range(0))});
+  epochs(state, loader, d.size());
+}
+
 }  // namespace
 
 // Interleaved, so drift on a shared machine touches both sides alike.
@@ -173,5 +222,7 @@ BENCHMARK(BM_raw_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMill
 BENCHMARK(BM_raw_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_jpeg_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_jpeg_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_tfrecord_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_tfrecord_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
 BENCHMARK_MAIN();

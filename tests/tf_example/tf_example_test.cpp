@@ -756,7 +756,7 @@ struct first_four {
 };
 }  // namespace
 
-TEST_CASE("tf_example_any: a decoded feature is one bytes value; a list of several is a format_error, never decoded") {
+TEST_CASE("tf_example_any: a decoded feature is one bytes value: a list of several is a format_error and never decoded") {
   sluice_test::temp_dir d;
   std::vector<bytes> recs = {det_example(0), det_example(1), det_example(2)};
   recs[1] = enc::example({enc::entry("image/encoded", enc::feature(1, enc::bytes_list({"abcd", "efgh"})))});
