@@ -10,8 +10,8 @@
 // image) costs one indirect call to its producer, never one a byte.
 //
 //   sluice::any_schema s{{{"jpg", sluice::dtype::u8}, {"cls", sluice::dtype::i64, sluice::extent::fixed}}};
-//   sluice::any_sample x{7, "train-0.tar"};
-//   x.count = 2;  x.fields[0].bytes = jpeg;  x.fields[1].bytes = std::as_bytes(std::span(&label, 1));
+//   sluice::any_sample x{7, "train-0.tar", 2};   // 2 fields, empty views
+//   x.fields[0].bytes = jpeg;  x.fields[1].bytes = std::as_bytes(std::span(&label, 1));
 //
 // Field k of a sample is the schema's field k. A producer (field_producer) writes a field whose
 // bytes exist only once written: its size, its writer and its geometry replace the view's; the
@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
@@ -123,24 +124,30 @@ struct any_field {
   const field_producer* producer = nullptr;
 };
 
+// Fields [0, count) are set; the others are not storage anyone reads. A sample is copied from
+// stage to stage and into the batch's list, and most have a few fields: constructing or copying
+// one touches only those (a whole array of max_any_fields would be zeroed or copied each time:
+// 384 bytes a sample, a fifth of the loader's own work on raw records).
 struct any_sample {
   std::uint64_t id = 0;
   std::string_view origin;  // the file (for error messages)
   std::size_t count = 0;    // fields set: the schema's size
-  std::array<any_field, max_any_fields> fields{};
+  union {
+    std::array<any_field, max_any_fields> fields;
+  };
 
-  any_sample() = default;
-  any_sample(std::uint64_t i, std::string_view o) noexcept : id(i), origin(o) {}
-  // A copy takes the fields set, not the whole array: samples go from stage to stage and into
-  // the batch's list by copy, and most have a few fields.
-  any_sample(const any_sample& o) noexcept : id(o.id), origin(o.origin), count(o.count) {
-    std::copy_n(o.fields.begin(), std::min(o.count, max_any_fields), fields.begin());
+  any_sample() noexcept {}
+  // `n` fields, each an empty view (a reader sets them).
+  any_sample(std::uint64_t i, std::string_view o, std::size_t n) noexcept : id(i), origin(o), count(std::min(n, max_any_fields)) {
+    static constexpr std::array<any_field, max_any_fields> none{};
+    take(none.data());
   }
+  any_sample(const any_sample& o) noexcept : id(o.id), origin(o.origin), count(o.count) { take(o.fields.data()); }
   any_sample& operator=(const any_sample& o) noexcept {
     id = o.id;
     origin = o.origin;
     count = o.count;
-    std::copy_n(o.fields.begin(), std::min(o.count, max_any_fields), fields.begin());
+    take(o.fields.data());
     return *this;
   }
 
@@ -158,6 +165,14 @@ struct any_sample {
     const any_field& f = fields[k];
     if (f.producer != nullptr) return f.producer->geometry(*this, k);
     return f.geometry != nullptr ? *f.geometry : field_geometry{};
+  }
+
+ private:
+  // Fields [0, count) from `from` (a memcpy: it begins the fields' lifetime, any_field being an
+  // implicit-lifetime aggregate of views and pointers).
+  void take(const any_field* from) noexcept {
+    static_assert(std::is_trivially_copyable_v<any_field>);
+    if (this->count != 0) std::memcpy(static_cast<void*>(fields.data()), from, this->count * sizeof(any_field));
   }
 };
 

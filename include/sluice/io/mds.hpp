@@ -785,8 +785,7 @@ class mds_any {
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
     std::array<std::span<const std::byte>, max_any_fields> v{};
-    any_sample out(i, {});
-    out.count = schema_.size();
+    any_sample out(i, {}, schema_.size());
     out.origin = core_.sample(i, std::span(v.data(), out.count));
     for (std::size_t k = 0; k < out.count; ++k) out.fields[k] = {v[k], geometry_[k] ? &*geometry_[k] : nullptr, nullptr};
     return out;

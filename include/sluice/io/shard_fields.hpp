@@ -187,8 +187,7 @@ class shard_any {
   [[nodiscard]] std::vector<std::int64_t> labels() const { return r_.labels(); }
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
-    any_sample s(i, r_.path());
-    s.count = schema_.size();
+    any_sample s(i, r_.path(), schema_.size());
     r_.for_each_field(i, [&](std::size_t k, std::span<const std::byte> b) {
       if (slot_[k] != none) s.fields[slot_[k]] = {b, &geometry_[slot_[k]], nullptr};
     });

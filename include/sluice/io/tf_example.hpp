@@ -894,8 +894,7 @@ class tf_example_any {
     std::array<tf_feature, max_any_fields> f{};
     const auto rec = records_.record(i);
     parse(rec, i, expected_, f);
-    any_sample out(i, records_.path());
-    out.count = fields_.size();
+    any_sample out(i, records_.path(), fields_.size());
     for (std::size_t k = 0; k < out.count; ++k) {
       const tf_feature& x = f[k];
       const bool view = x.contiguous && (x.kind == tf_list::bytes || (x.kind == tf_list::floats && types_[k] == dtype::f32));

@@ -638,8 +638,7 @@ class wds_any : public detail::wds_shards {
   [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
-    any_sample out(i, {});
-    out.count = schema_.size();
+    any_sample out(i, {}, schema_.size());
     out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.fields[k].bytes = v; });
     return out;
   }
