@@ -709,7 +709,7 @@ class mds_dataset {
 
   // Sample i: its fields as views into its shard's mapping; format_error for a bad sample.
   [[nodiscard]] sample_type fields(std::size_t i) const {
-    sample_type out{.id = i};
+    sample_type out{.id = i, .origin = {}};
     out.origin = core_.sample(i, out.values);
     return out;
   }
