@@ -160,18 +160,26 @@ loader_ptr fields_loader(const options& o, Data data, const std::vector<std::int
   return with_sampler(o, n, labels, build);
 }
 
+// Where the files store each field's type (a shard, an MDS dataset), a dtype= given must be it:
+// a UsageError naming the field, the stored type and the way out otherwise. `stored(f)` says
+// where ("the shard P stores field 'x' as").
+template <class Where>
+void check_stored_types(const options& o, const sluice::any_schema& s, Where stored) {
+  for (std::size_t k = 0; k < o.fields.size(); ++k) {
+    const auto& f = o.fields[k];
+    if (!f.dtype.empty() && dtype_named(f) != s[k].type)
+      throw sluice::usage_error("sluice.field('" + f.members + "', dtype='" + f.dtype + "'): " + stored(f) + " " +
+                                sluice::dtype_name(s[k].type) + "; leave dtype= out to take the stored type");
+  }
+}
+
 // A sluice shard's fields: the element types are the shard's; a dtype given must agree.
 loader_ptr shard_fields_loader(const options& o) {
   sluice::io::shard_any::names_type names;
   for (const auto& f : o.fields) names.emplace_back(f.name, f.members);
   sluice::io::shard_any data(o.path, {}, names);
-  for (std::size_t k = 0; k < o.fields.size(); ++k) {
-    const auto& f = o.fields[k];
-    if (!f.dtype.empty() && dtype_named(f) != data.schema()[k].type)
-      throw sluice::usage_error("sluice.field('" + f.members + "', dtype='" + f.dtype + "'): the shard " + o.path +
-                                " stores field '" + f.members + "' as " + sluice::dtype_name(data.schema()[k].type) +
-                                "; leave dtype= out to take the shard's");
-  }
+  check_stored_types(o, data.schema(),
+                     [&](const field_option& f) { return "the shard " + o.path + " stores field '" + f.members + "' as"; });
   auto labels = data.labels();
   if (std::all_of(labels.begin(), labels.end(), [](std::int64_t l) { return l < 0; })) labels.clear();
   return fields_loader(o, std::move(data), labels);
@@ -182,13 +190,8 @@ loader_ptr mds_fields_loader(const options& o) {
   sluice::io::mds_any::names_type columns;
   for (const auto& f : o.fields) columns.emplace_back(f.name, f.members);
   sluice::io::mds_any data(o.path, columns);
-  for (std::size_t k = 0; k < o.fields.size(); ++k) {
-    const auto& f = o.fields[k];
-    if (!f.dtype.empty() && dtype_named(f) != data.schema()[k].type)
-      throw sluice::usage_error("sluice.field('" + f.members + "', dtype='" + f.dtype + "'): the MDS column '" + f.members +
-                                "' of " + o.path + " holds " + sluice::dtype_name(data.schema()[k].type) +
-                                "; leave dtype= out to take the column's");
-  }
+  check_stored_types(o, data.schema(),
+                     [&](const field_option& f) { return "the MDS column '" + f.members + "' of " + o.path + " holds"; });
   return fields_loader(o, std::move(data), {});
 }
 

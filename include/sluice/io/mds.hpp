@@ -666,26 +666,9 @@ class mds_core {
   shard_table table_;
 };
 
-}  // namespace detail
-
-// The dataset's columns as the fields of a compiled schema.
-template <class Schema>
-class mds_dataset {
-  static constexpr std::size_t F = Schema::size;
-
+// What both readers say of the dataset's shards (mds_dataset<>, mds_any).
+class mds_shards {
  public:
-  using reader_concept = reader_tag;
-  using schema_type = Schema;
-  using sample_type = fields_sample<Schema>;
-
-  // A local dataset: its directory, or its index.json.
-  explicit mds_dataset(const std::string& dir_or_index, const mds_options& o = {})
-      : core_(dir_or_index, fields_of(o), o.map) {}
-  // Shards from anywhere: `name` for messages (the index's URL), `open` maps shard s when it is
-  // first read (on the worker that needs it). io/remote.hpp's remote_mds builds one.
-  mds_dataset(std::vector<mds_shard_info> shards, std::string name, mds_opener open, const mds_options& o = {})
-      : core_(std::move(shards), std::move(name), std::move(open), fields_of(o)) {}
-
   // Opens shard s on a background thread (for a remote dataset: fetches it into the tier) so the
   // worker that reads it later does not wait; returns at once. A failure is reported by the read
   // that needs the shard. sample::fetch_ahead calls it for the windows ahead of the loader.
@@ -706,6 +689,31 @@ class mds_dataset {
   // Closes every open shard and forgets failures (see remote_shards::release_all): only while
   // nothing reads from this dataset; sample::fetch_ahead calls it between epochs.
   void release_all() const { core_.release_all(); }
+
+ protected:
+  explicit mds_shards(mds_core c) : core_(std::move(c)) {}
+  mds_core core_;
+};
+
+}  // namespace detail
+
+// The dataset's columns as the fields of a compiled schema.
+template <class Schema>
+class mds_dataset : public detail::mds_shards {
+  static constexpr std::size_t F = Schema::size;
+
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = Schema;
+  using sample_type = fields_sample<Schema>;
+
+  // A local dataset: its directory, or its index.json.
+  explicit mds_dataset(const std::string& dir_or_index, const mds_options& o = {})
+      : mds_shards(detail::mds_core(dir_or_index, fields_of(o), o.map)) {}
+  // Shards from anywhere: `name` for messages (the index's URL), `open` maps shard s when it is
+  // first read (on the worker that needs it). io/remote.hpp's remote_mds builds one.
+  mds_dataset(std::vector<mds_shard_info> shards, std::string name, mds_opener open, const mds_options& o = {})
+      : mds_shards(detail::mds_core(std::move(shards), std::move(name), std::move(open), fields_of(o))) {}
 
   // Sample i: its fields as views into its shard's mapping; format_error for a bad sample.
   [[nodiscard]] sample_type fields(std::size_t i) const {
@@ -732,8 +740,6 @@ class mds_dataset {
     }(std::make_index_sequence<F>{});
     return out;
   }
-
-  detail::mds_core core_;
 };
 
 // An MDS dataset read with the fields chosen at run time: fields(i) is a run-time sample
@@ -754,7 +760,7 @@ class mds_dataset {
 // shape as geometry, so stack<> gives {B} or {B, shape...} untold; the other columns are
 // variable (ragged<>, pad<>, pack<>; an image column decoded). Columns that do not exist or do
 // not fit the type are refused at construction, as mds_dataset<> refuses them.
-class mds_any {
+class mds_any : public detail::mds_shards {
  public:
   using reader_concept = reader_tag;
   using names_type = std::vector<std::pair<std::string, std::string>>;  // field -> column
@@ -762,26 +768,16 @@ class mds_any {
 
   explicit mds_any(const std::string& dir_or_index, const names_type& columns = {}, const types_type& types = {},
                    map_options map = {.advice = access::automatic})
-      : core_(dir_or_index, picked(dir_or_index, columns, types), map) {
+      : mds_shards(detail::mds_core(dir_or_index, picked(dir_or_index, columns, types), map)) {
     describe();
   }
   mds_any(std::vector<mds_shard_info> shards, std::string name, mds_opener open, const names_type& columns,
           const types_type& types = {})
-      : core_(std::move(shards), std::move(name), std::move(open), with_types(columns, types)) {
+      : mds_shards(detail::mds_core(std::move(shards), std::move(name), std::move(open), with_types(columns, types))) {
     describe();
   }
 
   [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
-  void prefetch(std::size_t s) const { core_.prefetch(s); }
-  [[nodiscard]] std::size_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::string_view path() const noexcept { return core_.path(); }
-  [[nodiscard]] std::size_t shard_count() const noexcept { return core_.shard_count(); }
-  [[nodiscard]] std::size_t shard_size(std::size_t s) const { return core_.shard_size(s); }
-  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return core_.shard_range(s); }
-  [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
-  [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
-  [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
-  void release_all() const { core_.release_all(); }
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
     std::array<std::span<const std::byte>, max_any_fields> v{};
@@ -842,7 +838,6 @@ class mds_any {
     schema_ = any_schema(std::move(specs));
   }
 
-  detail::mds_core core_;
   any_schema schema_;
   std::vector<std::optional<field_geometry>> geometry_;
 };

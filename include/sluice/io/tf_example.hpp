@@ -16,6 +16,8 @@
 //   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64}
 //
 // For a class-balanced sampler, `r.labels<"image/class/label">()` reads every record's one label.
+// tf_example_any (below) reads the same files with the fields chosen at run time, each typed as
+// record 0's list says unless told: the same parse, rules and errors (detail::pb::parse_fields).
 //
 // Field types and the lists they take:
 //   u8 / i8 / std::byte    bytes_list: the values concatenated (usually one: an encoded image);
@@ -60,11 +62,11 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
