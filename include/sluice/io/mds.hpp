@@ -724,20 +724,20 @@ class mds_dataset : public detail::mds_shards {
 
  private:
   static std::vector<detail::mds_field> fields_of(const mds_options& o) {
-    for (const auto& [f, c] : o.columns)
-      if (std::find(Schema::names.begin(), Schema::names.end(), f) == Schema::names.end())
-        throw usage_error("sluice: mds_dataset: mds_options::columns names field '" + f + "', which the schema does not have");
-    std::vector<detail::mds_field> out;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (([&] {
-         using Fk = schema_field_t<Schema, K>;
-         std::string column(Fk::name.view());
-         for (const auto& [f, c] : o.columns)
-           if (f == Fk::name.view()) column = c;
-         out.push_back({std::string(Fk::name.view()), std::move(column), dtype_of<typename Fk::value_type>});
-       }()),
-       ...);
+    for (const auto& named : o.columns)
+      if (std::find(Schema::names.begin(), Schema::names.end(), named.first) == Schema::names.end())
+        throw usage_error("sluice: mds_dataset: mds_options::columns names field '" + named.first +
+                          "', which the schema does not have");
+    constexpr auto types = []<std::size_t... K>(std::index_sequence<K...>) {
+      return std::array<dtype, F>{dtype_of<typename schema_field_t<Schema, K>::value_type>...};
     }(std::make_index_sequence<F>{});
+    std::vector<detail::mds_field> out;
+    for (std::size_t k = 0; k < F; ++k) {
+      std::string column(Schema::names[k]);
+      for (const auto& named : o.columns)
+        if (named.first == Schema::names[k]) column = named.second;
+      out.push_back({std::string(Schema::names[k]), std::move(column), types[k]});
+    }
     return out;
   }
 };
@@ -814,10 +814,10 @@ class mds_any : public detail::mds_shards {
       names.push_back({name});
     }
     (void)any_schema(std::move(names));  // names distinct and not empty, before any shard is opened
-    for (const auto& [name, t] : types) {
-      auto at = std::find_if(out.begin(), out.end(), [&](const detail::mds_field& f) { return f.name == name; });
-      if (at == out.end()) throw usage_error("sluice: mds_any: types names field '" + name + "', which is not read");
-      at->type = t;
+    for (const auto& given : types) {  // (not a structured binding: clang 14 cannot capture one)
+      auto at = std::find_if(out.begin(), out.end(), [&](const detail::mds_field& f) { return f.name == given.first; });
+      if (at == out.end()) throw usage_error("sluice: mds_any: types names field '" + given.first + "', which is not read");
+      at->type = given.second;
     }
     return out;
   }
