@@ -80,7 +80,14 @@ struct options {
   std::int64_t ignore_index = 255;
   // Run-time fields (wds): every field the trainer names.
   std::vector<field_option> fields;
+  // Sharded sources (wds, tfrecord): the shards as a list; empty: path, a path or a brace pattern.
+  std::vector<std::string> paths;
 };
+
+// The shards of a sharded source: paths= as given, or path= with its braces expanded.
+inline std::vector<std::string> shards_of(const options& o) {
+  return o.paths.empty() ? sluice::io::expand_braces(o.path) : o.paths;
+}
 
 [[noreturn]] inline void bad_value(const std::string& arg, const std::string& got, const std::string& accepted) {
   throw sluice::usage_error("sluice: " + arg + "=" + got + " is not accepted; use " + accepted);

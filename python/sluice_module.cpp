@@ -86,7 +86,8 @@ PYBIND11_MODULE(_sluice, m) {
          std::size_t max_workers, std::uint64_t ram_budget, std::string image_field, std::string label_field,
          std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget,
          std::string boxes, std::string classes, std::string box_format, bool box_normalized, double box_min_size,
-         double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields) {
+         double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields,
+         std::vector<std::string> paths) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -103,6 +104,7 @@ PYBIND11_MODULE(_sluice, m) {
         o.box_min_visible = box_min_visible;
         o.mask = std::move(mask);
         o.ignore_index = ignore_index;
+        o.paths = std::move(paths);
         for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
@@ -123,5 +125,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("hold_budget") = std::uint64_t{1} << 30, py::arg("boxes") = "", py::arg("classes") = "",
       py::arg("box_format") = "xyxy", py::arg("box_normalized") = false, py::arg("box_min_size") = 1.0,
       py::arg("box_min_visible") = 0.0, py::arg("mask") = "", py::arg("ignore_index") = 255, py::arg("fields") = py::list(),
+      py::arg("paths") = std::vector<std::string>{},
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

@@ -37,7 +37,7 @@ loader_ptr make_detection_loader(const options& o) {
     throw sluice::usage_error("sluice: detection needs boxes= and classes= (the members of each sample's boxes and "
                               "their classes)");
   sluice::io::wds_dataset<detection> data(
-      o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field},
+      shards_of(o), {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field},
                               {"boxes", o.boxes},
                               {"classes", o.classes}}});
   sluice::boxes<Box, Cls> follow{};

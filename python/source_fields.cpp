@@ -204,7 +204,7 @@ loader_ptr tfrecord_fields_loader(const options& o) {
     fields.push_back({f.name, f.members, f.dtype.empty() ? std::nullopt : std::optional(dtype_named(f)),
                       fixed ? sluice::extent::fixed : sluice::extent::variable});
   }
-  return fields_loader(o, sluice::io::tf_example_any(o.path, std::move(fields)), {});
+  return fields_loader(o, sluice::io::tf_example_any(sluice::io::tfrecord_reader(shards_of(o)), std::move(fields)), {});
 }
 
 }  // namespace
@@ -214,7 +214,7 @@ loader_ptr make_fields_loader(const options& o) {
   if (o.source == "shard") return shard_fields_loader(o);
   if (o.source == "mds") return mds_fields_loader(o);
   if (o.source == "tfrecord") return tfrecord_fields_loader(o);
-  const auto shards = sluice::io::expand_braces(o.path);
+  const auto shards = shards_of(o);
   const auto types = types_of(o.fields, shards.front());
   std::vector<sluice::field_spec> specs;
   sluice::io::wds_dataset_options wo;

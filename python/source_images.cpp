@@ -77,7 +77,7 @@ std::vector<std::int64_t> labels_of(const options& o, const Reader& data) {
 // WebDataset: <key>.<image_field> (default jpg, jpeg or png) and <key>.<label_field> (default cls).
 loader_ptr wds_loader(const options& o) {
   sluice::io::wds_dataset<classes> data(
-      o.path, {.extensions = {{"image", name_or(o.image_field, "jpg;jpeg;png")}, {"label", name_or(o.label_field, "cls")}}});
+      shards_of(o), {.extensions = {{"image", name_or(o.image_field, "jpg;jpeg;png")}, {"label", name_or(o.label_field, "cls")}}});
   auto labels = labels_of(o, data);
   return image_classification(o, std::move(data), labels);
 }
@@ -85,10 +85,9 @@ loader_ptr wds_loader(const options& o) {
 // tf.train.Example: features image_field= (default "image/encoded") and label_field= (default
 // "image/class/label"), ImageNet's TFRecords' and TF's own image tooling's names.
 loader_ptr tfrecord_loader(const options& o) {
-  sluice::io::tf_example_reader<classes> r(
-      o.path, {.counts = {{"label", 1}},
-               .features = {{"image", name_or(o.image_field, "image/encoded")},
-                            {"label", name_or(o.label_field, "image/class/label")}}});
+  sluice::io::tf_example_reader<classes> r(sluice::io::tfrecord_reader(shards_of(o)), {{"label", 1}},
+                                          {{"image", name_or(o.image_field, "image/encoded")},
+                                           {"label", name_or(o.label_field, "image/class/label")}});
   std::vector<std::int64_t> labels;
   if (o.sampler == "class_balanced") labels = r.labels<"label">();
   return image_classification(o, std::move(r), labels);

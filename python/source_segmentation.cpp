@@ -33,7 +33,7 @@ loader_ptr make_segmentation_loader(const options& o) {
   if (o.ignore_index < 0 || o.ignore_index > 255)
     bad_value("ignore_index", std::to_string(o.ignore_index), "a class id of 0..255 (a uint8 mask)");
   sluice::io::wds_dataset<segmentation> data(
-      o.path, {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field}, {"mask", o.mask}}});
+      shards_of(o), {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field}, {"mask", o.mask}}});
   const sluice::mask<Mask> follow{.ignore_index = static_cast<std::uint8_t>(o.ignore_index)};
   return followed_image_loader<Img>(o, std::move(data), follow, kSegmentation, sluice::stack<Mask>{});
 }

@@ -19,8 +19,8 @@ naming the sources that take it):
 ``npy``             an ``.npy`` array, a sample a row, with the array's dtype and shape
 ``idx``             IDX files (MNIST, Fashion-MNIST, ...), plain or ``.gz``
 ``shard``           a sluice shard (``sluice-pack``'s output): records as stored, or decoded
-``wds``             WebDataset tar shards of images and labels (a path or a brace pattern)
-``tfrecord``        TFRecord files of ``tf.train.Example`` images and labels
+``wds``             WebDataset tar shards of images and labels (a path, a brace pattern or a list)
+``tfrecord``        TFRecord files of ``tf.train.Example`` images and labels (the same)
 ``mds``             a MosaicML Streaming (MDS) dataset of images and labels
 ``tokens``          a flat token file: next-token windows ``{"input", "target"}``
 ``documents``       tokens + document offsets: packed rows or padded documents
@@ -30,7 +30,7 @@ Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout
 ``sluice.wds`` also takes ``boxes=sluice.boxes("boxes.npy", classes="classes.npy")`` for detection:
 boxes and their classes that follow the image's crop and flip.
 
-Any fields: ``sluice.wds`` and ``sluice.shard`` take ``fields={name: sluice.field(members, dtype=,
+Any fields: ``sluice.wds``, ``shard``, ``mds`` and ``tfrecord`` take ``fields={name: sluice.field(members, dtype=,
 decode=, collate=)}``, a collator a field (``sluice.stack``, ``normalized``, ``ragged``, ``pad``,
 ``pack``: C++'s collators, the same options and defaults), composed at run time::
 
@@ -79,6 +79,7 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
+Shards = Union[PathLike, Sequence[PathLike]]  # a path, a brace pattern, or a list of paths
 
 # What a PyTorch user types, and what sluice calls it.
 _DATALOADER_WORDS = {
@@ -129,11 +130,22 @@ def _int(name: str, v: Any, low: int = 0) -> int:
 
 def _path(name: str, v: Any) -> str:
     if isinstance(v, (list, tuple)):
-        raise _usage(f"{name}= takes one path (for several shards, a brace pattern such as "
-                     "'train-{000000..000127}.tar'), not a {type(v).__name__}")
+        raise _usage(f"{name}= takes one path, not a {type(v).__name__} (sluice.wds and sluice.tfrecord take "
+                     "several shards: a list, or a brace pattern such as 'train-{000000..000127}.tar')")
     if not isinstance(v, (str, os.PathLike)):
         raise _usage(f"{name}={v!r} is not accepted; use a path (str or os.PathLike)")
     return os.fspath(v)
+
+
+def _shards(v: Any) -> Dict[str, Any]:
+    """The engine's path= and paths= of a sharded source: one path or brace pattern, or a
+    non-empty list of paths (read in the order given)."""
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise _usage("path=[] is not accepted; use a path, a brace pattern or a non-empty list of paths")
+        paths = [_path(f"path[{i}]", p) for i, p in enumerate(v)]
+        return dict(path=paths[0], paths=paths)
+    return dict(path=_path("path", v))
 
 
 def _floats(name: str, v: Any) -> list:
@@ -504,7 +516,8 @@ def _fields_source(kind: str, path: PathLike, fields: Any, **others: Any) -> Sou
         if not isinstance(f, Field):
             raise _usage(f"sluice.{kind}: fields[{name!r}]={f!r} is not accepted; use sluice.field(members, ...)")
         engine.append(f._engine(name))
-    return Source(kind, dict(source=kind, path=_path("path", path), fields=engine), kind == "shard")
+    where = _shards(path) if kind in ("wds", "tfrecord") else dict(path=_path("path", path))
+    return Source(kind, dict(source=kind, **where, fields=engine), kind == "shard")
 
 
 def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
@@ -539,11 +552,12 @@ def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Option
     return Source("shard", kw, True)
 
 
-def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
+def wds(path: Shards, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
         label_field: Optional[str] = None, boxes: Optional[Boxes] = None, mask: Optional[str] = None,
         ignore_index: int = 255, output: Optional[str] = None, mean=None, std=None,
         fields: Optional[Dict[str, Field]] = None) -> Source:
-    """WebDataset shards: a tar path or a brace pattern (``"train-{000000..000127}.tar"``).
+    """WebDataset shards: a tar path, a brace pattern (``"train-{000000..000127}.tar"``) or a list
+    of paths (``sorted(glob.glob("train-*.tar"))``), read in the order given.
     ``<key>.<image_field>`` (any extension of the ``;`` list) is decoded into ``"image"``.
 
     Classification (the default): ``<key>.<label_field>`` (default ``cls``, an integer as text)
@@ -571,7 +585,7 @@ def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional
                               ignore_index=None if ignore_index == 255 else ignore_index)
     if image_field is None:
         image_field = "jpg;jpeg;png"
-    kw: Dict[str, Any] = dict(source="wds", path=_path("path", path), image_field=image_field)
+    kw: Dict[str, Any] = dict(source="wds", **_shards(path), image_field=image_field)
     if mask is not None:
         if not isinstance(mask, str) or not mask:
             raise _usage(f"sluice.wds: mask={mask!r} is not accepted; use the mask member's extension, e.g. 'seg.png'")
@@ -596,10 +610,12 @@ def wds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional
     return Source("wds", kw, boxes is None)
 
 
-def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
+def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
              label_field: Optional[str] = None, output: Optional[str] = None, mean=None, std=None,
              fields: Optional[Dict[str, Field]] = None) -> Source:
-    """A TFRecord file of ``tf.train.Example`` (every record's CRC checked): the bytes feature
+    """TFRecord files of ``tf.train.Example`` (every record's CRC checked), one path, a brace pattern
+    (``"train-{00000..01023}-of-01024"``) or a list of paths, read as one dataset in the order
+    given (an error names the file and its record): the bytes feature
     ``image_field`` (default ``"image/encoded"``) decoded into ``"image"``, the int64 feature
     ``label_field`` (default ``"image/class/label"``) as ``"label"``.
 
@@ -613,7 +629,7 @@ def tfrecord(path: PathLike, *, decode: Optional[Image] = None, image_field: Opt
     if fields is not None:
         return _fields_source("tfrecord", path, fields, decode=decode, image_field=image_field,
                               label_field=label_field, output=output, mean=mean, std=std)
-    kw: Dict[str, Any] = dict(source="tfrecord", path=_path("path", path), image_field=image_field or "image/encoded",
+    kw: Dict[str, Any] = dict(source="tfrecord", **_shards(path), image_field=image_field or "image/encoded",
                               label_field=label_field or "image/class/label")
     _image_keywords("tfrecord", decode, output, mean, std, kw)
     return Source("tfrecord", kw, True)

@@ -356,3 +356,43 @@ def test_tfrecord_features_arrive_with_their_list_types(tmp_path):
                            batch_size=4, sampler=sluice.sample.sequential()))
     with pytest.raises(sluice.UsageError, match="label_field= does not apply"):
         sluice.tfrecord(path, fields={"y": sluice.field("image/class/label")}, label_field="image/class/label")
+
+
+def test_tfrecord_and_wds_shards_as_a_list_or_a_brace_pattern(tmp_path):
+    # 11 Examples over three TFRecord shards of 4, 0 and 7 records, as tools write them.
+    recs = [_example({"image/encoded": ("bytes", [jpeg(20 + 9 * k)]), "image/class/label": ("int64", [k])})
+            for k in range(11)]
+    names = [tmp_path / f"train-{s:05d}-of-00003" for s in range(3)]
+    for name, part in zip(names, (recs[:4], [], recs[4:])):
+        _write_tfrecord(name, part)
+
+    def labels(src, key="label"):
+        with sluice.Loader(src, batch_size=3, sampler=sluice.sample.sequential(), drop_last=False, workers=2) as ld:
+            return [int(v) for b in ld for v in np.from_dlpack(b[key])]
+
+    img = sluice.image((8, 8))
+    for path in ([str(n) for n in names], tuple(names), str(tmp_path / "train-{00000..00002}-of-00003")):
+        assert labels(sluice.tfrecord(path, decode=img)) == list(range(11))
+        assert labels(sluice.tfrecord(path, fields={"y": sluice.field("image/class/label")}), "y") == list(range(11))
+
+    # A bad record in the last shard names that file and its own record (1), not the dataset's (5).
+    raw = bytearray(names[2].read_bytes())
+    raw[12 + len(recs[4]) + 4 + 12 + 5] ^= 0x20
+    names[2].write_bytes(bytes(raw))
+    with pytest.raises(sluice.FormatError, match=r"train-00002-of-00003', record 1, .*payload CRC mismatch"):
+        list(sluice.Loader(sluice.tfrecord(names, decode=img), batch_size=3))
+
+    # WebDataset shards as a list, in the order given.
+    n = write_shards(tmp_path, [3, 2])
+    parts = [tmp_path / "part-1.tar", tmp_path / "part-0.tar"]
+    got = labels(sluice.wds(parts, decode=img))
+    assert got == [3 * k - 7 for k in (3, 4, 0, 1, 2)] and n == 5
+    got = labels(sluice.wds(parts, fields={"label": sluice.field("cls", dtype="int64")}))
+    assert got == [3 * k - 7 for k in (3, 4, 0, 1, 2)]
+
+    with pytest.raises(sluice.UsageError, match=r"path=\[\] is not accepted"):
+        sluice.tfrecord([])
+    with pytest.raises(sluice.UsageError, match=r"path\[1\]=3 is not accepted"):
+        sluice.wds([parts[0], 3])
+    with pytest.raises(sluice.UsageError, match="takes one path, not a list"):
+        sluice.mds([str(tmp_path)])

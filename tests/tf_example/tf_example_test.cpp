@@ -786,3 +786,100 @@ TEST_CASE("tf_example_any: a decoded feature is one bytes value: a list of sever
     }
   }
 }
+
+TEST_CASE("tf_example: several files read as one, by brace pattern or list, errors naming the file and its record") {
+  sluice_test::temp_dir d;
+  // Three shards of 5, 0 and 7 records: sample i is det_example(i).
+  std::vector<bytes> recs;
+  for (std::size_t i = 0; i < 12; ++i) recs.push_back(det_example(i));
+  const std::string a = write_records(d, "s-0.tfrecord", {recs.begin(), recs.begin() + 5});
+  const std::string b = write_records(d, "s-1.tfrecord", {});
+  const std::string c = write_records(d, "s-2.tfrecord", {recs.begin() + 5, recs.end()});
+  const std::string all = write_records(d, "all.tfrecord", recs);
+
+  io::tfrecord_reader pattern(d.file("s-{0..2}.tfrecord"));
+  io::tfrecord_reader list(std::vector<std::string>{a, b, c});
+  for (const io::tfrecord_reader* r : {&pattern, &list}) {
+    REQUIRE(r->size() == 12);
+    CHECK(r->shard_count() == 3);
+    CHECK(r->shard_range(1) == std::pair<std::uint64_t, std::uint64_t>{5, 5});
+    CHECK(r->shard_range(2) == std::pair<std::uint64_t, std::uint64_t>{5, 12});
+    for (std::size_t i = 0; i < 12; ++i) {
+      const auto rec = r->record(i);
+      CHECK(bytes(rec.begin(), rec.end()) == recs[i]);
+      CHECK(r->view(i).origin == (i < 5 ? a : c));
+      CHECK(r->place(i).record == (i < 5 ? i : i - 5));
+    }
+    CHECK_THROWS_AS((void)r->record(12), usage_error);
+  }
+  CHECK(pattern.path() == d.file("s-{0..2}.tfrecord"));
+  CHECK(list.path() == a + " (+2 more files)");
+  CHECK_THROWS_AS(io::tfrecord_reader(std::vector<std::string>{}), usage_error);
+
+  // The compiled and the run-time reader over the shards give the batches of the one file.
+  io::tf_example_reader<det> one{all}, three{d.file("s-{0..2}.tfrecord")};
+  io::tf_example_any any3(d.file("s-{0..2}.tfrecord"), {{"image", "image/encoded"},
+                                                       {"label", "image/class/label", std::nullopt, extent::fixed},
+                                                       {"xmin", "bbox/xmin"}});
+  CHECK(three.labels<"image/class/label">() == one.labels<"image/class/label">());
+  CHECK(three.fields(7).origin == c);
+  CHECK(three.fields(7).id == 7);
+  CHECK(any3.fields(7).origin == c);
+  CHECK(three.shard_count() == 3);
+  CHECK(any3.shard_range(2) == std::pair<std::uint64_t, std::uint64_t>{5, 12});
+  auto batches = [](auto& r, bool run_time) {
+    std::vector<bytes> t;
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::vector<std::string> names;
+    if constexpr (requires { r.schema(); }) {
+      auto l = from(sample::shuffle(r.size(), {.seed = 5})) | read(r) |
+               collate({.batch = 4, .drop_last = false}, r.schema(),
+                       {{"image", ragged<>{}}, {"label", stack<>{}}, {"xmin", pad<>{.value = -1}}}) |
+               prefetch(2, {.workers = 2});
+      tensors_of(l, t, shapes, names);
+    } else {
+      auto l = from(sample::shuffle(r.size(), {.seed = 5})) | read(r) |
+               collate({.batch = 4, .drop_last = false}, ragged<"image/encoded">{}, stack<"image/class/label">{},
+                       pad<"bbox/xmin">{.value = -1}) |
+               prefetch(2, {.workers = 2});
+      tensors_of(l, t, shapes, names);
+    }
+    (void)run_time;
+    return t;
+  };
+  const auto want = batches(one, false);
+  REQUIRE(want.size() == 3 * 5);
+  CHECK(batches(three, false) == want);
+  CHECK(batches(any3, true) == want);
+
+  // A bad record in the third file: the error names that file and its own record 1; under defer
+  // damaged() numbers it as the reader does (5 + 1).
+  bytes broken;
+  for (std::size_t i = 5; i < 12; ++i) io::append_tfrecord(broken, recs[i]);
+  const std::size_t rec1_payload = 12 + recs[5].size() + 4 + 12;
+  broken[rec1_payload + 3] ^= std::byte{0x40};
+  sluice_test::write_file(c, broken);
+  const std::string msg = [&] {
+    try {
+      io::tfrecord_reader r(d.file("s-{0..2}.tfrecord"), {.index = io::saved_index::ignore});
+    } catch (const format_error& e) {
+      CHECK(e.file() == c);
+      CHECK(e.record() == 1);
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(msg.find("payload CRC mismatch") != std::string::npos);
+  io::tfrecord_reader deferred(d.file("s-{0..2}.tfrecord"),
+                               {.index = io::saved_index::ignore, .bad_records = io::bad_records::defer});
+  REQUIRE(deferred.damaged().size() == 1);
+  CHECK(deferred.damaged()[0].record == 6);
+  try {
+    (void)deferred.record(6);
+    FAIL("record 6 is bad");
+  } catch (const format_error& e) {
+    CHECK(e.file() == c);
+    CHECK(e.record() == 1);
+  }
+  CHECK(deferred.record(7).size() == recs[7].size());
+}

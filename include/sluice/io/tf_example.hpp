@@ -16,6 +16,8 @@
 //   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64}
 //
 // For a class-balanced sampler, `r.labels<"image/class/label">()` reads every record's one label.
+// Several files read as one: a brace pattern ("train-{00000..01023}-of-01024") or a
+// tfrecord_reader of a list of paths (io/tfrecord.hpp); errors name the file and its record.
 // tf_example_any (below) reads the same files with the fields chosen at run time, each typed as
 // record 0's list says unless told: the same parse, rules and errors (detail::pb::parse_fields).
 //
@@ -701,7 +703,10 @@ class tf_example_reader {
   [[nodiscard]] std::size_t size() const noexcept { return records_.size(); }
   [[nodiscard]] std::string_view path() const noexcept { return records_.path(); }
   [[nodiscard]] const tfrecord_reader& records() const noexcept { return records_; }
-  [[nodiscard]] const mapped_file& file() const noexcept { return records_.file(); }
+  [[nodiscard]] const mapped_file& file() const { return records_.file(); }
+  // The files as shards (shard_shuffle, shard_split).
+  [[nodiscard]] std::size_t shard_count() const noexcept { return records_.shard_count(); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return records_.shard_range(s); }
   // The feature each field reads (its own name, or as tf_example_options::features maps it).
   [[nodiscard]] names_type feature_names() const noexcept {
     names_type n;
@@ -727,7 +732,8 @@ class tf_example_reader {
     for (std::size_t i = 0; i < size(); ++i) {
       const sample_type s = fields(i);
       if (s.template count_of<Name>() != 1) {
-        detail::pb::where w{.file = path(), .record = i, .feature = features_[Schema::template index_of<Name>]};
+        const tfrecord_place at = records_.place(i);
+        detail::pb::where w{.file = at.path, .record = at.record, .feature = features_[Schema::template index_of<Name>]};
         w.fail(nullptr, "holds " + std::to_string(s.template count_of<Name>()) + " values; a label needs exactly one");
       }
       T v{};
@@ -785,10 +791,12 @@ class tf_example_reader {
   }
 
   sample_type parse(std::size_t i, bool check_counts) const {
-    std::uint64_t base = file_position::npos;
-    if constexpr (requires { records_.offset(i); }) base = records_.offset(i);
+    const auto rec = records_.record(i);
+    const tfrecord_place at = records_.place(i);
     const names_type names = feature_names();
-    return parse(records_.record(i), records_.path(), i, base, check_counts ? &expected_ : nullptr, &names);
+    sample_type s = parse(rec, at.path, at.record, at.offset, check_counts ? &expected_ : nullptr, &names);
+    s.id = i;  // the reader's index; errors name the record within its file
+    return s;
   }
 
  public:
@@ -886,7 +894,10 @@ class tf_example_any {
   [[nodiscard]] std::size_t size() const noexcept { return records_.size(); }
   [[nodiscard]] std::string_view path() const noexcept { return records_.path(); }
   [[nodiscard]] const tfrecord_reader& records() const noexcept { return records_; }
-  [[nodiscard]] const mapped_file& file() const noexcept { return records_.file(); }
+  [[nodiscard]] const mapped_file& file() const { return records_.file(); }
+  // The files as shards (shard_shuffle, shard_split).
+  [[nodiscard]] std::size_t shard_count() const noexcept { return records_.shard_count(); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return records_.shard_range(s); }
   // The values a fixed field holds in every record (any_count for a variable one).
   [[nodiscard]] std::uint64_t expected_count(std::size_t k) const { return expected_.at(k); }
 
@@ -895,8 +906,9 @@ class tf_example_any {
   [[nodiscard]] any_sample fields(std::size_t i) const {
     std::array<tf_feature, max_any_fields> f{};
     const auto rec = records_.record(i);
-    parse(rec, i, expected_, f);
-    any_sample out(i, records_.path(), fields_.size());
+    const tfrecord_place at = records_.place(i);
+    parse(rec, at, expected_, f);
+    any_sample out(i, at.path, fields_.size());
     for (std::size_t k = 0; k < out.count; ++k) {
       const tf_feature& x = f[k];
       const bool view = x.contiguous && (x.kind == tf_list::bytes || (x.kind == tf_list::floats && types_[k] == dtype::f32));
@@ -941,11 +953,9 @@ class tf_example_any {
     bool contiguous_;
   };
 
-  void parse(std::span<const std::byte> rec, std::size_t i, const std::vector<std::uint64_t>& expected,
+  void parse(std::span<const std::byte> rec, const tfrecord_place& at, const std::vector<std::uint64_t>& expected,
              std::span<tf_feature> out) const {
-    std::uint64_t base = file_position::npos;
-    if constexpr (requires { records_.offset(i); }) base = records_.offset(i);
-    detail::pb::parse_fields(rec, {.file = records_.path(), .record = i, .base = base, .start = rec.data()}, feature_,
+    detail::pb::parse_fields(rec, {.file = at.path, .record = at.record, .base = at.offset, .start = rec.data()}, feature_,
                              types_, expected, out);
   }
 
@@ -961,9 +971,8 @@ class tf_example_any {
     }
     if (records_.size() == 0) return;
     const auto rec = records_.record(0);
-    std::uint64_t base = file_position::npos;
-    if constexpr (requires { records_.offset(0); }) base = records_.offset(0);
-    const detail::pb::where w{.file = records_.path(), .record = 0, .base = base, .start = rec.data()};
+    const tfrecord_place at0 = records_.place(0);
+    const detail::pb::where w{.file = at0.path, .record = at0.record, .base = at0.offset, .start = rec.data()};
     if (open_type) {
       std::vector<tf_list> kind(fields_.size(), tf_list::none);
       for_each_tf_feature(rec, w, [&](std::string_view key, std::span<const std::byte> value, const std::byte*) {
@@ -984,7 +993,7 @@ class tf_example_any {
     }
     if (open_count) {
       std::array<tf_feature, max_any_fields> f{};
-      parse(rec, 0, std::vector<std::uint64_t>(fields_.size(), detail::pb::any_count), f);
+      parse(rec, at0, std::vector<std::uint64_t>(fields_.size(), detail::pb::any_count), f);
       for (std::size_t k = 0; k < fields_.size(); ++k)
         if (fields_[k].kind == extent::fixed && !fields_[k].count) expected_[k] = f[k].count;
     }

@@ -29,6 +29,10 @@
 //   sluice::io::tfrecord_reader r{"train.tfrecord"};
 //   for (std::size_t i = 0; i < r.size(); ++i) use(r.record(i));
 //
+// Several files read as one: a brace pattern ("train-{00000..01023}-of-01024") or a list of
+// paths; each file is opened (index loaded or scanned) at construction, and an error names the
+// file and the record within it.
+//
 // Thread-safety: after construction every member is safe to call concurrently (the only state
 // that changes is the atomic "payload checked" bits).
 // Errors: format_error naming the file, the record index, the byte offset and the cause
@@ -53,9 +57,11 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/crc32c.hpp"
+#include "sluice/io/lazy_open.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/record_index.hpp"
 #include "sluice/io/regular_file.hpp"
+#include "sluice/io/shard_pattern.hpp"
 
 namespace sluice::io {
 
@@ -126,12 +132,13 @@ inline std::vector<record_entry> scan_tfrecord(std::span<const std::byte> file,
 }
 }  // namespace detail
 
-class tfrecord_reader {
+namespace detail {
+// One TFRecord file: its mapping, its index (saved or scanned) and the records kept bad.
+// Records are numbered within the file.
+class tfrecord_file {
  public:
-  using reader_concept = reader_tag;
-
-  explicit tfrecord_reader(std::string path, tfrecord_options opt = {})
-      : file_(detail::regular_file_path(std::move(path)), opt.map), label_of_(std::move(opt.label_of)) {
+  tfrecord_file(std::string path, const tfrecord_options& opt)
+      : file_(detail::regular_file_path(std::move(path)), opt.map) {
     const std::string kind = opt.check_payload_crc ? "tfrecord:crc" : "tfrecord:nocrc";
     bool loaded = false;
     if (opt.index != saved_index::ignore) {
@@ -161,36 +168,19 @@ class tfrecord_reader {
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
-  // Record i's payload (a view into the mapping). Throws format_error for a bad record (its
-  // payload CRC, or one kept under bad_records::defer).
   [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
-    check_index(i);
     if (!damaged_.empty()) throw_if_damaged(i);
     const auto& e = entries_[i];
     auto payload = file_.bytes().subspan(e.offset, e.size);
     if (checked_) check_payload(i, payload);
     return payload;
   }
-  [[nodiscard]] std::int64_t label(std::size_t i) const {
-    if (label_of_) return label_of_(record(i));
-    check_index(i);
-    return -1;
-  }
-  [[nodiscard]] record_view view(std::size_t i) const {
-    return {i, record(i), label(i), file_.path()};
-  }
+  [[nodiscard]] std::uint64_t offset(std::size_t i) const noexcept { return entries_[i].offset; }
   [[nodiscard]] std::string_view path() const noexcept { return file_.path(); }
-  [[nodiscard]] std::uint64_t offset(std::size_t i) const { check_index(i); return entries_[i].offset; }
   [[nodiscard]] const mapped_file& file() const noexcept { return file_; }
-  // The records kept under bad_records::defer (empty otherwise), in record order.
   [[nodiscard]] const std::vector<damaged_record>& damaged() const noexcept { return damaged_; }
 
  private:
-  void check_index(std::size_t i) const {
-    if (i >= entries_.size())
-      throw usage_error("sluice: record " + std::to_string(i) + " out of range for '" + file_.path() +
-                        "' (" + std::to_string(entries_.size()) + " records)");
-  }
   void throw_if_damaged(std::size_t i) const {
     auto it = std::lower_bound(damaged_.begin(), damaged_.end(), std::uint64_t{i},
                                [](const damaged_record& d, std::uint64_t r) { return d.record < r; });
@@ -211,10 +201,97 @@ class tfrecord_reader {
     word.fetch_or(bit, std::memory_order_relaxed);
   }
   mapped_file file_;
-  std::function<std::int64_t(std::span<const std::byte>)> label_of_;
   std::vector<record_entry> entries_;
   std::vector<damaged_record> damaged_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> checked_;  // null: nothing left to check
+};
+}  // namespace detail
+
+// Where a record of a tfrecord_reader lies: its file, its number within that file and its
+// payload's byte offset there. Errors name records this way.
+struct tfrecord_place {
+  std::string_view path;
+  std::uint64_t record = 0;
+  std::uint64_t offset = 0;
+};
+
+// The records of one TFRecord file, or of several read as one (shards such as
+// "train-{00000..01023}-of-01024", or a list of paths): record i of the reader is record
+// i - first of its file, files in the order given. Each file keeps its own saved index, and an
+// error names the file and the record within it. shard_count()/shard_range(s) make the files
+// the shards of shard_shuffle and shard_split.
+class tfrecord_reader {
+ public:
+  using reader_concept = reader_tag;
+
+  // A path, or a brace pattern of paths (io/shard_pattern.hpp).
+  explicit tfrecord_reader(std::string path, tfrecord_options opt = {})
+      : tfrecord_reader(expand_braces(path), std::move(opt), path) {}
+  explicit tfrecord_reader(std::vector<std::string> paths, tfrecord_options opt = {})
+      : tfrecord_reader(std::move(paths), std::move(opt), std::string{}) {}
+
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(table_.total()); }
+  // Record i's payload (a view into the mapping). Throws format_error for a bad record (its
+  // payload CRC, or one kept under bad_records::defer).
+  [[nodiscard]] std::span<const std::byte> record(std::size_t i) const {
+    const auto [f, local] = at(i);
+    return f->record(local);
+  }
+  [[nodiscard]] std::int64_t label(std::size_t i) const {
+    if (label_of_) return label_of_(record(i));
+    (void)at(i);
+    return -1;
+  }
+  [[nodiscard]] record_view view(std::size_t i) const {
+    const auto [f, local] = at(i);
+    auto payload = f->record(local);
+    return {i, payload, label_of_ ? label_of_(payload) : -1, f->path()};
+  }
+  // The file's path (one file), else the pattern, else the first path and how many more.
+  [[nodiscard]] std::string_view path() const noexcept { return name_; }
+  // Record i's file, number within it and payload offset.
+  [[nodiscard]] tfrecord_place place(std::size_t i) const {
+    const auto [f, local] = at(i);
+    return {f->path(), local, f->offset(local)};
+  }
+  [[nodiscard]] std::uint64_t offset(std::size_t i) const { return place(i).offset; }
+  [[nodiscard]] std::size_t shard_count() const noexcept { return files_.size(); }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> shard_range(std::size_t s) const { return table_.range(s); }
+  [[nodiscard]] const mapped_file& file(std::size_t s = 0) const { return files_.at(s).file(); }
+  // The records kept under bad_records::defer (empty otherwise), in order, numbered as the
+  // reader numbers them (with one file, as the file does).
+  [[nodiscard]] const std::vector<damaged_record>& damaged() const noexcept { return damaged_; }
+
+ private:
+  tfrecord_reader(std::vector<std::string> paths, tfrecord_options opt, std::string pattern)
+      : label_of_(std::move(opt.label_of)) {
+    if (paths.empty()) throw usage_error("sluice: tfrecord_reader needs at least one file");
+    files_.reserve(paths.size());
+    for (auto& p : paths) {
+      files_.emplace_back(std::move(p), opt);
+      const auto& f = files_.back();
+      for (const auto& d : f.damaged()) damaged_.push_back({table_.total() + d.record, d.offset, d.cause});
+      table_.add(f.size());
+    }
+    name_ = files_.size() == 1 ? std::string(files_[0].path())
+            : !pattern.empty() ? std::move(pattern)
+                               : std::string(files_[0].path()) + " (+" + std::to_string(files_.size() - 1) + " more files)";
+  }
+  [[nodiscard]] std::pair<const detail::tfrecord_file*, std::size_t> at(std::size_t i) const {
+    if (files_.size() == 1) {
+      if (i >= files_[0].size())
+        throw usage_error("sluice: record " + std::to_string(i) + " out of range for '" + name_ + "' (" +
+                          std::to_string(files_[0].size()) + " records)");
+      return {&files_[0], i};
+    }
+    const std::size_t s = table_.shard_of(i, name_);
+    return {&files_[s], static_cast<std::size_t>(i - table_.first[s])};
+  }
+  std::vector<detail::tfrecord_file> files_;
+  detail::shard_table table_;
+  std::string name_;
+  std::function<std::int64_t(std::span<const std::byte>)> label_of_;
+  std::vector<damaged_record> damaged_;
 };
 
 static_assert(record_reader<tfrecord_reader>);
