@@ -82,6 +82,8 @@ struct options {
   std::vector<field_option> fields;
   // Sharded sources (wds, tfrecord): the shards as a list; empty: path, a path or a brace pattern.
   std::vector<std::string> paths;
+  // COCO (io::coco_options): crowd annotations kept, images without boxes kept, classes 0..K-1.
+  bool crowd = true, keep_empty = true, contiguous = true;
 };
 
 // The shards of a sharded source: paths= as given, or path= with its braces expanded.
@@ -203,6 +205,7 @@ loader_ptr make_records_loader(const options& o);  // idx, records, npy, shard (
 loader_ptr make_image_loader(const options& o);    // shard + decode="jpeg", wds, tfrecord
 loader_ptr make_detection_loader(const options& o);  // wds with boxes= and classes=
 loader_ptr make_segmentation_loader(const options& o);  // wds with mask=
+loader_ptr make_coco_loader(const options& o);  // a COCO image folder (images=) and its annotation file (path=)
 loader_ptr make_token_loader(const options& o);    // tokens, documents
 loader_ptr make_fields_loader(const options& o);   // wds with fields=
 

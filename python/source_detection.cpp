@@ -11,6 +11,7 @@
 #include "image_codec.hpp"
 
 #if SLUICE_WITH_TURBOJPEG
+#include "sluice/io/coco.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/stage/decode.hpp"
 #endif
@@ -49,7 +50,30 @@ loader_ptr make_detection_loader(const options& o) {
   return followed_image_loader<Img>(o, std::move(data), follow, kDetection, sluice::ragged<Box>{.row = {4}},
                                     sluice::ragged<Cls>{});
 }
+
+// A COCO detection dataset: the image folder images= and the annotation file path=; boxes come
+// as the reader converts them (xyxy pixels, or xywh as stored), classes contiguous (or the ids),
+// iscrowd beside them, all three following the image's crop and flip.
+loader_ptr make_coco_loader(const options& o) {
+  constexpr sluice::fixed_string Img = "image";
+  constexpr sluice::fixed_string Box = "boxes";
+  constexpr sluice::fixed_string Cls = "classes";
+  constexpr sluice::fixed_string Crowd = "iscrowd";
+  if (o.path.empty() || o.images.empty())
+    throw sluice::usage_error("sluice.coco: needs the images folder and the annotation file");
+  sluice::io::coco_options co{.contiguous = o.contiguous, .crowd = o.crowd, .keep_empty = o.keep_empty};
+  if (o.box_format == "xywh") co.boxes = sluice::codecs::box_format::xywh;
+  else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
+  sluice::io::coco_dataset data(o.images, o.path, co);
+  sluice::boxes<Box, Cls, Crowd> follow{};
+  follow.format = co.boxes;
+  follow.min_size = o.box_min_size;
+  follow.min_visible = o.box_min_visible;
+  return followed_image_loader<Img>(o, std::move(data), follow, kDetection, sluice::ragged<Box>{.row = {4}},
+                                    sluice::ragged<Cls>{}, sluice::ragged<Crowd>{});
+}
 #else
+loader_ptr make_coco_loader(const options& o) { return make_detection_loader(o); }
 loader_ptr make_detection_loader(const options& o) {
   throw sluice::usage_error("sluice: source='" + o.source + "' with image decoding needs a module built with TurboJPEG");
 }

@@ -30,6 +30,7 @@
 #include "sluice/diag/ranks.hpp"
 #include "sluice/diag/report.hpp"
 #include "sluice/diag/trace.hpp"
+#include "sluice/io/coco.hpp"
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/fixed_records.hpp"
 #include "sluice/io/mapped_file.hpp"

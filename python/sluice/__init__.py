@@ -22,6 +22,7 @@ naming the sources that take it):
 ``wds``             WebDataset tar shards of images and labels (a path, a brace pattern or a list)
 ``tfrecord``        TFRecord files of ``tf.train.Example`` images and labels (the same)
 ``mds``             a MosaicML Streaming (MDS) dataset of images and labels
+``coco``            a COCO detection dataset: an image folder and its instances JSON
 ``tokens``          a flat token file: next-token windows ``{"input", "target"}``
 ``documents``       tokens + document offsets: packed rows or padded documents
 ==================  ===========================================================================
@@ -62,6 +63,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import math
 import os
 import warnings
@@ -75,7 +77,8 @@ from .sample import Sampler
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
     "Boxes", "Collator", "Field", "image", "boxes", "field", "stack", "normalized", "ragged", "pad", "pack",
-    "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "tokens", "documents", "loader", "sample",
+    "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "tokens", "documents",
+    "loader", "sample",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -430,7 +433,7 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
 
 class Source:
     """What a loader reads: made by :func:`records`, :func:`npy`, :func:`idx`, :func:`shard`,
-    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`tokens` or :func:`documents`."""
+    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`coco`, :func:`tokens` or :func:`documents`."""
 
     __slots__ = ("kind", "engine", "labelled")
 
@@ -635,6 +638,49 @@ def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optio
     return Source("tfrecord", kw, True)
 
 
+def coco(images: PathLike, annotations: PathLike, *, decode: Optional[Image] = None, format: str = "xyxy",
+         min_size: float = 1.0, min_visible: float = 0.0, crowd: bool = True, keep_empty: bool = True,
+         contiguous: bool = True, output: Optional[str] = None, mean=None, std=None) -> Source:
+    """A COCO detection dataset as it is distributed: the image folder ``images`` and its annotation
+    file ``annotations`` (``instances_train2017.json``), read without conversion. A sample is an
+    entry of the file's ``"images"`` (in the file's order), its image decoded as ``decode=`` says;
+    its annotations' boxes, classes and iscrowd flags follow the image's crop and flip (a box left
+    with a side under ``min_size`` output pixels, or under ``min_visible`` of its area in view, is
+    dropped with its class and flag)::
+
+        {"image": (B, ...), "boxes": (n, 4) float32, "boxes.offsets": (B+1,) int64,
+         "classes": (n,) int64, "classes.offsets", "iscrowd": (n,) uint8, "iscrowd.offsets"}
+
+    format:     ``"xyxy"`` (COCO's ``[x, y, w, h]`` converted to corners, output pixels) or ``"xywh"``.
+    contiguous: class k is the k-th category in id order (COCO's 80 ids of 1..90 become 0..79;
+                :func:`coco_categories` lists them); ``False``: the category ids as stored.
+    crowd:      ``False`` drops crowd annotations (``iscrowd`` 1).
+    keep_empty: ``False`` drops images without annotations (as detection trainers often do).
+
+    A bad annotation file is a ``FormatError`` naming the file and the entry
+    (``annotations[17].bbox: a negative width``); images it lists that are missing from the folder
+    are one error at construction listing the first of them."""
+    if format not in ("xyxy", "xywh"):
+        raise _usage(f"sluice.coco: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    for name, v in (("crowd", crowd), ("keep_empty", keep_empty), ("contiguous", contiguous)):
+        if not isinstance(v, bool):
+            raise _usage(f"sluice.coco: {name}={v!r} is not accepted; use True or False")
+    b = Boxes("boxes", "classes", format, False, min_size, min_visible)
+    kw: Dict[str, Any] = dict(source="coco", images=_path("images", images), path=_path("annotations", annotations),
+                              box_format=format, box_min_size=b.min_size, box_min_visible=b.min_visible,
+                              crowd=crowd, keep_empty=keep_empty, contiguous=contiguous)
+    _image_keywords("coco", decode, output, mean, std, kw)
+    return Source("coco", kw, False)
+
+
+def coco_categories(annotations: PathLike) -> list:
+    """The categories of a COCO annotation file in class order, as :func:`coco` numbers them with
+    ``contiguous=True``: element k is ``(id, name)`` of class k (the categories sorted by id)."""
+    with open(_path("annotations", annotations), "rb") as f:
+        doc = json.load(f)
+    return sorted((int(c["id"]), str(c.get("name", ""))) for c in doc.get("categories", []))
+
+
 def mds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional[str] = None,
         label_field: Optional[str] = None, output: Optional[str] = None, mean=None, std=None,
         fields: Optional[Dict[str, Field]] = None) -> Source:
@@ -836,7 +882,7 @@ class Loader:
         return f"sluice.Loader({self.source!r}, sampler={self.sampler!r})"
 
 
-_SOURCES = {f.__name__: f for f in (records, npy, idx, shard, wds, tfrecord, mds, tokens, documents)}
+_SOURCES = {f.__name__: f for f in (records, npy, idx, shard, wds, tfrecord, mds, coco, tokens, documents)}
 _LOADER_KEYWORDS = [p for p in _param_names(Loader.__init__) if p != "source"]
 _HOMES: Dict[str, Sequence[str]] = {f"sluice.{n}": _param_names(f) for n, f in _SOURCES.items()}
 _HOMES["sluice.Loader"] = _LOADER_KEYWORDS

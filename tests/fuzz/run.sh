@@ -2,7 +2,7 @@
 # Builds sluice's libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and runs each
 # for a bounded time on a scratch copy of its seed corpus (tests/data/fuzz/<target>/).
 #
-#   tests/fuzz/run.sh [seconds-per-target=10] [target...]      targets: tfrecord tf_example tar npy shard mds jpeg png
+#   tests/fuzz/run.sh [seconds-per-target=10] [target...]      targets: tfrecord tf_example tar npy shard mds coco jpeg png
 #
 # Exit status 0 when every target ran its time without a crash; crash inputs are left in
 # $SLUICE_FUZZ_OUT (default build/fuzz/) as crash-* files. Needs clang++ with the libFuzzer
@@ -13,7 +13,7 @@ root="$(cd "$here/../.." && pwd)"
 seconds="${1:-10}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(tfrecord tf_example tar npy shard mds jpeg png)
+[ ${#targets[@]} -eq 0 ] && targets=(tfrecord tf_example tar npy shard mds coco jpeg png)
 out="${SLUICE_FUZZ_OUT:-$root/build/fuzz}"
 cxx="${CLANGXX:-$(command -v clang++ || command -v clang++-14 || true)}"
 if [ -z "$cxx" ]; then echo "fuzz: clang++ not found; skipping" >&2; exit 0; fi

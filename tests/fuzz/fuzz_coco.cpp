@@ -1,0 +1,28 @@
+// libFuzzer target: a COCO annotation file's text (io/coco.hpp's parse_coco, over io/json.hpp):
+// a format_error or tables whose rows agree with each other, never a crash or a hang.
+#include <cstdlib>
+#include <string_view>
+
+#include "sluice/io/coco.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  for (bool contiguous : {true, false}) {
+    try {
+      const auto t = sluice::io::parse_coco(text, "fuzz.json", {.contiguous = contiguous, .crowd = contiguous});
+      if (t.first_box.size() != t.image_ids.size() + 1 || t.file_names.size() != t.image_ids.size()) std::abort();
+      if (t.first_box.back() != t.classes.size() || t.boxes.size() != 4 * t.classes.size() ||
+          t.iscrowd.size() != t.classes.size())
+        std::abort();
+      for (std::size_t i = 0; i + 1 < t.first_box.size(); ++i)
+        if (t.first_box[i] > t.first_box[i + 1]) std::abort();
+      for (std::size_t r = 0; r < t.classes.size(); ++r) {
+        if (t.iscrowd[r] > 1) std::abort();
+        if (contiguous && (t.classes[r] < 0 || static_cast<std::size_t>(t.classes[r]) >= t.categories.size())) std::abort();
+        if (t.boxes[4 * r + 2] < t.boxes[4 * r] || t.boxes[4 * r + 3] < t.boxes[4 * r + 1]) std::abort();
+      }
+    } catch (const sluice::format_error&) {
+    }
+  }
+  return 0;
+}

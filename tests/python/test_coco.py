@@ -1,0 +1,168 @@
+"""COCO from Python: sluice.coco(images, annotations) reads an image folder and its instances JSON
+as written by the tools people use (PIL images, a json.dump'ed annotation file with COCO's xywh
+boxes, category ids with gaps, crowd regions, images without annotations), with the boxes, classes
+and iscrowd flags following random_resized_crop + flip; every kept box is checked on the pixels."""
+import json
+
+import numpy as np
+import pytest
+
+import sluice
+
+Image = pytest.importorskip("PIL.Image")
+
+# Category ids as COCO has them (with gaps), each drawn in its own colour.
+CATEGORIES = [{"id": 18, "name": "dog"}, {"id": 1, "name": "person"}, {"id": 3, "name": "car"}]
+COLOUR = {1: (220, 30, 30), 3: (30, 200, 40), 18: (40, 60, 220)}
+CLASS_OF = {1: 0, 3: 1, 18: 2}  # contiguous: ids in order
+PALETTE = np.array([COLOUR[1], COLOUR[3], COLOUR[18]], dtype=np.int32)
+
+
+def write_coco(root, n=24):
+    """n images (every 5th without annotations), 1-3 rectangles each; returns the annotation path."""
+    rng = np.random.default_rng(5)
+    (root / "train").mkdir()
+    images, anns = [], []
+    for k in range(n):
+        w, h = int(rng.integers(160, 241)), int(rng.integers(120, 181))
+        px = np.full((h, w, 3), 118, np.uint8)
+        image_id = 1000 + 7 * k
+        if k % 5 != 4:
+            m = int(rng.integers(1, 4))
+            band = w // m
+            for j in range(m):
+                bw, bh = int(rng.integers(20, band - 4)), int(rng.integers(20, h - 4))
+                x0, y0 = j * band + int(rng.integers(0, band - bw + 1)), int(rng.integers(0, h - bh + 1))
+                cat = [1, 3, 18][int(rng.integers(0, 3))]
+                px[y0:y0 + bh, x0:x0 + bw] = COLOUR[cat]
+                anns.append({"id": len(anns) + 1, "image_id": image_id, "category_id": cat, "area": float(bw * bh),
+                             "bbox": [float(x0), float(y0), float(bw), float(bh)], "iscrowd": int(j == 2),
+                             "segmentation": [[x0, y0, x0 + bw, y0, x0 + bw, y0 + bh]]})
+        name = f"{image_id:012d}.jpg"
+        Image.fromarray(px).save(root / "train" / name, format="JPEG", quality=92)
+        images.append({"id": image_id, "file_name": name, "width": w, "height": h})
+    rng.shuffle(anns)  # annotations in no particular order, as in COCO's files
+    path = root / "instances_train.json"
+    path.write_text(json.dumps({"info": {}, "licenses": [], "images": images, "annotations": anns,
+                                "categories": CATEGORIES}))
+    return path, images, anns
+
+
+def class_at(p):
+    d = np.abs(PALETTE - p.astype(np.int32)).sum(axis=1)
+    return int(d.argmin()) if d.min() < 90 else -1
+
+
+def epoch(src, workers, size=96):
+    tally = dict(samples=0, kept=0, checked=0, wrong=0, outside=0, crowd=0)
+    parts = []
+    with sluice.Loader(src, batch_size=5, workers=workers, sampler=sluice.sample.shuffle(seed=3),
+                       drop_last=False) as loader:
+        for b in loader:
+            img, boxes = np.from_dlpack(b["image"]), np.from_dlpack(b["boxes"])
+            cls, crowd, off = np.from_dlpack(b["classes"]), np.from_dlpack(b["iscrowd"]), np.from_dlpack(b["boxes.offsets"])
+            assert boxes.dtype == np.float32 and boxes.shape[1:] == (4,) and cls.dtype == np.int64
+            assert crowd.dtype == np.uint8 and (np.from_dlpack(b["iscrowd.offsets"]) == off).all()
+            parts += [a.tobytes() for a in (img, boxes, cls, crowd, off)]
+            tally["samples"] += img.shape[0]
+            tally["kept"] += boxes.shape[0]
+            tally["crowd"] += int(crowd.sum())
+            for i in range(img.shape[0]):
+                for r, c in zip(boxes[off[i]:off[i + 1]], cls[off[i]:off[i + 1]]):
+                    if not (0 <= r[0] < r[2] <= size and 0 <= r[1] < r[3] <= size):
+                        tally["outside"] += 1
+                        continue
+                    if r[2] - r[0] < 8 or r[3] - r[1] < 8:
+                        continue
+                    tally["checked"] += 1
+                    pts = [img[i, int(r[1] + fy * (r[3] - r[1])), int(r[0] + fx * (r[2] - r[0]))]
+                           for fx in (0.25, 0.75) for fy in (0.25, 0.75)]
+                    tally["wrong"] += any(class_at(p) != c for p in pts)
+    return tally, b"".join(parts)
+
+
+def test_coco_boxes_follow_the_crop_and_flip(tmp_path):
+    path, images, anns = write_coco(tmp_path)
+    src = sluice.coco(tmp_path / "train", path, decode=sluice.image((96, 96), crop="random_resized", flip=True),
+                      min_size=2)
+    t, two = epoch(src, 2)
+    assert t["samples"] == len(images)
+    assert t["outside"] == 0 and t["wrong"] == 0
+    assert t["checked"] >= len(anns) // 3
+    _, zero = epoch(src, 0)
+    assert zero == two
+
+    # A centre crop: an annotation wholly inside the window arrives, converted to xyxy output pixels,
+    # with its class and flag; one wholly outside does not; none arrives that the image lacks.
+    plain = sluice.coco(tmp_path / "train", path, decode=sluice.image((96, 96)))
+    with sluice.Loader(plain, batch_size=len(images), sampler=sluice.sample.sequential(), workers=1) as ld:
+        b = next(iter(ld))
+    boxes, cls, off = np.from_dlpack(b["boxes"]), np.from_dlpack(b["classes"]), np.from_dlpack(b["boxes.offsets"])
+    crowd = np.from_dlpack(b["iscrowd"])
+    inside = 0
+    for i, im in enumerate(images):
+        s = max(96 / im["width"], 96 / im["height"])
+        wx, wy = (im["width"] - 96 / s) / 2, (im["height"] - 96 / s) / 2
+        got = {(int(c), int(f), tuple(np.round(r, 2))) for r, c, f in
+               zip(boxes[off[i]:off[i + 1]], cls[off[i]:off[i + 1]], crowd[off[i]:off[i + 1]])}
+        mine = [a for a in anns if a["image_id"] == im["id"]]
+        assert len(got) <= len(mine)
+        for a in mine:
+            x, y, w, h = a["bbox"]
+            want = (CLASS_OF[a["category_id"]], a["iscrowd"],
+                    tuple(np.round(np.array([(x - wx) * s, (y - wy) * s, (x + w - wx) * s, (y + h - wy) * s],
+                                            np.float32), 2)))
+            if x >= wx and x + w <= wx + 96 / s and y >= wy and y + h <= wy + 96 / s:
+                inside += 1
+                assert any(g[:2] == want[:2] and np.allclose(g[2], want[2], atol=0.02) for g in got), (a, got)
+            elif x + w <= wx or x >= wx + 96 / s:
+                assert not any(g[:2] == want[:2] and np.allclose(g[2], want[2], atol=0.02) for g in got)
+    assert inside >= len(anns) // 4
+    assert sum(off[i + 1] == off[i] for i in range(len(images))) >= len(images) // 5  # kept, with no boxes
+
+    assert sluice.coco_categories(path) == [(1, "person"), (3, "car"), (18, "dog")]
+
+
+def test_coco_options(tmp_path):
+    path, images, anns = write_coco(tmp_path)
+    img = sluice.image((64, 64))
+
+    def first_batch(**kw):
+        with sluice.Loader(sluice.coco(tmp_path / "train", path, decode=img, **kw), batch_size=64,
+                           sampler=sluice.sample.sequential(), drop_last=False, workers=1) as ld:
+            return next(iter(ld))
+
+    b = first_batch(keep_empty=False, crowd=False)
+    assert np.from_dlpack(b["image"]).shape[0] == len({a["image_id"] for a in anns if not a["iscrowd"]})
+    assert np.from_dlpack(b["iscrowd"]).sum() == 0
+    b = first_batch(contiguous=False)
+    assert set(np.from_dlpack(b["classes"]).tolist()) <= {1, 3, 18}
+    xywh = np.from_dlpack(first_batch(format="xywh")["boxes"])
+    xyxy = np.from_dlpack(first_batch()["boxes"])
+    np.testing.assert_allclose(xywh[:, 2:], xyxy[:, 2:] - xyxy[:, :2], rtol=1e-5, atol=1e-4)
+
+
+def test_coco_bad_input_is_named(tmp_path):
+    path, images, anns = write_coco(tmp_path, n=6)
+    img = sluice.image((64, 64))
+    doc = json.loads(path.read_text())
+    doc["annotations"][2]["bbox"][2] = -4.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(sluice.FormatError, match=r"bad.json.*annotations\[2\]\.bbox: a negative width"):
+        sluice.Loader(sluice.coco(tmp_path / "train", bad, decode=img), batch_size=2)
+    doc = json.loads(path.read_text())
+    doc["annotations"][0]["category_id"] = 2
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(sluice.FormatError, match=r"annotations\[0\]: category_id 2 is not an id of"):
+        sluice.Loader(sluice.coco(tmp_path / "train", bad, decode=img), batch_size=2)
+    (tmp_path / "train" / images[1]["file_name"]).unlink()
+    with pytest.raises(sluice.FormatError, match=r"1 of its 6 images are not files in .*" + images[1]["file_name"]):
+        sluice.Loader(sluice.coco(tmp_path / "train", path, decode=img), batch_size=2)
+    with pytest.raises(sluice.UsageError, match="format='cxcywh' is not accepted"):
+        sluice.coco(tmp_path / "train", path, decode=img, format="cxcywh")
+    with pytest.raises(TypeError, match="boxes"):
+        sluice.coco(tmp_path / "train", path, decode=img, boxes=sluice.boxes())
+    with pytest.raises(sluice.UsageError, match="class_balanced"):
+        sluice.Loader(sluice.coco(tmp_path / "train", path, decode=img), batch_size=2,
+                      sampler=sluice.sample.class_balanced())
