@@ -84,6 +84,9 @@ struct options {
   std::vector<std::string> paths;
   // COCO (io::coco_options): crowd annotations kept, images without boxes kept, classes 0..K-1.
   bool crowd = true, keep_empty = true, contiguous = true;
+  // YOLO (io::yolo_options): the class count (0: any), polygon lines read as their bounding box.
+  std::uint64_t class_count = 0;
+  bool polygons = false;
 };
 
 // The shards of a sharded source: paths= as given, or path= with its braces expanded.
@@ -206,6 +209,7 @@ loader_ptr make_image_loader(const options& o);    // shard + decode="jpeg", wds
 loader_ptr make_detection_loader(const options& o);  // wds with boxes= and classes=
 loader_ptr make_segmentation_loader(const options& o);  // wds with mask=
 loader_ptr make_coco_loader(const options& o);  // a COCO image folder (images=) and its annotation file (path=)
+loader_ptr make_yolo_loader(const options& o);  // a YOLO images folder (images=), labels beside it or labels=
 loader_ptr make_token_loader(const options& o);    // tokens, documents
 loader_ptr make_fields_loader(const options& o);   // wds with fields=
 

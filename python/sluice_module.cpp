@@ -36,12 +36,13 @@ loader_ptr make_loader(const options& o) {
   if (o.source == "wds" && !o.mask.empty()) return make_segmentation_loader(o);
   if (o.source == "wds" && !o.boxes.empty()) return make_detection_loader(o);
   if (o.source == "coco") return make_coco_loader(o);
+  if (o.source == "yolo") return make_yolo_loader(o);
   if (!o.boxes.empty() || !o.classes.empty())
     throw sluice::usage_error("sluice: boxes= and classes= are read from WebDataset samples (source='wds'), not source='" +
                               o.source + "'");
   if (o.source == "shard" || o.source == "wds" || o.source == "tfrecord" || o.source == "mds") return make_image_loader(o);
   if (o.source == "tokens" || o.source == "documents") return make_token_loader(o);
-  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'npy', 'shard', 'wds', 'tfrecord', 'mds', 'coco', 'tokens' or 'documents'");
+  bad_value("source", "'" + o.source + "'", "'idx', 'records', 'npy', 'shard', 'wds', 'tfrecord', 'mds', 'coco', 'yolo', 'tokens' or 'documents'");
 }
 
 // One field of fields= as the sluice package sends it (every key present; python/sluice/__init__.py).
@@ -88,7 +89,8 @@ PYBIND11_MODULE(_sluice, m) {
          std::int64_t rank, std::int64_t world_size, std::int64_t sampler_seed, std::uint64_t hold_budget,
          std::string boxes, std::string classes, std::string box_format, bool box_normalized, double box_min_size,
          double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields,
-         std::vector<std::string> paths, bool crowd, bool keep_empty, bool contiguous) {
+         std::vector<std::string> paths, bool crowd, bool keep_empty, bool contiguous,
+         std::uint64_t class_count, bool polygons) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -109,6 +111,8 @@ PYBIND11_MODULE(_sluice, m) {
         o.crowd = crowd;
         o.keep_empty = keep_empty;
         o.contiguous = contiguous;
+        o.class_count = class_count;
+        o.polygons = polygons;
         for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
@@ -130,6 +134,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("box_format") = "xyxy", py::arg("box_normalized") = false, py::arg("box_min_size") = 1.0,
       py::arg("box_min_visible") = 0.0, py::arg("mask") = "", py::arg("ignore_index") = 255, py::arg("fields") = py::list(),
       py::arg("paths") = std::vector<std::string>{}, py::arg("crowd") = true, py::arg("keep_empty") = true,
-      py::arg("contiguous") = true,
+      py::arg("contiguous") = true, py::arg("class_count") = 0, py::arg("polygons") = false,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

@@ -13,6 +13,7 @@
 #if SLUICE_WITH_TURBOJPEG
 #include "sluice/io/coco.hpp"
 #include "sluice/io/wds.hpp"
+#include "sluice/io/yolo.hpp"
 #include "sluice/stage/decode.hpp"
 #endif
 
@@ -72,8 +73,30 @@ loader_ptr make_coco_loader(const options& o) {
   return followed_image_loader<Img>(o, std::move(data), follow, kDetection, sluice::ragged<Box>{.row = {4}},
                                     sluice::ragged<Cls>{}, sluice::ragged<Crowd>{});
 }
+
+// A YOLO dataset: the images folder images=, labels beside it (Ultralytics' rule) or in labels=;
+// boxes as fractions of the image, following its crop and flip as fractions of the output.
+loader_ptr make_yolo_loader(const options& o) {
+  constexpr sluice::fixed_string Img = "image";
+  constexpr sluice::fixed_string Box = "boxes";
+  constexpr sluice::fixed_string Cls = "classes";
+  if (o.images.empty()) throw sluice::usage_error("sluice.yolo: needs the images folder");
+  sluice::io::yolo_options yo{.classes = static_cast<std::size_t>(o.class_count), .labels = o.labels,
+                              .keep_empty = o.keep_empty, .polygons = o.polygons};
+  if (o.box_format == "xywh") yo.boxes = sluice::codecs::box_format::xywh;
+  else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
+  sluice::io::yolo_dataset data(o.images, yo);
+  sluice::boxes<Box, Cls> follow{};
+  follow.format = yo.boxes;
+  follow.normalized = true;
+  follow.min_size = o.box_min_size;
+  follow.min_visible = o.box_min_visible;
+  return followed_image_loader<Img>(o, std::move(data), follow, kDetection, sluice::ragged<Box>{.row = {4}},
+                                    sluice::ragged<Cls>{});
+}
 #else
 loader_ptr make_coco_loader(const options& o) { return make_detection_loader(o); }
+loader_ptr make_yolo_loader(const options& o) { return make_detection_loader(o); }
 loader_ptr make_detection_loader(const options& o) {
   throw sluice::usage_error("sluice: source='" + o.source + "' with image decoding needs a module built with TurboJPEG");
 }

@@ -47,6 +47,7 @@
 #include "sluice/io/shard_pattern.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/wds_tar.hpp"
+#include "sluice/io/yolo.hpp"
 #include "sluice/policy/cache.hpp"
 #include "sluice/policy/depth.hpp"
 #include "sluice/policy/depth_fixed.hpp"

@@ -23,6 +23,7 @@ naming the sources that take it):
 ``tfrecord``        TFRecord files of ``tf.train.Example`` images and labels (the same)
 ``mds``             a MosaicML Streaming (MDS) dataset of images and labels
 ``coco``            a COCO detection dataset: an image folder and its instances JSON
+``yolo``            a YOLO detection dataset: images/ beside labels/ (Ultralytics' layout)
 ``tokens``          a flat token file: next-token windows ``{"input", "target"}``
 ``documents``       tokens + document offsets: packed rows or padded documents
 ==================  ===========================================================================
@@ -77,7 +78,8 @@ from .sample import Sampler
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
     "Boxes", "Collator", "Field", "image", "boxes", "field", "stack", "normalized", "ragged", "pad", "pack",
-    "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "tokens", "documents",
+    "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "yolo", "tokens",
+    "documents",
     "loader", "sample",
 ]
 
@@ -433,7 +435,7 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
 
 class Source:
     """What a loader reads: made by :func:`records`, :func:`npy`, :func:`idx`, :func:`shard`,
-    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`coco`, :func:`tokens` or :func:`documents`."""
+    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`coco`, :func:`yolo`, :func:`tokens` or :func:`documents`."""
 
     __slots__ = ("kind", "engine", "labelled")
 
@@ -673,6 +675,41 @@ def coco(images: PathLike, annotations: PathLike, *, decode: Optional[Image] = N
     return Source("coco", kw, False)
 
 
+def yolo(images: PathLike, *, decode: Optional[Image] = None, labels: Optional[PathLike] = None, classes: int = 0,
+         format: str = "xyxy", min_size: float = 1.0, min_visible: float = 0.0, keep_empty: bool = True,
+         polygons: bool = False, output: Optional[str] = None, mean=None, std=None) -> Source:
+    """A YOLO detection dataset as Ultralytics lays it out: every ``.jpg``/``.jpeg``/``.png`` under
+    ``images`` (sub-folders too, in path order) with its label file, the path's last
+    ``/images/`` made ``/labels/`` and its extension ``.txt`` (or the same path below ``labels=``):
+    one line ``class cx cy w h`` a box, as fractions of the image. Boxes and classes follow the
+    image's crop and flip and arrive as fractions of the output image::
+
+        {"image": (B, ...), "boxes": (n, 4) float32, "boxes.offsets": (B+1,) int64,
+         "classes": (n,) int64, "classes.offsets": (B+1,) int64}
+
+    format:     ``"xyxy"`` (x0 y0 x1 y1, converted from cx cy w h) or ``"xywh"``; fractions either way.
+    classes:    the class count (data.yaml's ``nc``): a label of a class at or above it is an error.
+    keep_empty: ``False`` drops images without boxes (no label file, or an empty one).
+    polygons:   ``True`` reads a segmentation dataset's polygon lines as their bounding boxes
+                (without it such a line is an error; pose labels are not read).
+    min_size, min_visible: as :func:`boxes` (``min_size`` in output pixels).
+
+    Images of other kinds (``.webp``, ``.bmp``, ...) are refused at construction, naming them: none
+    is left out silently. A bad label line is a ``FormatError`` naming the file and the line."""
+    if format not in ("xyxy", "xywh"):
+        raise _usage(f"sluice.yolo: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    for name, v in (("keep_empty", keep_empty), ("polygons", polygons)):
+        if not isinstance(v, bool):
+            raise _usage(f"sluice.yolo: {name}={v!r} is not accepted; use True or False")
+    b = Boxes("boxes", "classes", format, True, min_size, min_visible)
+    kw: Dict[str, Any] = dict(source="yolo", images=_path("images", images),
+                              labels=_path("labels", labels) if labels is not None else "",
+                              class_count=_int("classes", classes), box_format=format, box_min_size=b.min_size,
+                              box_min_visible=b.min_visible, keep_empty=keep_empty, polygons=polygons)
+    _image_keywords("yolo", decode, output, mean, std, kw)
+    return Source("yolo", kw, False)
+
+
 def coco_categories(annotations: PathLike) -> list:
     """The categories of a COCO annotation file in class order, as :func:`coco` numbers them with
     ``contiguous=True``: element k is ``(id, name)`` of class k (the categories sorted by id)."""
@@ -882,7 +919,7 @@ class Loader:
         return f"sluice.Loader({self.source!r}, sampler={self.sampler!r})"
 
 
-_SOURCES = {f.__name__: f for f in (records, npy, idx, shard, wds, tfrecord, mds, coco, tokens, documents)}
+_SOURCES = {f.__name__: f for f in (records, npy, idx, shard, wds, tfrecord, mds, coco, yolo, tokens, documents)}
 _LOADER_KEYWORDS = [p for p in _param_names(Loader.__init__) if p != "source"]
 _HOMES: Dict[str, Sequence[str]] = {f"sluice.{n}": _param_names(f) for n, f in _SOURCES.items()}
 _HOMES["sluice.Loader"] = _LOADER_KEYWORDS

@@ -1,9 +1,11 @@
-// libFuzzer target: a COCO annotation file's text (io/coco.hpp's parse_coco, over io/json.hpp):
-// a format_error or tables whose rows agree with each other, never a crash or a hang.
+// libFuzzer target: detection annotations as text. The same input as a COCO annotation file
+// (io/coco.hpp's parse_coco, over io/json.hpp) and as a YOLO label file (io/yolo.hpp): a
+// format_error or tables whose rows agree with each other, never a crash or a hang.
 #include <cstdlib>
 #include <string_view>
 
 #include "sluice/io/coco.hpp"
+#include "sluice/io/yolo.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -23,6 +25,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     } catch (const sluice::format_error&) {
     }
+  }
+  for (bool polygons : {false, true}) {
+    std::vector<float> boxes;
+    std::vector<std::int64_t> classes;
+    try {
+      sluice::io::detail::parse_yolo_labels(text, "fuzz.txt", {.classes = polygons ? 0u : 80u, .polygons = polygons},
+                                            boxes, classes);
+    } catch (const sluice::format_error&) {
+    }
+    if (boxes.size() != 4 * classes.size()) std::abort();
+    for (std::size_t r = 0; r < classes.size(); ++r)
+      if (classes[r] < 0 || boxes[4 * r + 2] < boxes[4 * r] || boxes[4 * r + 3] < boxes[4 * r + 1]) std::abort();
   }
   return 0;
 }

@@ -41,8 +41,6 @@
 // Thread-safety: after construction every member is safe to call concurrently.
 #pragma once
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -59,6 +57,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/io/image_files.hpp"
 #include "sluice/io/json.hpp"
 #include "sluice/io/regular_file.hpp"
 
@@ -82,9 +81,7 @@ struct coco_category {
 };
 
 // A sample of coco_dataset: the fields as views, and the image's bytes they point into.
-struct coco_sample : fields_sample<coco_schema> {
-  std::shared_ptr<const std::string> image_bytes;
-};
+using coco_sample = image_file_sample<coco_schema>;
 
 // The tables coco_dataset keeps, parsed from an annotation file's text (no files are touched:
 // what the fuzz target runs).
@@ -240,26 +237,10 @@ class coco_dataset {
   coco_dataset(std::string images, std::string annotations, coco_options o = {})
       : dir_(std::move(images)), file_(std::move(annotations)), opt_(o) {
     t_ = parse_coco(detail::read_small_file(file_, opt_.max_annotation_bytes, "a COCO annotation file"), file_, opt_);
-    struct stat st {};
-    if (::stat(dir_.c_str(), &st) != 0) throw io_error(dir_, "cannot open the images folder", errno);
-    if (!S_ISDIR(st.st_mode))
-      throw usage_error("sluice: coco_dataset: '" + dir_ + "' is not a directory (the images folder of '" + file_ + "')");
+    detail::check_directory(dir_, "coco_dataset", "the images folder of '" + file_ + "'");
     paths_.reserve(t_.file_names.size());
-    std::vector<std::string> missing;
-    std::size_t n_missing = 0;
-    for (const auto& name : t_.file_names) {
-      paths_.push_back(dir_ + (dir_.empty() || dir_.back() == '/' ? "" : "/") + name);
-      if (::stat(paths_.back().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        if (missing.size() < 5) missing.push_back(name);
-        ++n_missing;
-      }
-    }
-    if (n_missing != 0) {
-      std::string list;
-      for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-      throw format_error(file_, {}, std::to_string(n_missing) + " of its " + std::to_string(paths_.size()) +
-                                        " images are not files in '" + dir_ + "': " + list + (n_missing > missing.size() ? ", ..." : ""));
-    }
+    for (const auto& name : t_.file_names) paths_.push_back(detail::join_path(dir_, name));
+    detail::check_image_files(paths_, t_.file_names, dir_, file_);
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return t_.image_ids.size(); }
@@ -280,9 +261,8 @@ class coco_dataset {
     coco_sample s;
     s.id = i;
     s.origin = paths_[i];
-    s.image_bytes = std::make_shared<const std::string>(detail::read_small_file(paths_[i], opt_.max_image_bytes, "an image"));
+    detail::set_image(s, detail::read_image_file(paths_[i], opt_.max_image_bytes));
     const std::size_t a = t_.first_box[i], b = t_.first_box[i + 1];
-    s.set<"image">(std::as_bytes(std::span(s.image_bytes->data(), s.image_bytes->size())));
     s.set<"boxes">(std::span<const float>(t_.boxes.data() + 4 * a, 4 * (b - a)));
     s.set<"classes">(std::span<const std::int64_t>(t_.classes.data() + a, b - a));
     s.set<"iscrowd">(std::span<const std::uint8_t>(t_.iscrowd.data() + a, b - a));

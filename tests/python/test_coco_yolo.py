@@ -1,7 +1,9 @@
-"""COCO from Python: sluice.coco(images, annotations) reads an image folder and its instances JSON
-as written by the tools people use (PIL images, a json.dump'ed annotation file with COCO's xywh
-boxes, category ids with gaps, crowd regions, images without annotations), with the boxes, classes
-and iscrowd flags following random_resized_crop + flip; every kept box is checked on the pixels."""
+"""COCO and YOLO from Python: sluice.coco(images, annotations) reads an image folder and its
+instances JSON as written by the tools people use (PIL images, a json.dump'ed annotation file with
+COCO's xywh boxes, category ids with gaps, crowd regions, images without annotations), and
+sluice.yolo(images) Ultralytics' images/ beside labels/ layout (cx cy w h fractions, background
+images without a label file), with the boxes and classes following random_resized_crop + flip;
+every kept box is checked on the pixels."""
 import json
 
 import numpy as np
@@ -53,16 +55,20 @@ def class_at(p):
     return int(d.argmin()) if d.min() < 90 else -1
 
 
-def epoch(src, workers, size=96):
+def epoch(src, workers, size=96, fractions=False):
     tally = dict(samples=0, kept=0, checked=0, wrong=0, outside=0, crowd=0)
     parts = []
     with sluice.Loader(src, batch_size=5, workers=workers, sampler=sluice.sample.shuffle(seed=3),
                        drop_last=False) as loader:
         for b in loader:
             img, boxes = np.from_dlpack(b["image"]), np.from_dlpack(b["boxes"])
-            cls, crowd, off = np.from_dlpack(b["classes"]), np.from_dlpack(b["iscrowd"]), np.from_dlpack(b["boxes.offsets"])
+            cls, off = np.from_dlpack(b["classes"]), np.from_dlpack(b["boxes.offsets"])
+            crowd = np.from_dlpack(b["iscrowd"]) if "iscrowd" in b else np.zeros(len(cls), np.uint8)
             assert boxes.dtype == np.float32 and boxes.shape[1:] == (4,) and cls.dtype == np.int64
-            assert crowd.dtype == np.uint8 and (np.from_dlpack(b["iscrowd.offsets"]) == off).all()
+            assert crowd.dtype == np.uint8 and len(crowd) == len(cls)
+            if fractions:
+                assert ((boxes >= 0) & (boxes <= 1)).all()
+                boxes = boxes * size
             parts += [a.tobytes() for a in (img, boxes, cls, crowd, off)]
             tally["samples"] += img.shape[0]
             tally["kept"] += boxes.shape[0]
@@ -166,3 +172,72 @@ def test_coco_bad_input_is_named(tmp_path):
     with pytest.raises(sluice.UsageError, match="class_balanced"):
         sluice.Loader(sluice.coco(tmp_path / "train", path, decode=img), batch_size=2,
                       sampler=sluice.sample.class_balanced())
+
+
+def write_yolo(root, n=20):
+    """Ultralytics' layout: images/train/*.jpg, labels/train/*.txt (cx cy w h fractions); every 4th
+    image is background (no label file, or an empty one)."""
+    rng = np.random.default_rng(9)
+    (root / "images" / "train").mkdir(parents=True)
+    (root / "labels" / "train").mkdir(parents=True)
+    boxes = 0
+    for k in range(n):
+        w, h = int(rng.integers(160, 241)), int(rng.integers(120, 181))
+        px = np.full((h, w, 3), 118, np.uint8)
+        lines = []
+        if k % 4 != 3:
+            m = int(rng.integers(1, 4))
+            band = w // m
+            for j in range(m):
+                bw, bh = int(rng.integers(20, band - 4)), int(rng.integers(20, h - 4))
+                x0, y0 = j * band + int(rng.integers(0, band - bw + 1)), int(rng.integers(0, h - bh + 1))
+                c = int(rng.integers(0, 3))
+                px[y0:y0 + bh, x0:x0 + bw] = PALETTE[c]
+                lines.append(f"{c} {(x0 + bw / 2) / w:.6f} {(y0 + bh / 2) / h:.6f} {bw / w:.6f} {bh / h:.6f}")
+                boxes += 1
+        Image.fromarray(px).save(root / "images" / "train" / f"{k:06d}.jpg", format="JPEG", quality=92)
+        if lines or k % 8 == 3:
+            (root / "labels" / "train" / f"{k:06d}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
+    return boxes
+
+
+def test_yolo_boxes_follow_the_crop_and_flip_as_fractions(tmp_path):
+    n_boxes = write_yolo(tmp_path)
+    src = sluice.yolo(tmp_path / "images" / "train", decode=sluice.image((96, 96), crop="random_resized", flip=True),
+                      classes=3)
+    t, two = epoch(src, 2, fractions=True)
+    assert t["samples"] == 20 and t["outside"] == 0 and t["wrong"] == 0
+    assert t["checked"] >= n_boxes // 3
+    _, zero = epoch(src, 0, fractions=True)
+    assert zero == two
+    # Background images kept (5 of 20), or dropped.
+    with sluice.Loader(sluice.yolo(tmp_path / "images" / "train", decode=sluice.image((64, 64)), keep_empty=False),
+                       batch_size=32, drop_last=False) as ld:
+        assert sum(np.from_dlpack(b["image"]).shape[0] for b in ld) == 15
+    # The same dataset with its labels folder named.
+    named = sluice.yolo(tmp_path / "images" / "train", labels=tmp_path / "labels" / "train",
+                        decode=sluice.image((96, 96), crop="random_resized", flip=True), classes=3)
+    assert epoch(named, 2, fractions=True)[1] == two
+
+
+def test_yolo_bad_input_is_named(tmp_path):
+    write_yolo(tmp_path, n=6)
+    img = sluice.image((64, 64))
+    images = tmp_path / "images" / "train"
+    (tmp_path / "labels" / "train" / "000000.txt").write_text("1 0.5 0.5 0.1 0.1\n2 0.5 0.5 0.1 0.1\n")
+    for f in (tmp_path / "labels" / "train").glob("00000[1-9].txt"):
+        f.unlink()
+    with pytest.raises(sluice.FormatError, match=r"000000.txt.*line 2: class 2 is not below the class count 2"):
+        sluice.Loader(sluice.yolo(images, decode=img, classes=2), batch_size=2)
+    (tmp_path / "labels" / "train" / "000000.txt").write_text("0 0.5 0.5 0.1\n")
+    with pytest.raises(sluice.FormatError, match=r"000000.txt.*line 1: 3 numbers after the class"):
+        sluice.Loader(sluice.yolo(images, decode=img), batch_size=2)
+    (tmp_path / "labels" / "train" / "000000.txt").write_text("0 0.1 0.1 0.5 0.1 0.3 0.6\n")
+    with pytest.raises(sluice.FormatError, match=r"polygons = true"):
+        sluice.Loader(sluice.yolo(images, decode=img), batch_size=2)
+    sluice.Loader(sluice.yolo(images, decode=img, polygons=True), batch_size=2)
+    (images / "x.webp").write_bytes(b"RIFF")
+    with pytest.raises(sluice.UsageError, match=r"not JPEG or PNG .*x.webp"):
+        sluice.Loader(sluice.yolo(images, decode=img), batch_size=2)
+    with pytest.raises(sluice.UsageError, match="format='cxcywh' is not accepted"):
+        sluice.yolo(images, decode=img, format="cxcywh")

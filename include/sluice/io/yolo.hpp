@@ -1,0 +1,233 @@
+// sluice/io/yolo.hpp — a YOLO detection dataset as Ultralytics and the tools that export to it
+// lay it out: images/<split>/name.jpg beside labels/<split>/name.txt, one line a box:
+//     class cx cy w h          (the box's centre and size as fractions of the image's width and height)
+//     class x1 y1 x2 y2 ...    (a polygon of a segmentation dataset: with .polygons = true, its
+//                              bounding box is taken; pose labels, which a line of keypoints
+//                              after the box cannot be told from, are not read)
+// read as samples with fields, without conversion:
+//
+//   "image"    u8, variable    the encoded file as stored (decode it with decode<"image">)
+//   "boxes"    f32, variable   rows of 4: x0 y0 x1 y1 as fractions of the image (or x y w h with
+//                              .boxes = box_format::xywh); follow a crop with
+//                              boxes<"boxes", "classes">{.normalized = true}
+//   "classes"  i64, variable   one per box: the line's class
+//
+// Images: every .jpg, .jpeg and .png under the images folder (its sub-folders too), in path
+// order. A file of another image kind (.bmp, .tif, .webp, ...) is refused at open, naming it:
+// sluice decodes JPEG and PNG, and a dataset is never read with images silently left out.
+// Labels: an image's label file is its path with the last "/images/" made "/labels/" and the
+// extension ".txt" (Ultralytics' rule), or .labels + the image's path below the images folder. An
+// image without a label file (or with an empty one) is a sample with no boxes (.keep_empty = false
+// drops it).
+//
+//   sluice::io::yolo_dataset yolo{"coco128/images/train2017", {.classes = 80}};
+//   auto loader = sluice::from(sluice::sample::shuffle(yolo.size(), {.seed = 1})) | sluice::read(yolo)
+//               | sluice::decode<"image">(jpeg, sluice::boxes<"boxes", "classes">{.normalized = true})
+//               | sluice::collate({.batch = 32}, sluice::stack<"image">{}, sluice::ragged<"boxes">{.row = {4}},
+//                                 sluice::ragged<"classes">{})
+//               | sluice::prefetch(2);
+//
+// Every label file is read and checked at open; a bad line is a format_error naming the file and
+// the line: a class that is not a non-negative integer (or is at or above .classes when given), a
+// coordinate that is not a finite number in [0, 1], a count of numbers other than 4 (or, with
+// .polygons, an even 6 or more). An image file is read when its sample is (fields(i)); one that cannot be read is
+// an io_error naming it.
+// Thread-safety: after construction every member is safe to call concurrently.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "sluice/codec/transform.hpp"
+#include "sluice/core/concepts.hpp"
+#include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
+#include "sluice/io/image_files.hpp"
+#include "sluice/io/regular_file.hpp"
+
+namespace sluice::io {
+
+using yolo_schema = schema<field<"image", std::uint8_t, variable>, field<"boxes", float, variable>,
+                           field<"classes", std::int64_t, variable>>;
+using yolo_sample = image_file_sample<yolo_schema>;
+
+struct yolo_options {
+  codecs::box_format boxes = codecs::box_format::xyxy;  // what "boxes" holds, as fractions of the image
+  std::size_t classes = 0;    // the class count (data.yaml's nc): a class at or above it is an error; 0: any
+  std::string labels{};       // the labels folder; empty: Ultralytics' images -> labels rule
+  bool keep_empty = true;     // keep images without boxes; false: drop them
+  bool polygons = false;      // read a line of 6 or more numbers as a polygon (its bounding box); false: an error
+  std::size_t max_image_bytes = std::size_t{1} << 28;
+  std::size_t max_label_bytes = std::size_t{1} << 24;
+};
+
+namespace detail {
+
+inline std::string lower_ext(const std::filesystem::path& p) {
+  std::string e = p.extension().string();
+  for (auto& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return e;
+}
+
+// Ultralytics' rule: the last "/images/" of the path made "/labels/", the extension ".txt".
+inline std::string yolo_label_of(const std::string& image) {
+  std::string l = image;
+  const auto at = l.rfind("/images/");
+  if (at != std::string::npos) l.replace(at, 8, "/labels/");
+  const auto slash = l.rfind('/');
+  const auto dot = l.rfind('.');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) l.erase(dot);
+  return l + ".txt";
+}
+
+// Parses one label file's text into rows (boxes: 4 a row, as `format` says; classes: one a row).
+inline void parse_yolo_labels(std::string_view text, const std::string& file, const yolo_options& o,
+                              std::vector<float>& boxes, std::vector<std::int64_t>& classes) {
+  std::size_t line_no = 0;
+  while (!text.empty()) {
+    ++line_no;
+    const auto eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+    const std::string where = "line " + std::to_string(line_no);
+    std::vector<std::string_view> tok;
+    for (std::size_t p = 0; p < line.size();) {
+      while (p < line.size() && std::isspace(static_cast<unsigned char>(line[p]))) ++p;
+      const std::size_t b = p;
+      while (p < line.size() && !std::isspace(static_cast<unsigned char>(line[p]))) ++p;
+      if (p > b) tok.push_back(line.substr(b, p - b));
+    }
+    if (tok.empty()) continue;
+    auto number = [&](std::string_view t, const char* what) {
+      double v = 0;
+      const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (r.ec != std::errc{} || r.ptr != t.data() + t.size() || !std::isfinite(v))
+        throw format_error(file, {}, where + ": " + what + " '" + std::string(t) + "' is not a number");
+      return v;
+    };
+    const double c = number(tok[0], "the class");
+    if (c < 0 || std::floor(c) != c || c > 9.0e15)
+      throw format_error(file, {}, where + ": the class '" + std::string(tok[0]) + "' is not a non-negative integer");
+    if (o.classes != 0 && c >= static_cast<double>(o.classes))
+      throw format_error(file, {}, where + ": class " + std::string(tok[0]) + " is not below the class count " +
+                                       std::to_string(o.classes));
+    const std::size_t n = tok.size() - 1;
+    if (n != 4 && (!o.polygons || n < 6 || n % 2 != 0))
+      throw format_error(file, {}, where + ": " + std::to_string(n) + " numbers after the class; a box is 4 (cx cy w h)" +
+                                       (o.polygons ? ", a polygon an even 6 or more"
+                                                   : " (a segmentation polygon, an even 6 or more, is read with .polygons "
+                                                     "= true as its bounding box; pose labels are not read)"));
+    std::vector<double> v(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      v[k] = number(tok[k + 1], "the coordinate");
+      if (v[k] < 0 || v[k] > 1)
+        throw format_error(file, {}, where + ": the coordinate " + std::string(tok[k + 1]) +
+                                         " is outside [0, 1] (YOLO labels are fractions of the image's size)");
+    }
+    double x0, y0, x1, y1;
+    if (n == 4) {
+      x0 = v[0] - v[2] / 2, y0 = v[1] - v[3] / 2, x1 = v[0] + v[2] / 2, y1 = v[1] + v[3] / 2;
+    } else {
+      x0 = x1 = v[0], y0 = y1 = v[1];
+      for (std::size_t k = 0; k < n; k += 2) {
+        x0 = std::min(x0, v[k]), x1 = std::max(x1, v[k]);
+        y0 = std::min(y0, v[k + 1]), y1 = std::max(y1, v[k + 1]);
+      }
+    }
+    if (o.boxes == codecs::box_format::xywh) x1 -= x0, y1 -= y0;
+    for (double x : {x0, y0, x1, y1}) boxes.push_back(static_cast<float>(x));
+    classes.push_back(static_cast<std::int64_t>(c));
+  }
+}
+
+}  // namespace detail
+
+class yolo_dataset {
+ public:
+  using reader_concept = reader_tag;
+  using schema_type = yolo_schema;
+  using sample_type = yolo_sample;
+
+  explicit yolo_dataset(std::string images, yolo_options o = {}) : dir_(std::move(images)), opt_(std::move(o)) {
+    detail::check_directory(dir_, "yolo_dataset", "the images folder");
+    if (!opt_.labels.empty()) detail::check_directory(opt_.labels, "yolo_dataset", "the labels folder");
+    namespace fs = std::filesystem;
+    std::vector<std::string> found, other;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir_, fs::directory_options::follow_directory_symlink, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      const std::string e = detail::lower_ext(it->path());
+      if (e == ".jpg" || e == ".jpeg" || e == ".png") found.push_back(it->path().string());
+      else if (e == ".bmp" || e == ".tif" || e == ".tiff" || e == ".webp" || e == ".dng" || e == ".mpo" ||
+               e == ".pfm" || e == ".heic" || e == ".gif")
+        other.push_back(it->path().string());
+    }
+    if (ec) throw io_error(dir_, "cannot list the images folder", ec.value());
+    if (!other.empty()) {
+      std::sort(other.begin(), other.end());
+      throw usage_error("sluice: yolo_dataset: '" + dir_ + "' holds " + std::to_string(other.size()) +
+                        " images that are not JPEG or PNG (" + other.front() + (other.size() > 1 ? ", ..." : "") +
+                        "); sluice decodes JPEG and PNG: convert them, or move them out of the folder");
+    }
+    std::sort(found.begin(), found.end());
+    first_box_.push_back(0);
+    for (auto& image : found) {
+      std::string label;
+      if (opt_.labels.empty()) {
+        label = detail::yolo_label_of(image);
+      } else {
+        label = detail::join_path(opt_.labels, fs::path(image).lexically_relative(dir_).replace_extension(".txt").string());
+      }
+      struct stat st {};
+      if (::stat(label.c_str(), &st) == 0)
+        detail::parse_yolo_labels(detail::read_small_file(label, opt_.max_label_bytes, "a YOLO label file"), label, opt_,
+                                  boxes_, classes_);
+      if (classes_.size() == first_box_.back() && !opt_.keep_empty) continue;
+      first_box_.push_back(classes_.size());
+      images_.push_back(std::move(image));
+      labels_.push_back(std::move(label));
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return images_.size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return dir_; }
+  [[nodiscard]] const std::string& image_path(std::size_t i) const { return images_.at(i); }
+  [[nodiscard]] const std::string& label_path(std::size_t i) const { return labels_.at(i); }
+  [[nodiscard]] std::size_t boxes_of(std::size_t i) const { return first_box_.at(i + 1) - first_box_.at(i); }
+
+  // Sample i: its image read whole, its rows as views into the tables.
+  [[nodiscard]] yolo_sample fields(std::size_t i) const {
+    if (i >= size())
+      throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + dir_ + "' (" +
+                        std::to_string(size()) + " images)");
+    yolo_sample s;
+    s.id = i;
+    s.origin = images_[i];
+    detail::set_image(s, detail::read_image_file(images_[i], opt_.max_image_bytes));
+    const std::size_t a = first_box_[i], b = first_box_[i + 1];
+    s.set<"boxes">(std::span<const float>(boxes_.data() + 4 * a, 4 * (b - a)));
+    s.set<"classes">(std::span<const std::int64_t>(classes_.data() + a, b - a));
+    return s;
+  }
+
+ private:
+  std::string dir_;
+  yolo_options opt_;
+  std::vector<std::string> images_, labels_;
+  std::vector<std::size_t> first_box_;
+  std::vector<float> boxes_;
+  std::vector<std::int64_t> classes_;
+};
+
+}  // namespace sluice::io
