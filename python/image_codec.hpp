@@ -33,17 +33,19 @@ inline image_codec codec_of(const options& o) {
                       .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
 }
 
-// A WebDataset source whose image field Img is decoded with `follow` following it, collated as
-// the keywords say (normalised float32 with mean/std, or uint8 as stored) beside `extra`, the
-// followed fields' collators. `what` names the data in a sampler refusal.
-template <sluice::fixed_string Img, class Data, class Follow, class... Extra>
-loader_ptr followed_image_loader(const options& o, Data data, const Follow& follow, const char* what, Extra... extra) {
+// A source whose image field Img is decoded with `follow` following it, collated as the
+// keywords say (normalised float32 with mean/std, or uint8 as stored) beside `extra`, the
+// followed fields' collators. `pre` adds the stages between the read and the decode (the
+// chain read so far in, the chain with them out). `what` names the data in a sampler refusal.
+template <sluice::fixed_string Img, class Data, class Pre, class Follow, class... Extra>
+loader_ptr followed_image_loader_after(const options& o, Data data, Pre pre, const Follow& follow, const char* what,
+                                       Extra... extra) {
   const image_codec codec = codec_of(o);
   const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
   const std::size_t n = data.size();
   if (o.output == "float32") {
     return with_order_sampler(o, n, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+      return sluice::python::wrap(pre(sluice::from(std::move(s)) | sluice::read(std::move(data))) |
                                   sluice::decode<Img>(codec, follow) |
                                   sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std}, extra...) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
@@ -51,11 +53,17 @@ loader_ptr followed_image_loader(const options& o, Data data, const Follow& foll
   }
   if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
   return with_order_sampler(o, n, [&](auto s) {
-    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read(std::move(data)) |
+    return sluice::python::wrap(pre(sluice::from(std::move(s)) | sluice::read(std::move(data))) |
                                 sluice::decode<Img>(codec, follow) |
                                 sluice::collate(bo, sluice::stack<Img>{}, extra...) |
                                 sluice::prefetch(depth_of(o), loader_opts(o)));
   }, what);
+}
+
+// The same, decoding straight after the read.
+template <sluice::fixed_string Img, class Data, class Follow, class... Extra>
+loader_ptr followed_image_loader(const options& o, Data data, const Follow& follow, const char* what, Extra... extra) {
+  return followed_image_loader_after<Img>(o, std::move(data), [](auto chain) { return chain; }, follow, what, extra...);
 }
 
 }  // namespace sluice_module

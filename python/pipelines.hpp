@@ -87,6 +87,9 @@ struct options {
   // YOLO (io::yolo_options): the class count (0: any), polygon lines read as their bounding box.
   std::uint64_t class_count = 0;
   bool polygons = false;
+  // Detection from a JSON member (wds, boxes= the member): the paths of the boxes and classes,
+  // and the boxes' stored convention (xyxy, xywh or cxcywh).
+  std::string json_boxes, json_classes, json_format = "xywh";
 };
 
 // The shards of a sharded source: paths= as given, or path= with its braces expanded.

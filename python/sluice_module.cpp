@@ -90,7 +90,8 @@ PYBIND11_MODULE(_sluice, m) {
          std::string boxes, std::string classes, std::string box_format, bool box_normalized, double box_min_size,
          double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields,
          std::vector<std::string> paths, bool crowd, bool keep_empty, bool contiguous,
-         std::uint64_t class_count, bool polygons) {
+         std::uint64_t class_count, bool polygons, std::string json_boxes, std::string json_classes,
+         std::string json_format) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -113,6 +114,9 @@ PYBIND11_MODULE(_sluice, m) {
         o.contiguous = contiguous;
         o.class_count = class_count;
         o.polygons = polygons;
+        o.json_boxes = std::move(json_boxes);
+        o.json_classes = std::move(json_classes);
+        o.json_format = std::move(json_format);
         for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
@@ -135,5 +139,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("box_min_visible") = 0.0, py::arg("mask") = "", py::arg("ignore_index") = 255, py::arg("fields") = py::list(),
       py::arg("paths") = std::vector<std::string>{}, py::arg("crowd") = true, py::arg("keep_empty") = true,
       py::arg("contiguous") = true, py::arg("class_count") = 0, py::arg("polygons") = false,
+      py::arg("json_boxes") = "", py::arg("json_classes") = "", py::arg("json_format") = "xywh",
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

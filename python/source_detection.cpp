@@ -14,6 +14,7 @@
 #include "sluice/io/coco.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/yolo.hpp"
+#include "sluice/stage/json_fields.hpp"
 #include "sluice/stage/decode.hpp"
 #endif
 
@@ -28,6 +29,33 @@ using detection = sluice::schema<sluice::field<"image", std::uint8_t, sluice::va
                                  sluice::field<"boxes", float, sluice::variable>,
                                  sluice::field<"classes", std::int64_t, sluice::variable>>;
 
+using with_json = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>,
+                                 sluice::field<"json", std::uint8_t, sluice::variable>>;
+using json_annotations = sluice::json_fields<"json", sluice::field<"boxes", float, sluice::variable>,
+                                             sluice::field<"classes", std::int64_t, sluice::variable>>;
+
+// Detection from a JSON member of each sample (sluice.json_boxes): the boxes and classes its
+// paths reach, the boxes made xyxy from the stored convention, following the image.
+loader_ptr make_json_detection_loader(const options& o) {
+  constexpr sluice::fixed_string Img = "image";
+  constexpr sluice::fixed_string Box = "boxes";
+  constexpr sluice::fixed_string Cls = "classes";
+  sluice::json_box stored = sluice::json_box::xywh;
+  if (o.json_format == "xyxy") stored = sluice::json_box::xyxy;
+  else if (o.json_format == "cxcywh") stored = sluice::json_box::cxcywh;
+  else if (o.json_format != "xywh") bad_value("format", "'" + o.json_format + "'", "'xyxy', 'xywh' or 'cxcywh'");
+  const json_annotations annotations({{"boxes", o.json_boxes, stored}, {"classes", o.json_classes}});
+  sluice::io::wds_dataset<with_json> data(
+      shards_of(o), {.extensions = {{"image", o.image_field.empty() ? "jpg;jpeg;png" : o.image_field}, {"json", o.boxes}}});
+  sluice::boxes<Box, Cls> follow{};
+  follow.normalized = o.box_normalized;
+  follow.min_size = o.box_min_size;
+  follow.min_visible = o.box_min_visible;
+  return followed_image_loader_after<Img>(
+      o, std::move(data), [annotations](auto chain) { return std::move(chain) | annotations; }, follow, kDetection,
+      sluice::ragged<Box>{.row = {4}}, sluice::ragged<Cls>{});
+}
+
 }  // namespace
 
 loader_ptr make_detection_loader(const options& o) {
@@ -35,6 +63,7 @@ loader_ptr make_detection_loader(const options& o) {
   constexpr sluice::fixed_string Box = "boxes";
   constexpr sluice::fixed_string Cls = "classes";
   if (o.path.empty()) throw sluice::usage_error("sluice: source='wds' needs path=");
+  if (!o.json_boxes.empty()) return make_json_detection_loader(o);
   if (o.boxes.empty() || o.classes.empty())
     throw sluice::usage_error("sluice: detection needs boxes= and classes= (the members of each sample's boxes and "
                               "their classes)");

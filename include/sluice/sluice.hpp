@@ -74,6 +74,7 @@
 #include "sluice/stage/convert.hpp"
 #include "sluice/stage/decode.hpp"
 #include "sluice/stage/field_collate.hpp"
+#include "sluice/stage/json_fields.hpp"
 #include "sluice/stage/map.hpp"
 #include "sluice/stage/pack_rows.hpp"
 #include "sluice/stage/pad.hpp"

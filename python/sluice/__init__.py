@@ -30,7 +30,8 @@ naming the sources that take it):
 
 Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout=...)``;
 ``sluice.wds`` also takes ``boxes=sluice.boxes("boxes.npy", classes="classes.npy")`` for detection:
-boxes and their classes that follow the image's crop and flip.
+boxes and their classes that follow the image's crop and flip (or ``boxes=sluice.json_boxes()`` for
+annotations in a ``.json`` member, by path).
 
 Any fields: ``sluice.wds``, ``shard``, ``mds`` and ``tfrecord`` take ``fields={name: sluice.field(members, dtype=,
 decode=, collate=)}``, a collator a field (``sluice.stack``, ``normalized``, ``ragged``, ``pad``,
@@ -77,7 +78,7 @@ from .sample import Sampler
 
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
-    "Boxes", "Collator", "Field", "image", "boxes", "field", "stack", "normalized", "ragged", "pad", "pack",
+    "Boxes", "Collator", "Field", "image", "boxes", "json_boxes", "field", "stack", "normalized", "ragged", "pad", "pack",
     "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "yolo", "tokens",
     "documents",
     "loader", "sample",
@@ -246,7 +247,7 @@ def image(size: Tuple[int, int], *, crop: str = "center", flip: bool = False, la
 class Boxes:
     """Boxes that follow a decoded image: see :func:`boxes`."""
 
-    __slots__ = ("field", "classes", "format", "normalized", "min_size", "min_visible")
+    __slots__ = ("field", "classes", "format", "normalized", "min_size", "min_visible", "json")
 
     def __init__(self, field: str, classes: str, format: str, normalized: bool, min_size: float,
                  min_visible: float) -> None:
@@ -266,8 +267,13 @@ class Boxes:
                          "a finite min_size >= 0 and min_visible in [0, 1]")
         self.field, self.classes, self.format = field, classes, format
         self.normalized, self.min_size, self.min_visible = normalized, ms, mv
+        self.json: Optional[Tuple[str, str, str]] = None  # json_boxes: (boxes path, classes path, stored format)
 
     def __repr__(self) -> str:
+        if self.json is not None:
+            return (f"sluice.json_boxes({self.field!r}, boxes={self.json[0]!r}, classes={self.json[1]!r}, "
+                    f"format={self.json[2]!r}, normalized={self.normalized}, min_size={self.min_size}, "
+                    f"min_visible={self.min_visible})")
         return (f"sluice.boxes({self.field!r}, classes={self.classes!r}, format={self.format!r}, "
                 f"normalized={self.normalized}, min_size={self.min_size}, min_visible={self.min_visible})")
 
@@ -291,6 +297,36 @@ def boxes(field: str = "boxes.npy", *, classes: str = "classes.npy", format: str
     ``offsets[i]:offsets[i + 1]`` (C++: ``sluice::boxes<...>`` + ``ragged<...>``).
     """
     return Boxes(field, classes, format, normalized, min_size, min_visible)
+
+
+def json_boxes(member: str = "json", *, boxes: str = "annotations[*].bbox",
+               classes: str = "annotations[*].category_id", format: str = "xywh", normalized: bool = False,
+               min_size: float = 1.0, min_visible: float = 0.0) -> Boxes:
+    """Object boxes in a JSON member of each WebDataset sample, for
+    ``sluice.wds(..., boxes=sluice.json_boxes(...))``: the numbers the path ``boxes`` reaches, rows
+    of 4 in the stored convention ``format``, and one class per box at the path ``classes``.
+
+    member:  the JSON member's extension (default ``<key>.json``).
+    boxes, classes: paths into it: keys joined by ``.``, ``[*]`` after a key for every element of
+             its array (the defaults read COCO-style ``{"annotations": [{"bbox": [x, y, w, h],
+             "category_id": 3}, ...]}``; ``"boxes[*]"`` reads ``{"boxes": [[x0, y0, x1, y1], ...]}``).
+    format:  how the boxes are stored: ``"xywh"`` (COCO, the default), ``"xyxy"`` or ``"cxcywh"``
+             (YOLO); the batch holds them as ``xyxy``, in pixels, or as fractions of the output image
+             with ``normalized=True`` (stored as fractions of the image).
+    min_size, min_visible: as :func:`boxes`.
+
+    The batch is :func:`boxes`'s: ``"boxes"`` (n, 4) float32, ``"classes"`` (n,) int64 and their
+    ``.offsets``. A member that is not valid JSON, a path that is missing, a class that is not an
+    integer, a box count that is not a multiple of 4: a ``FormatError`` naming the shard, the sample,
+    the member and the path (``errors="skip"`` drops and counts the sample)."""
+    if format not in ("xyxy", "xywh", "cxcywh"):
+        raise _usage(f"sluice.json_boxes: format={format!r} is not accepted; use 'xywh', 'xyxy' or 'cxcywh'")
+    for name, v in (("boxes", boxes), ("classes", classes)):
+        if not isinstance(v, str) or not v:
+            raise _usage(f"sluice.json_boxes: {name}={v!r} is not accepted; use a path such as 'annotations[*].bbox'")
+    b = Boxes(member, member, "xyxy", normalized, min_size, min_visible)
+    b.json = (boxes, classes, format)
+    return b
 
 
 class Collator:
@@ -609,6 +645,8 @@ def wds(path: Shards, *, decode: Optional[Image] = None, image_field: Optional[s
         if label_field is not None:
             raise _usage("sluice.wds: label_field= names a classification label; with boxes= each box has its "
                          "class (sluice.boxes(classes=...))")
+        if boxes.json is not None:
+            kw.update(json_boxes=boxes.json[0], json_classes=boxes.json[1], json_format=boxes.json[2])
         kw.update(boxes=boxes.field, classes=boxes.classes, box_format=boxes.format,
                   box_normalized=boxes.normalized, box_min_size=boxes.min_size, box_min_visible=boxes.min_visible)
     _image_keywords("wds", decode, output, mean, std, kw)
@@ -925,6 +963,7 @@ _HOMES: Dict[str, Sequence[str]] = {f"sluice.{n}": _param_names(f) for n, f in _
 _HOMES["sluice.Loader"] = _LOADER_KEYWORDS
 _HOMES["sluice.image"] = _param_names(image)
 _HOMES["sluice.boxes"] = _param_names(boxes)
+_HOMES["sluice.json_boxes"] = _param_names(json_boxes)
 
 
 def _checked(fn, where: str):
@@ -944,6 +983,7 @@ for _n, _f in list(_SOURCES.items()):
     globals()[_n] = _SOURCES[_n] = _checked(_f, f"sluice.{_n}")
 image = _checked(image, "sluice.image")
 boxes = _checked(boxes, "sluice.boxes")
+json_boxes = _checked(json_boxes, "sluice.json_boxes")
 field = _checked(field, "sluice.field")
 stack = _checked(stack, "sluice.stack")
 normalized = _checked(normalized, "sluice.normalized")

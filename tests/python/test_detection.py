@@ -100,3 +100,58 @@ def test_detection_mistakes_are_usage_errors_or_type_errors(tmp_path):
     with pytest.raises(TypeError, match=r"'boxes' applies to sluice.wds\(\)"):
         sluice.npy(path, boxes=sluice.boxes())
     assert len(first_batch(path)["boxes"]) == 1
+
+
+def test_json_boxes_follow_the_crop_exactly_as_the_same_boxes_as_npy(shards, tmp_path):
+    # The module's shards again, each sample's boxes also as COCO-style JSON (xywh, "category_id").
+    pattern, written = shards
+    import json as _json
+    copies = []
+    for src in sorted(os.listdir(os.path.dirname(pattern))):
+        if not src.endswith(".tar"):
+            continue
+        out = tmp_path / src
+        with tarfile.open(os.path.join(os.path.dirname(pattern), src)) as tin, tarfile.open(out, "w") as tout:
+            members = {m.name: tin.extractfile(m).read() for m in tin.getmembers()}
+            for name, data in members.items():
+                detection.add_member(tout, name, data)
+                if name.endswith(".boxes.npy"):
+                    key = name[:-len(".boxes.npy")]
+                    bx = np.load(io.BytesIO(data))
+                    cl = np.load(io.BytesIO(members[key + ".classes.npy"]))
+                    ann = [{"bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])],
+                            "category_id": int(c)} for b, c in zip(bx, cl)]
+                    detection.add_member(tout, key + ".json", _json.dumps({"annotations": ann}).encode())
+        copies.append(str(out))
+    img = sluice.image((96, 96), crop="random_resized", flip=True)
+
+    def epoch(boxes):
+        with sluice.Loader(sluice.wds(copies, decode=img, boxes=boxes), batch_size=16, workers=2,
+                           sampler=sluice.sample.shuffle(seed=7)) as ld:
+            return [(np.from_dlpack(b["boxes"]).copy(), np.from_dlpack(b["classes"]).tolist(),
+                     np.from_dlpack(b["boxes.offsets"]).tolist()) for b in ld]
+
+    a, b = epoch(sluice.json_boxes(min_size=4)), epoch(sluice.boxes(min_size=4))
+    assert len(a) == len(b) > 0
+    for (ba, ca, oa), (bb, cb, ob) in zip(a, b):
+        assert ca == cb and oa == ob
+        np.testing.assert_array_equal(ba, bb)  # integer pixel boxes: xywh -> xyxy is exact
+
+    # Bad JSON names the shard, the sample, the member and the path; skip drops and counts it.
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(copies[0]) as tin, tarfile.open(bad, "w") as tout:
+        broken = False
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read()
+            if m.name.endswith(".json") and not broken:
+                broken = True
+                data = b'{"annotations": [{"bbox": [1, 2, 3], "category_id": 1}]}'
+            detection.add_member(tout, m.name, data)
+    with pytest.raises(sluice.FormatError, match=r"bad\.tar.*field 'json', path 'annotations\[\*\]\.bbox'.*not rows of 4"):
+        list(sluice.Loader(sluice.wds(str(bad), decode=img, boxes=sluice.json_boxes()), batch_size=8,
+                           sampler=sluice.sample.sequential()))
+    ld = sluice.Loader(sluice.wds(str(bad), decode=img, boxes=sluice.json_boxes()), batch_size=8, errors="skip",
+                       drop_last=False)
+    assert sum(np.from_dlpack(b["image"]).shape[0] for b in ld) == 39 and ld.stats()["skipped"] == 1
+    with pytest.raises(sluice.UsageError, match="format='ltrb' is not accepted"):
+        sluice.json_boxes(format="ltrb")
