@@ -1,11 +1,24 @@
 // libFuzzer target: detection annotations as text. The same input as a COCO annotation file
-// (io/coco.hpp's parse_coco, over io/json.hpp) and as a YOLO label file (io/yolo.hpp): a
-// format_error or tables whose rows agree with each other, never a crash or a hang.
+// (io/coco.hpp's parse_coco, over io/json.hpp), as a YOLO label file (io/yolo.hpp) and as a
+// sample's JSON member read by path (stage/json_fields.hpp): a format_error or tables whose rows
+// agree with each other, never a crash or a hang.
 #include <cstdlib>
 #include <string_view>
 
 #include "sluice/io/coco.hpp"
 #include "sluice/io/yolo.hpp"
+#include "sluice/stage/json_fields.hpp"
+
+namespace {
+using member = sluice::schema<sluice::field<"json", std::uint8_t, sluice::variable>>;
+using annotations = sluice::json_fields<"json", sluice::field<"boxes", float, sluice::variable>,
+                                        sluice::field<"classes", std::int64_t, sluice::variable>,
+                                        sluice::field<"crowd", std::uint8_t, sluice::variable>>;
+const annotations coco_paths{{"boxes", "annotations[*].bbox", sluice::json_box::xywh},
+                             {"classes", "annotations[*].category_id"},
+                             {"crowd", "annotations[*].iscrowd"}};
+const annotations flat_paths{{"boxes", "boxes[*]", sluice::json_box::cxcywh}, {"classes", "[*]"}, {"crowd", "a.b.c"}};
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -37,6 +50,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (boxes.size() != 4 * classes.size()) std::abort();
     for (std::size_t r = 0; r < classes.size(); ++r)
       if (classes[r] < 0 || boxes[4 * r + 2] < boxes[4 * r] || boxes[4 * r + 3] < boxes[4 * r + 1]) std::abort();
+  }
+  sluice::fields_sample<member> s;
+  s.set<"json">(std::as_bytes(std::span(text.data(), text.size())));
+  for (const annotations* a : {&coco_paths, &flat_paths}) {
+    try {
+      const auto out = (*a)(s, sluice::sample_context{});
+      if (out.bytes_of<"boxes">().size() % 16 != 0 || out.bytes_of<"classes">().size() % 8 != 0) std::abort();
+    } catch (const sluice::format_error&) {
+    }
   }
   return 0;
 }
