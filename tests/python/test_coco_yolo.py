@@ -20,26 +20,37 @@ CLASS_OF = {1: 0, 3: 1, 18: 2}  # contiguous: ids in order
 PALETTE = np.array([COLOUR[1], COLOUR[3], COLOUR[18]], dtype=np.int32)
 
 
+def scene(rng, colours, empty):
+    """A grey picture of 160..240 x 120..180 with 1 to 3 filled rectangles side by side (none when
+    `empty`), each in a colour drawn from `colours`: (pixels, [(x0, y0, w, h, colour index), ...])."""
+    w, h = int(rng.integers(160, 241)), int(rng.integers(120, 181))
+    px = np.full((h, w, 3), 118, np.uint8)
+    rects = []
+    if not empty:
+        m = int(rng.integers(1, 4))
+        band = w // m
+        for j in range(m):
+            bw, bh = int(rng.integers(20, band - 4)), int(rng.integers(20, h - 4))
+            x0, y0 = j * band + int(rng.integers(0, band - bw + 1)), int(rng.integers(0, h - bh + 1))
+            c = int(rng.integers(0, len(colours)))
+            px[y0:y0 + bh, x0:x0 + bw] = colours[c]
+            rects.append((x0, y0, bw, bh, c))
+    return px, rects
+
+
 def write_coco(root, n=24):
     """n images (every 5th without annotations), 1-3 rectangles each; returns the annotation path."""
     rng = np.random.default_rng(5)
     (root / "train").mkdir()
     images, anns = [], []
     for k in range(n):
-        w, h = int(rng.integers(160, 241)), int(rng.integers(120, 181))
-        px = np.full((h, w, 3), 118, np.uint8)
+        px, rects = scene(rng, [COLOUR[1], COLOUR[3], COLOUR[18]], k % 5 == 4)
+        h, w = px.shape[:2]
         image_id = 1000 + 7 * k
-        if k % 5 != 4:
-            m = int(rng.integers(1, 4))
-            band = w // m
-            for j in range(m):
-                bw, bh = int(rng.integers(20, band - 4)), int(rng.integers(20, h - 4))
-                x0, y0 = j * band + int(rng.integers(0, band - bw + 1)), int(rng.integers(0, h - bh + 1))
-                cat = [1, 3, 18][int(rng.integers(0, 3))]
-                px[y0:y0 + bh, x0:x0 + bw] = COLOUR[cat]
-                anns.append({"id": len(anns) + 1, "image_id": image_id, "category_id": cat, "area": float(bw * bh),
-                             "bbox": [float(x0), float(y0), float(bw), float(bh)], "iscrowd": int(j == 2),
-                             "segmentation": [[x0, y0, x0 + bw, y0, x0 + bw, y0 + bh]]})
+        for j, (x0, y0, bw, bh, c) in enumerate(rects):
+            anns.append({"id": len(anns) + 1, "image_id": image_id, "category_id": [1, 3, 18][c], "area": float(bw * bh),
+                         "bbox": [float(x0), float(y0), float(bw), float(bh)], "iscrowd": int(j == 2),
+                         "segmentation": [[x0, y0, x0 + bw, y0, x0 + bw, y0 + bh]]})
         name = f"{image_id:012d}.jpg"
         Image.fromarray(px).save(root / "train" / name, format="JPEG", quality=92)
         images.append({"id": image_id, "file_name": name, "width": w, "height": h})
@@ -182,19 +193,11 @@ def write_yolo(root, n=20):
     (root / "labels" / "train").mkdir(parents=True)
     boxes = 0
     for k in range(n):
-        w, h = int(rng.integers(160, 241)), int(rng.integers(120, 181))
-        px = np.full((h, w, 3), 118, np.uint8)
-        lines = []
-        if k % 4 != 3:
-            m = int(rng.integers(1, 4))
-            band = w // m
-            for j in range(m):
-                bw, bh = int(rng.integers(20, band - 4)), int(rng.integers(20, h - 4))
-                x0, y0 = j * band + int(rng.integers(0, band - bw + 1)), int(rng.integers(0, h - bh + 1))
-                c = int(rng.integers(0, 3))
-                px[y0:y0 + bh, x0:x0 + bw] = PALETTE[c]
-                lines.append(f"{c} {(x0 + bw / 2) / w:.6f} {(y0 + bh / 2) / h:.6f} {bw / w:.6f} {bh / h:.6f}")
-                boxes += 1
+        px, rects = scene(rng, PALETTE, k % 4 == 3)
+        h, w = px.shape[:2]
+        lines = [f"{c} {(x0 + bw / 2) / w:.6f} {(y0 + bh / 2) / h:.6f} {bw / w:.6f} {bh / h:.6f}"
+                 for x0, y0, bw, bh, c in rects]
+        boxes += len(lines)
         Image.fromarray(px).save(root / "images" / "train" / f"{k:06d}.jpg", format="JPEG", quality=92)
         if lines or k % 8 == 3:
             (root / "labels" / "train" / f"{k:06d}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))

@@ -255,13 +255,7 @@ class coco_dataset {
 
   // Sample i: its image read whole, its rows as views into the tables.
   [[nodiscard]] coco_sample fields(std::size_t i) const {
-    if (i >= size())
-      throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + file_ + "' (" +
-                        std::to_string(size()) + " images)");
-    coco_sample s;
-    s.id = i;
-    s.origin = paths_[i];
-    detail::set_image(s, detail::read_image_file(paths_[i], opt_.max_image_bytes));
+    coco_sample s = detail::image_sample<coco_schema>(i, size(), file_, i < size() ? paths_[i] : file_, opt_.max_image_bytes);
     const std::size_t a = t_.first_box[i], b = t_.first_box[i + 1];
     s.set<"boxes">(std::span<const float>(t_.boxes.data() + 4 * a, 4 * (b - a)));
     s.set<"classes">(std::span<const std::int64_t>(t_.classes.data() + a, b - a));

@@ -61,10 +61,21 @@ inline std::shared_ptr<const std::string> read_image_file(const std::string& pat
   return std::make_shared<const std::string>(read_small_file(path, limit, "an image"));
 }
 
+// Sample i of a reader of `size` images named `name`: the image file at `path` read whole (at
+// most `limit` bytes) into its "image" field; the reader sets the others. A usage_error when i is
+// out of range.
 template <class Schema>
-void set_image(image_file_sample<Schema>& s, std::shared_ptr<const std::string> bytes) {
-  s.image_bytes = std::move(bytes);
+image_file_sample<Schema> image_sample(std::size_t i, std::size_t size, const std::string& name, const std::string& path,
+                                       std::size_t limit) {
+  if (i >= size)
+    throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + name + "' (" + std::to_string(size) +
+                      " images)");
+  image_file_sample<Schema> s;
+  s.id = i;
+  s.origin = path;
+  s.image_bytes = read_image_file(path, limit);
   s.template set<"image">(std::as_bytes(std::span(s.image_bytes->data(), s.image_bytes->size())));
+  return s;
 }
 
 }  // namespace detail

@@ -208,13 +208,7 @@ class yolo_dataset {
 
   // Sample i: its image read whole, its rows as views into the tables.
   [[nodiscard]] yolo_sample fields(std::size_t i) const {
-    if (i >= size())
-      throw usage_error("sluice: sample " + std::to_string(i) + " out of range for '" + dir_ + "' (" +
-                        std::to_string(size()) + " images)");
-    yolo_sample s;
-    s.id = i;
-    s.origin = images_[i];
-    detail::set_image(s, detail::read_image_file(images_[i], opt_.max_image_bytes));
+    yolo_sample s = detail::image_sample<yolo_schema>(i, size(), dir_, i < size() ? images_[i] : dir_, opt_.max_image_bytes);
     const std::size_t a = first_box_[i], b = first_box_[i + 1];
     s.set<"boxes">(std::span<const float>(boxes_.data() + 4 * a, 4 * (b - a)));
     s.set<"classes">(std::span<const std::int64_t>(classes_.data() + a, b - a));
