@@ -90,6 +90,9 @@ struct options {
   // Detection from a JSON member (wds, boxes= the member): the paths of the boxes and classes,
   // and the boxes' stored convention (xyxy, xywh or cxcywh).
   std::string json_boxes, json_classes, json_format = "xywh";
+  // Documents as rows (packed_rows_options): documents cut at row ends, or whole over `bins` open rows.
+  bool split = true;
+  std::size_t bins = 1;
 };
 
 // The shards of a sharded source: paths= as given, or path= with its braces expanded.

@@ -50,7 +50,8 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
     whole.distributed = false;
     whole.rank = whole.world_size = -1;
     auto rows = sluice::packed_rows(std::move(d), with_order_sampler(whole, n, [](auto s) { return s; }),
-                                    {.length = o.length, .pad = static_cast<std::uint64_t>(o.pad_value)});
+                                    {.length = o.length, .split = o.split, .pad = static_cast<std::uint64_t>(o.pad_value),
+                                     .bins = o.bins});
     sluice::sample::any_sampler s = sluice::sample::distributed{rows.sampler(), rank_of(o)};
     return sluice::python::wrap(widened<Out, "tokens">(sluice::from(std::move(s)) | std::move(rows)) |
                                 sluice::collate(bo, sluice::stack<"tokens">{}, sluice::stack<"doc_ids">{},

@@ -688,3 +688,30 @@ def test_documents_as_fixed_rows_every_token_once_static_shapes_resumable(tmp_pa
         rest = epoch(again)
     assert len(rest) == len(e1) - 2
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(rest, e1[2:]))
+
+
+def test_documents_as_whole_rows_best_fit_pads_less_and_keeps_every_document_once(tmp_path):
+    rng = np.random.default_rng(8)
+    docs = [(np.arange(n) + 1000 * d + 1).astype("<u2") for d, n in enumerate(rng.integers(1, 30, 200))]
+    np.concatenate(docs).tofile(tmp_path / "d.bin")
+    np.cumsum([0] + [len(x) for x in docs]).astype("<u8").tofile(tmp_path / "d.idx")
+
+    def rows(**kw):
+        src = sluice.documents(tmp_path / "d.bin", offsets=tmp_path / "d.idx", collate="rows", length=32, **kw)
+        with sluice.Loader(src, batch_size=8, sampler=sluice.sample.shuffle(seed=5), workers=2) as ld:
+            out = [tuple(np.from_dlpack(b[k]).copy() for k in ("tokens", "doc_ids", "position_ids")) for b in ld]
+        t, d, p = (np.concatenate([x[i] for x in out]) for i in range(3))
+        for r in range(t.shape[0]):          # whole documents: each starts in the row that holds it
+            real = d[r] >= 0
+            assert all(t[r, k] == docs[d[r, k]][p[r, k]] for k in np.flatnonzero(real))
+            assert (p[r][real] <= np.flatnonzero(real)).all()
+        starts = [(int(d[r, k])) for r in range(t.shape[0]) for k in range(32) if d[r, k] >= 0 and p[r, k] == 0]
+        assert sorted(starts) == list(range(len(docs)))   # every document once
+        return (d < 0).sum()
+
+    next_fit, best_fit = rows(split=False), rows(split=False, bins=8)
+    assert best_fit < next_fit
+    with pytest.raises(sluice.UsageError, match="give split=False"):
+        sluice.documents(tmp_path / "d.bin", offsets=tmp_path / "d.idx", collate="rows", bins=4)
+    with pytest.raises(sluice.UsageError, match="takes neither"):
+        sluice.documents(tmp_path / "d.bin", offsets=tmp_path / "d.idx", collate="pack", split=False)

@@ -244,3 +244,86 @@ TEST_CASE("packed_rows: a token past the vocabulary fails the row that holds it,
   CHECK(loader.stats().skip_causes.front().find("60500") != std::string::npos);
   CHECK(loader.stats().skip_causes.front().find(tp) != std::string::npos);
 }
+
+TEST_CASE("packed_rows .bins: best-fit keeps every document whole and once, pads less than next-fit, resumes") {
+  temp_dir dir;
+  auto docs_v = make_docs(400, 60, 11);
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t docs(tp, op);
+  constexpr std::size_t L = 64;
+  auto run = [&](std::size_t bins, std::size_t workers) {
+    auto rows = packed_rows(docs, sample::shuffle(docs.size(), {.seed = 3}), {.length = L, .split = false, .bins = bins});
+    auto loader = from(rows.sampler()) | rows |
+                  collate({.batch = 4, .drop_last = false}, stack<"tokens">{}, stack<"doc_ids">{}, stack<"position_ids">{}) |
+                  prefetch(2, {.workers = workers});
+    auto f = collect(loader, 1, L);
+    CHECK(f.tokens.size() / L == rows.rows(1));
+    return f;
+  };
+  std::size_t pad_next = 0;
+  for (std::size_t bins : {std::size_t{1}, std::size_t{4}, std::size_t{32}}) {
+    CAPTURE(bins);
+    const auto f = run(bins, 2);
+    // Whole documents, each once, its tokens in order within one row; pad tokens are padding.
+    std::vector<std::size_t> seen(docs.size(), 0);
+    std::size_t pad = 0;
+    for (std::size_t k = 0; k < f.tokens.size(); ++k) {
+      const auto d = f.doc_ids[k];
+      if (d < 0) {
+        ++pad;
+        CHECK(f.tokens[k] == 0);
+        continue;
+      }
+      const auto pos = static_cast<std::size_t>(f.position_ids[k]);
+      REQUIRE(pos < docs_v[static_cast<std::size_t>(d)].size());
+      CHECK(f.tokens[k] == docs_v[static_cast<std::size_t>(d)][pos]);
+      CHECK(k % L >= pos);  // starts in this row
+      if (pos == 0) ++seen[static_cast<std::size_t>(d)];
+    }
+    for (std::size_t d = 0; d < docs.size(); ++d) CHECK(seen[d] == (docs_v[d].empty() ? 0u : 1u));
+    CHECK(f.tokens.size() - pad == docs.tokens());
+    if (bins == 1) pad_next = pad;
+    else CHECK(pad < pad_next);
+    // Bit-identical for any worker count.
+    const auto one = run(bins, 1);
+    CHECK(one.tokens == f.tokens);
+    CHECK(one.doc_ids == f.doc_ids);
+  }
+
+  // A state saved mid-epoch resumes at its row in another loader; another bin count is refused.
+  auto make = [&](std::size_t bins) {
+    return packed_rows(docs, sample::shuffle(docs.size(), {.seed = 3}), {.length = L, .split = false, .bins = bins});
+  };
+  auto rows_a = make(8);
+  auto a = from(rows_a.sampler()) | rows_a | collate({.batch = 4}, stack<"tokens">{}) | prefetch(2, {.workers = 2});
+  std::vector<std::vector<std::uint16_t>> whole;
+  for (auto& b : a.epoch(0)) whole.emplace_back(b.get<"tokens">().data(), b.get<"tokens">().data() + b.get<"tokens">().numel());
+  REQUIRE(whole.size() > 6);
+  loader_state st;
+  {
+    auto rows_b = make(8);
+    auto b = from(rows_b.sampler()) | rows_b | collate({.batch = 4}, stack<"tokens">{}) | prefetch(2, {.workers = 2});
+    std::size_t n = 0;
+    for (auto& x : b.epoch(0)) {
+      (void)x;
+      if (++n == 3) {
+        st = b.state();
+        break;
+      }
+    }
+  }
+  auto rows_c = make(8);
+  auto c = from(rows_c.sampler()) | rows_c | collate({.batch = 4}, stack<"tokens">{}) | prefetch(2, {.workers = 1});
+  std::size_t k = 3;
+  for (auto& x : c.resume(st)) {
+    REQUIRE(k < whole.size());
+    CHECK(std::vector<std::uint16_t>(x.get<"tokens">().data(), x.get<"tokens">().data() + x.get<"tokens">().numel()) == whole[k]);
+    ++k;
+  }
+  CHECK(k == whole.size());
+  auto rows_d = make(16);
+  auto other = from(rows_d.sampler()) | rows_d | collate({.batch = 4}, stack<"tokens">{}) | prefetch(2);
+  CHECK_THROWS_AS(other.resume(st).begin(), usage_error);
+  CHECK_THROWS_AS(make(0), usage_error);
+}

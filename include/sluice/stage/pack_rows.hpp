@@ -30,6 +30,12 @@
 // - `.split = false`: a document never crosses a row: one that does not fit the rest of the row
 //   starts the next row (the rest is padding), and one longer than L is a format_error naming the
 //   tokens file and the document, raised for the row that would hold it (skip counts that row).
+// - `.split = false, .bins = k` (k > 1): best-fit over k open rows. Documents come in the order's
+//   sequence; each goes into the open row whose free space it fills most closely (ties: the row
+//   opened first); when none has room and k rows are open, the fullest (ties: the oldest) is
+//   closed and becomes the next row of the epoch, and a new row opens. At the end the rows still
+//   open follow, oldest first. A document moves at most k - 1 rows from where next-fit would put
+//   it, so the order's shuffle stays; the padding falls (bench/README.md has the figures).
 //
 // Rows a epoch: ceil(tokens / L) with split (the same every epoch); with .split = false it
 // depends on the order and is planned per epoch (the sampler's size(epoch)). The plan of an epoch
@@ -66,6 +72,9 @@ struct packed_rows_options {
   std::size_t length = 2048;  // L: tokens a row
   bool split = true;          // a document may continue in the next row; false: whole documents only
   std::uint64_t pad = 0;      // the token of the space no document fills
+  // .split = false: rows open at once. 1: each document goes to the current row, or starts the
+  // next (in the order). More: best-fit, each document into the open row it fills most closely.
+  std::size_t bins = 1;
 };
 
 namespace detail {
@@ -112,6 +121,7 @@ class packed_rows_stage {
         : owned(std::move(own)), docs(&d), order(std::move(o)), opt(opt) {
       if (opt.length == 0) throw usage_error("sluice: packed_rows: .length must be at least 1");
       if (opt.length > (std::size_t{1} << 31)) throw usage_error("sluice: packed_rows: .length must fit in int32 positions");
+      if (opt.bins == 0) throw usage_error("sluice: packed_rows: .bins must be at least 1 (1: next-fit, more: best-fit)");
       if (d.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
         throw usage_error("sluice: packed_rows: " + std::to_string(d.size()) +
                           " documents: doc_ids are int32, so at most 2^31 - 1 documents (split the dataset)");
@@ -132,14 +142,15 @@ class packed_rows_stage {
     [[nodiscard]] sampler_fingerprint fingerprint() const {
       sampler_fingerprint f = fingerprint_of(order, 0);
       f.kind = "packed_rows(" + f.kind + ")";
-      f.params = fingerprint_hash{}
-                     .add(f.params)
-                     .add(static_cast<std::uint64_t>(opt.length))
-                     .add(static_cast<std::uint64_t>(opt.split ? 1 : 0))
-                     .add(opt.pad)
-                     .add(static_cast<std::uint64_t>(docs->size()))
-                     .add(static_cast<std::uint64_t>(docs->tokens()))
-                     .value();
+      fingerprint_hash h;
+      h.add(f.params)
+          .add(static_cast<std::uint64_t>(opt.length))
+          .add(static_cast<std::uint64_t>(opt.split ? 1 : 0))
+          .add(opt.pad)
+          .add(static_cast<std::uint64_t>(docs->size()))
+          .add(static_cast<std::uint64_t>(docs->tokens()));
+      if (!opt.split && opt.bins > 1) h.add(std::string_view("best-fit")).add(static_cast<std::uint64_t>(opt.bins));
+      f.params = h.value();
       return f;
     }
     // The plan of `epoch`, made once (under a mutex: the first worker to need it makes it).
@@ -152,30 +163,101 @@ class packed_rows_stage {
       const std::size_t n = order.size(epoch);
       p->start.resize(n);
       p->doc.resize(n);
-      const std::uint64_t L = opt.length;
-      std::uint64_t at = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::uint64_t d = order.at(epoch, i);
-        if (d >= docs->size())
-          throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
-                            std::to_string(docs->size()));
-        const std::uint64_t len = docs->length(static_cast<std::size_t>(d));
-        if (!opt.split && len > 0) {
-          if (len > L) p->too_long.push_back(i);
-          if (len <= L && at % L + len > L) at = (at + L - 1) / L * L;  // to the next row
-          if (len > L && at % L != 0) at = (at + L - 1) / L * L;         // refused, but keep the rows apart
-        }
-        p->doc[i] = d;
-        p->start[i] = at;
-        at += len;
-      }
-      p->tokens = at;
+      if (!opt.split && opt.bins > 1) best_fit(*p, epoch, n);
+      else next_fit(*p, epoch, n);
       plans_[next_] = p;
       next_ ^= 1;
       return p;
     }
 
    private:
+    std::uint64_t checked_doc(std::uint64_t epoch, std::size_t i) const {
+      const std::uint64_t d = order.at(epoch, i);
+      if (d >= docs->size())
+        throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
+                          std::to_string(docs->size()));
+      return d;
+    }
+    // Documents in the order's sequence, each where the last ended or (whole documents, .bins 1)
+    // at the next row when it does not fit the rest of this one.
+    void next_fit(detail::packed_plan& p, std::uint64_t epoch, std::size_t n) const {
+      const std::uint64_t L = opt.length;
+      std::uint64_t at = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t d = checked_doc(epoch, i);
+        const std::uint64_t len = docs->length(static_cast<std::size_t>(d));
+        if (!opt.split && len > 0) {
+          if (len > L) p.too_long.push_back(i);
+          if (len <= L && at % L + len > L) at = (at + L - 1) / L * L;  // to the next row
+          if (len > L && at % L != 0) at = (at + L - 1) / L * L;         // refused, but keep the rows apart
+        }
+        p.doc[i] = d;
+        p.start[i] = at;
+        at += len;
+      }
+      p.tokens = at;
+    }
+    // .bins > 1: best-fit over that many open rows (see the top of this file). The plan lists the
+    // documents in stream order (rows as they are closed), so starts rise as next-fit's do.
+    void best_fit(detail::packed_plan& p, std::uint64_t epoch, std::size_t n) const {
+      const std::uint64_t L = opt.length;
+      struct row {
+        std::uint64_t fill = 0, opened = 0;
+        std::vector<std::uint64_t> docs;
+      };
+      std::vector<row> open;
+      std::uint64_t at = 0, opened = 0;
+      std::size_t w = 0;
+      auto emit = [&](std::uint64_t d, std::uint64_t start) {
+        p.doc[w] = d;
+        p.start[w] = start;
+        ++w;
+      };
+      auto close = [&](std::size_t k) {
+        std::uint64_t off = 0;
+        for (const std::uint64_t d : open[k].docs) {
+          emit(d, at + off);
+          off += docs->length(static_cast<std::size_t>(d));
+        }
+        at += L;
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+      };
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t d = checked_doc(epoch, i);
+        const std::uint64_t len = docs->length(static_cast<std::size_t>(d));
+        if (len == 0) {  // takes no room: where the stream is now
+          emit(d, at);
+          continue;
+        }
+        if (len > L) {  // refused when its rows are read; rows of its own meanwhile
+          p.too_long.push_back(w);
+          emit(d, at);
+          at += (len + L - 1) / L * L;
+          continue;
+        }
+        std::size_t best = open.size();
+        for (std::size_t k = 0; k < open.size(); ++k)
+          if (L - open[k].fill >= len && (best == open.size() || open[k].fill > open[best].fill)) best = k;
+        if (best == open.size()) {
+          if (open.size() >= opt.bins) {
+            std::size_t fullest = 0;
+            for (std::size_t k = 1; k < open.size(); ++k)
+              if (open[k].fill > open[fullest].fill) fullest = k;
+            close(fullest);
+          }
+          open.push_back({0, opened++, {}});
+          best = open.size() - 1;
+        }
+        open[best].fill += len;
+        open[best].docs.push_back(d);
+      }
+      while (!open.empty()) close(0);  // oldest first: `open` is in the order rows were opened
+      // The last row's padding is not part of the stream (as next-fit leaves it).
+      std::uint64_t end = 0;
+      for (std::size_t j = 0; j < w; ++j) end = std::max(end, p.start[j] + docs->length(static_cast<std::size_t>(p.doc[j])));
+      p.tokens = end;
+    }
+
     mutable std::mutex m_;
     mutable std::shared_ptr<const detail::packed_plan> plans_[2];
     mutable int next_ = 0;
