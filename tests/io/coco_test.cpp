@@ -198,3 +198,17 @@ TEST_CASE("coco: images missing from the folder are listed at open, an image gon
   CHECK(samples == 3);
   CHECK(loader.stats().skipped == 1);
 }
+
+TEST_CASE("coco: segmentation values are checked as JSON but not kept (parse_json with members dropped)") {
+  static constexpr std::string_view drop[] = {"segmentation"};
+  const auto doc = io::parse_json(R"({"a": [{"segmentation": [[1, 2, 3]], "bbox": [1, 2, 3, 4]}], "segmentation": 5})",
+                                  "x.json", drop);
+  CHECK(doc.find("segmentation") == nullptr);
+  CHECK(doc.at("a", "x.json").items()[0].find("segmentation") == nullptr);
+  CHECK(doc.at("a", "x.json").items()[0].find("bbox") != nullptr);
+  const auto e = sluice_test::expect_format_error(
+      [&] { (void)io::parse_json(R"({"segmentation": [[1, 2, ]]})", "x.json", drop); });
+  CHECK(e.cause().find("not valid JSON") != std::string::npos);
+  CHECK(error_of(R"({"images": [], "annotations": [{"segmentation": {"counts": [1, 2,], "size": [1, 1]}}]})")
+            .find("not valid JSON") != std::string::npos);
+}

@@ -35,9 +35,9 @@
 // (fields(i)); one that cannot be read is an io_error naming it (skipped and counted under
 // on_error::skip), one that does not decode the decoder's format_error naming it.
 //
-// Memory: the annotation file is parsed into a tree once at open (instances_train2017.json, 448
-// MB, takes a few GB while parsing) and only the tables above are kept: 4 floats, an int64 and a
-// byte a box, and each image's path.
+// Memory: the annotation file is read whole and parsed once at open into a tree without its
+// "segmentation" values (each is checked as JSON, then dropped: most of a COCO file is polygons);
+// only the tables above are kept: 4 floats, an int64 and a byte a box, and each image's path.
 // Thread-safety: after construction every member is safe to call concurrently.
 #pragma once
 
@@ -128,7 +128,9 @@ inline std::int64_t coco_int(const json_value& v, const std::string& file, const
 
 // Parses an annotation file's text into the tables; a format_error naming `file` and the entry.
 inline coco_tables parse_coco(std::string_view text, const std::string& file, const coco_options& o = {}) {
-  const json_value doc = parse_json(text, file);
+  // Polygons and RLE masks are most of a COCO file (and not read): checked, never kept.
+  static constexpr std::string_view not_kept[] = {"segmentation"};
+  const json_value doc = parse_json(text, file, not_kept);
   if (!doc.is_object()) detail::coco_fail(file, "the file", "not a JSON object (a COCO annotation file has \"images\")");
   const auto& images = doc.at("images", file).as_array(file, "images");
   const json_value* anns_v = doc.find("annotations");

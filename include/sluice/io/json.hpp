@@ -15,9 +15,11 @@
 // key when a value is missing or of another type, so a reader states what was wrong in one line.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -113,7 +115,8 @@ namespace detail {
 
 class json_parser {
  public:
-  json_parser(std::string_view text, const std::string& file) : s_(text), file_(file) {}
+  json_parser(std::string_view text, const std::string& file, std::span<const std::string_view> drop = {})
+      : s_(text), file_(file), drop_(drop) {}
 
   json_value document() {
     json_value v = value(0);
@@ -172,7 +175,8 @@ class json_parser {
       if (p_ >= s_.size() || s_[p_] != '"') fail("expected a string key in an object");
       std::string k = string();
       expect(':', "after an object key");
-      out.emplace_back(std::move(k), value(depth + 1));
+      json_value v = value(depth + 1);  // checked whole, kept unless dropped
+      if (std::find(drop_.begin(), drop_.end(), std::string_view(k)) == drop_.end()) out.emplace_back(std::move(k), std::move(v));
       if (eat('}')) return json_value(std::move(out));
       expect(',', "or '}' in an object");
     }
@@ -312,6 +316,7 @@ class json_parser {
 
   std::string_view s_;
   const std::string& file_;
+  std::span<const std::string_view> drop_;
   std::size_t p_ = 0;
 };
 
@@ -320,6 +325,12 @@ class json_parser {
 // Parses a whole JSON text; a format_error names `file` and the byte offset of the problem.
 [[nodiscard]] inline json_value parse_json(std::string_view text, const std::string& file) {
   return detail::json_parser(text, file).document();
+}
+// The same, with the members named in `drop` (at any depth) checked but not kept: a reader that
+// needs a few keys of a large file (a COCO file's polygons) holds one such value at a time.
+[[nodiscard]] inline json_value parse_json(std::string_view text, const std::string& file,
+                                           std::span<const std::string_view> drop) {
+  return detail::json_parser(text, file, drop).document();
 }
 
 }  // namespace sluice::io
