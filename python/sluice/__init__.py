@@ -733,7 +733,9 @@ def yolo(images: PathLike, *, decode: Optional[Image] = None, labels: Optional[P
     min_size, min_visible: as :func:`boxes` (``min_size`` in output pixels).
 
     Images of other kinds (``.webp``, ``.bmp``, ...) are refused at construction, naming them: none
-    is left out silently. A bad label line is a ``FormatError`` naming the file and the line."""
+    is left out silently; so is a folder whose images have not one label file between them (the
+    labels lie elsewhere: give ``labels=``), never read as all background. A bad label line is a
+    ``FormatError`` naming the file and the line."""
     if format not in ("xyxy", "xywh"):
         raise _usage(f"sluice.yolo: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
     for name, v in (("keep_empty", keep_empty), ("polygons", polygons)):

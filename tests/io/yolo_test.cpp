@@ -149,3 +149,28 @@ TEST_CASE("yolo: images sluice does not decode are refused at open, naming them"
   CHECK_THROWS_AS(io::yolo_dataset(d.images + "/b.jpg"), usage_error);
   CHECK_THROWS_AS(io::yolo_dataset(d.images, {.labels = d.dir.file("nowhere")}), io_error);
 }
+
+TEST_CASE("yolo: a relative images folder finds its labels, and labels found nowhere are an error, not background") {
+  dataset d;
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(d.dir.path());
+  struct back {
+    std::filesystem::path p;
+    ~back() { std::filesystem::current_path(p); }
+  } restore{here};
+  io::yolo_dataset rel("ds/images/train");
+  REQUIRE(rel.size() == 4);
+  CHECK(rel.boxes_of(0) == 2);
+  CHECK(rel.image_path(0) == "ds/images/train/a.PNG");
+
+  std::filesystem::remove_all(d.labels);
+  try {
+    io::yolo_dataset none("ds/images/train");
+    FAIL("no label file anywhere");
+  } catch (const usage_error& e) {
+    CHECK(std::string(e.what()).find("none of the 4 images under 'ds/images/train' has a label file") != std::string::npos);
+    CHECK(std::string(e.what()).find("/ds/labels/train/a.txt") != std::string::npos);
+  }
+  std::filesystem::create_directories("empty/images");
+  CHECK_THROWS_AS(io::yolo_dataset("empty/images"), usage_error);
+}

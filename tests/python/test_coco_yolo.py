@@ -244,3 +244,14 @@ def test_yolo_bad_input_is_named(tmp_path):
         sluice.Loader(sluice.yolo(images, decode=img), batch_size=2)
     with pytest.raises(sluice.UsageError, match="format='cxcywh' is not accepted"):
         sluice.yolo(images, decode=img, format="cxcywh")
+
+
+def test_yolo_labels_found_nowhere_are_an_error_not_background(tmp_path):
+    write_yolo(tmp_path, n=4)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "labels" / "train").rename(tmp_path / "elsewhere" / "train")
+    with pytest.raises(sluice.UsageError, match=r"none of the 4 images .* has a label file .*labels="):
+        sluice.Loader(sluice.yolo(tmp_path / "images" / "train", decode=sluice.image((32, 32))), batch_size=2)
+    ld = sluice.Loader(sluice.yolo(tmp_path / "images" / "train", labels=tmp_path / "elsewhere" / "train",
+                                   decode=sluice.image((32, 32))), batch_size=4)
+    assert np.from_dlpack(next(iter(ld))["classes"]).size > 0

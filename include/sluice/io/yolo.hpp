@@ -15,10 +15,11 @@
 // Images: every .jpg, .jpeg and .png under the images folder (its sub-folders too), in path
 // order. A file of another image kind (.bmp, .tif, .webp, ...) is refused at open, naming it:
 // sluice decodes JPEG and PNG, and a dataset is never read with images silently left out.
-// Labels: an image's label file is its path with the last "/images/" made "/labels/" and the
-// extension ".txt" (Ultralytics' rule), or .labels + the image's path below the images folder. An
-// image without a label file (or with an empty one) is a sample with no boxes (.keep_empty = false
-// drops it).
+// Labels: an image's label file is its (absolute) path with the last "/images/" made "/labels/"
+// and the extension ".txt" (Ultralytics' rule), or .labels + the image's path below the images
+// folder. An image without a label file (or with an empty one) is a sample with no boxes
+// (.keep_empty = false drops it). A folder without images, or whose images have not one label
+// file between them (the labels lie elsewhere), is a usage_error saying where it looked.
 //
 //   sluice::io::yolo_dataset yolo{"coco128/images/train2017", {.classes = 80}};
 //   auto loader = sluice::from(sluice::sample::shuffle(yolo.size(), {.seed = 1})) | sluice::read(yolo)
@@ -180,24 +181,38 @@ class yolo_dataset {
                         " images that are not JPEG or PNG (" + other.front() + (other.size() > 1 ? ", ..." : "") +
                         "); sluice decodes JPEG and PNG: convert them, or move them out of the folder");
     }
+    if (found.empty())
+      throw usage_error("sluice: yolo_dataset: '" + dir_ + "' holds no .jpg, .jpeg or .png images (sub-folders included)");
     std::sort(found.begin(), found.end());
     first_box_.push_back(0);
+    std::size_t labelled = 0;
+    std::string first_label;
     for (auto& image : found) {
       std::string label;
       if (opt_.labels.empty()) {
-        label = detail::yolo_label_of(image);
+        // On the absolute path, so that a relative "images/..." finds its "labels/..." too.
+        label = detail::yolo_label_of(fs::absolute(fs::path(image)).lexically_normal().string());
       } else {
         label = detail::join_path(opt_.labels, fs::path(image).lexically_relative(dir_).replace_extension(".txt").string());
       }
+      if (first_label.empty()) first_label = label;
       struct stat st {};
-      if (::stat(label.c_str(), &st) == 0)
+      if (::stat(label.c_str(), &st) == 0) {
+        ++labelled;
         detail::parse_yolo_labels(detail::read_small_file(label, opt_.max_label_bytes, "a YOLO label file"), label, opt_,
                                   boxes_, classes_);
+      }
       if (classes_.size() == first_box_.back() && !opt_.keep_empty) continue;
       first_box_.push_back(classes_.size());
       images_.push_back(std::move(image));
       labels_.push_back(std::move(label));
     }
+    // Not one label file where they were looked for: the labels are elsewhere, not every image
+    // background. An error, never a dataset read without its boxes.
+    if (labelled == 0)
+      throw usage_error("sluice: yolo_dataset: none of the " + std::to_string(found.size()) + " images under '" + dir_ +
+                        "' has a label file (the first was looked for at '" + first_label +
+                        "'); name the labels folder with .labels (Python: labels=)");
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return images_.size(); }
