@@ -152,6 +152,24 @@ TEST_CASE("json_fields: paths, conventions and types") {
   CHECK(values(R"({"o": [{"p": [[1, 2]]}, {"p": []}, {"p": [[3, 4], [5, 6]]}]})", {"v", "o[*].p[*]"}) ==
         std::vector<float>{1, 2, 3, 4, 5, 6});
   CHECK(values(R"({"annotations": []})", {"v", "annotations[*].bbox"}).empty());
+  // Integers keep their sign where the field has one; one outside an unsigned field is refused.
+  using ints = json_fields<"json", field<"i", std::int64_t, variable>, field<"s", std::int8_t, variable>,
+                           field<"u", std::uint16_t, variable>>;
+  const std::string text = R"({"i": [-5, 9007199254740993, -1.0], "s": [-128, 127], "u": [0, 65535]})";
+  fields_sample<with_json> s;
+  s.set<"json">(std::as_bytes(std::span(text.data(), text.size())));
+  const auto out = ints({{"i", "i"}, {"s", "s"}, {"u", "u"}})(s, sample_context{});
+  CHECK(values_of<std::int64_t>(out.bytes_of<"i">()) == std::vector<std::int64_t>{-5, 9007199254740993, -1});
+  CHECK(values_of<std::int8_t>(out.bytes_of<"s">()) == std::vector<std::int8_t>{-128, 127});
+  CHECK(values_of<std::uint16_t>(out.bytes_of<"u">()) == std::vector<std::uint16_t>{0, 65535});
+  for (const char* bad : {R"({"i": [], "s": [-129], "u": []})", R"({"i": [], "s": [], "u": [-1]})",
+                          R"({"i": [], "s": [], "u": [65536]})"}) {
+    CAPTURE(bad);
+    fields_sample<with_json> b;
+    const std::string t(bad);
+    b.set<"json">(std::as_bytes(std::span(t.data(), t.size())));
+    CHECK_THROWS_AS((void)ints({{"i", "i"}, {"s", "s"}, {"u", "u"}})(b, sample_context{}), format_error);
+  }
 
   for (const char* bad : {"", "a..b", "a.", ".a", "a[0]", "a[*", "a[*]b"}) {
     CAPTURE(bad);

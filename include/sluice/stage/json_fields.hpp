@@ -172,9 +172,11 @@ void json_numbers(const io::json_value& v, const std::string& where, std::vector
     if (!integral)
       throw std::invalid_argument(where + " holds " + std::to_string(d) + ", not an integer (the field is " +
                                   std::string(dtype_name(dtype_of<T>)) + ")");
-    const bool fits = std::is_same_v<T, std::uint64_t> ? i >= 0
-                                                       : i >= static_cast<std::int64_t>(L::min()) &&
-                                                             static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(L::max());
+    bool fits = false;
+    if constexpr (std::is_signed_v<T>)
+      fits = i >= static_cast<std::int64_t>(L::min()) && i <= static_cast<std::int64_t>(L::max());
+    else
+      fits = i >= 0 && static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(L::max());
     if (!fits)
       throw std::invalid_argument(where + " holds " + std::to_string(i) + ", outside the field's type " +
                                   std::string(dtype_name(dtype_of<T>)));
