@@ -143,9 +143,10 @@ void json_walk(const io::json_value& v, const std::vector<json_step>& steps, std
   json_walk(*next, steps, k + 1, index, leaf);
 }
 
-// Appends the numbers of `v` (a number, a boolean, or arrays of them) as T to `out`.
-template <class T>
-void json_numbers(const io::json_value& v, const std::string& where, std::vector<T>& out) {
+// Appends the numbers of `v` (a number, a boolean, or arrays of them) as T to `out`; `where()`
+// names the value in an error (called only then: no string is built on the way to a good value).
+template <class T, class Where>
+void json_numbers(const io::json_value& v, const Where& where, std::vector<T>& out) {
   if (v.is_array()) {
     for (const auto& x : v.items()) json_numbers<T>(x, where, out);
     return;
@@ -161,16 +162,16 @@ void json_numbers(const io::json_value& v, const std::string& where, std::vector
     d = v.as_double("", "");
     if (std::isfinite(d) && std::floor(d) == d && std::abs(d) < 9.0e18) i = static_cast<std::int64_t>(d), integral = true;
   } else {
-    throw std::invalid_argument(where + " holds " + io::json_value::kind_name(v.type()) + ", not a number");
+    throw std::invalid_argument(where() + " holds " + io::json_value::kind_name(v.type()) + ", not a number");
   }
   if constexpr (std::is_floating_point_v<T>) {
     if (!std::isfinite(d) || std::abs(d) > static_cast<double>(std::numeric_limits<T>::max()))
-      throw std::invalid_argument(where + " holds " + std::to_string(d) + ", not a finite " + std::string(dtype_name(dtype_of<T>)));
+      throw std::invalid_argument(where() + " holds " + std::to_string(d) + ", not a finite " + std::string(dtype_name(dtype_of<T>)));
     out.push_back(static_cast<T>(d));
   } else {
     using L = std::numeric_limits<T>;
     if (!integral)
-      throw std::invalid_argument(where + " holds " + std::to_string(d) + ", not an integer (the field is " +
+      throw std::invalid_argument(where() + " holds " + std::to_string(d) + ", not an integer (the field is " +
                                   std::string(dtype_name(dtype_of<T>)) + ")");
     bool fits = false;
     if constexpr (std::is_signed_v<T>)
@@ -178,7 +179,7 @@ void json_numbers(const io::json_value& v, const std::string& where, std::vector
     else
       fits = i >= 0 && static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(L::max());
     if (!fits)
-      throw std::invalid_argument(where + " holds " + std::to_string(i) + ", outside the field's type " +
+      throw std::invalid_argument(where() + " holds " + std::to_string(i) + ", outside the field's type " +
                                   std::string(dtype_name(dtype_of<T>)));
     out.push_back(static_cast<T>(i));
   }
@@ -313,7 +314,7 @@ class json_fields {
       std::vector<std::size_t> index;
       try {
         detail::json_walk(doc, steps_[k], 0, index, [&](const io::json_value& x, const std::vector<std::size_t>& at) {
-          detail::json_numbers<T>(x, detail::json_where(steps_[k], steps_[k].size(), at), v);
+          detail::json_numbers<T>(x, [&] { return detail::json_where(steps_[k], steps_[k].size(), at); }, v);
         });
         if (box_[k] != json_box::none) {
           if (v.size() % 4 != 0)
