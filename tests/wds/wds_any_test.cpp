@@ -211,6 +211,149 @@ TEST_CASE("run-time fields: decode_field + normalized<> give decode<\"jpg\"> + n
   CHECK(drain(run_time, 2) == want);
 }
 
+namespace {
+// 7 samples over 2 shards: a 16x16 JPEG, g % 4 boxes inside it (rows of 4 as boxes.npy, and as
+// the columns x0..y1.npy), one int64 class a box; sample 3 of `bad` has a class too many and
+// sample 6's y1 column a value too few.
+template <class T>
+std::vector<std::byte> npy_of(std::string_view descr, const std::vector<T>& v, std::vector<std::uint64_t> shape) {
+  auto out = io::npy_header_bytes(descr, shape);
+  const auto* p = reinterpret_cast<const std::byte*>(v.data());
+  out.insert(out.end(), p, p + v.size() * sizeof(T));
+  return out;
+}
+std::string write_box_shards(const temp_dir& dir, bool bad = false) {
+  std::uint64_t g = 0;
+  for (std::size_t s = 0; s < 2; ++s) {
+    std::vector<member> ms;
+    for (std::size_t j = 0; j < (s == 0 ? 3u : 4u); ++j, ++g) {
+      const std::string k = key_of(s, g);
+      std::vector<float> rows, col[4];
+      std::vector<std::int64_t> cls;
+      for (std::uint64_t b = 0; b < g % 4; ++b) {
+        const float x0 = static_cast<float>((g * 5 + b * 3) % 11), y0 = static_cast<float>((g * 3 + b * 7) % 10);
+        const float r[4] = {x0, y0, x0 + 2.0f + static_cast<float>(b), y0 + 3.0f + static_cast<float>(g % 3)};
+        for (int c = 0; c < 4; ++c) rows.push_back(r[c]), col[c].push_back(r[c]);
+        cls.push_back(static_cast<std::int64_t>(10 * g + b));
+      }
+      if (bad && g == 3) cls.push_back(99);
+      if (bad && g == 6) col[3].pop_back();
+      ms.push_back({k + ".jpg", image_of(g)});
+      ms.push_back({k + ".boxes.npy", npy_of("<f4", rows, {g % 4, 4})});
+      ms.push_back({k + ".classes.npy", npy_of("<i8", cls, {cls.size()})});
+      const char* names[4] = {".x0.npy", ".y0.npy", ".x1.npy", ".y1.npy"};
+      for (int c = 0; c < 4; ++c) ms.push_back({k + names[c], npy_of("<f4", col[c], {col[c].size()})});
+    }
+    write_tar(dir.file("boxes-" + std::to_string(s) + ".tar"), ms);
+  }
+  return dir.file("boxes-{0..1}.tar");
+}
+}  // namespace
+
+TEST_CASE("run-time fields: boxes that follow a decoded image are the compiled boxes<>'s, as rows or as columns") {
+  temp_dir dir;
+  const std::string pattern = write_box_shards(dir);
+  const codecs::jpeg codec{{.width = 12, .height = 10, .mode = codecs::fit::random_resized_crop, .random_flip = true}};
+  const codecs::box_options bo{.min_size = 0.5};
+  using det = schema<field<"jpg", std::uint8_t, variable>, field<"boxes", float, variable>, field<"classes", std::int64_t, variable>>;
+  io::wds_dataset<det> typed(pattern, {.extensions = {{"boxes", "boxes.npy"}, {"classes", "classes.npy"}}});
+  auto compiled = from(sample::shuffle(typed.size(), {.seed = 3})) | read(typed) |
+                  decode<"jpg">(codec, boxes<"boxes", "classes">{.min_size = bo.min_size}) |
+                  collate({.batch = 3}, stack<"jpg">{}, ragged<"boxes">{.row = {4}}, ragged<"classes">{}) |
+                  prefetch(2, {.workers = 2, .seed = 4});
+  const auto want = drain(compiled, 1);
+  REQUIRE(want.size() == 3);
+  std::size_t kept = 0;
+  for (const auto& b : want) kept += b.at("classes").bytes.size() / 8;
+  CHECK(kept > 0);
+  CHECK(kept < 9);  // 0+1+2+3+0+1+2 boxes went in: the crops drop some
+
+  // Rows of 4, the classes losing the dropped rows with them: the compiled batches, byte for byte.
+  io::wds_any rows(pattern, {{"jpg"}, {"boxes", dtype::f32}, {"classes", dtype::i64}},
+                   {.extensions = {{"boxes", "boxes.npy"}, {"classes", "classes.npy"}}});
+  any_decode_stage dec(rows.schema());
+  dec.add("jpg", codec, {any_boxes({"boxes"}, {"classes"}, bo)});
+  CHECK(dec.schema().describe() == "jpg (u8, fixed), boxes (f32, variable), classes (i64, variable)");
+  for (const std::size_t workers : {0u, 1u, 2u}) {
+    auto run_time = from(sample::shuffle(rows.size(), {.seed = 3})) | read(rows) | dec |
+                    collate({.batch = 3}, dec.schema(), {{"jpg", stack<>{}}, {"boxes", ragged<>{.row = {4}}}, {"classes", ragged<>{}}}) |
+                    prefetch(2, {.workers = workers, .seed = 4});
+    CHECK(drain(run_time, 1) == want);
+  }
+
+  // Four columns (the TF Object Detection API's xmin, ymin, xmax, ymax): each mapped in place.
+  io::wds_any cols(pattern, {{"jpg"}, {"x0", dtype::f32}, {"y0", dtype::f32}, {"x1", dtype::f32}, {"y1", dtype::f32}, {"classes", dtype::i64}},
+                   {.extensions = {{"x0", "x0.npy"}, {"y0", "y0.npy"}, {"x1", "x1.npy"}, {"y1", "y1.npy"}, {"classes", "classes.npy"}}});
+  any_decode_stage cdec(cols.schema());
+  cdec.add("jpg", codec, {any_boxes({"x0", "y0", "x1", "y1"}, {"classes"}, bo)});
+  auto by_columns = from(sample::shuffle(cols.size(), {.seed = 3})) | read(cols) | cdec |
+                    collate({.batch = 3}, cdec.schema(), {{"jpg", stack<>{}}, {"x0", ragged<>{}}, {"y0", ragged<>{}}, {"x1", ragged<>{}},
+                                                          {"y1", ragged<>{}}, {"classes", ragged<>{}}}) |
+                    prefetch(2, {.workers = 2, .seed = 4});
+  const auto got = drain(by_columns, 1);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].at("jpg") == want[i].at("jpg"));
+    CHECK(got[i].at("classes") == want[i].at("classes"));
+    CHECK(got[i].at("x0.offsets") == want[i].at("boxes.offsets"));
+    const auto& b = want[i].at("boxes").bytes;
+    const char* names[4] = {"x0", "y0", "x1", "y1"};
+    for (std::size_t c = 0; c < 4; ++c) {
+      const auto& col = got[i].at(names[c]).bytes;
+      REQUIRE(col.size() * 4 == b.size());
+      for (std::size_t r = 0; r < col.size() / 4; ++r) CHECK(std::memcmp(col.data() + r * 4, b.data() + (r * 4 + c) * 4, 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("run-time fields: followers that do not fit are refused at construction, bad rows name the file, record and field") {
+  temp_dir dir;
+  const std::string pattern = write_box_shards(dir, true);
+  io::wds_any any(pattern, {{"jpg"}, {"boxes", dtype::f32}, {"classes", dtype::i64}, {"x0", dtype::f32}, {"y0", dtype::f32},
+                            {"x1", dtype::f32}, {"y1", dtype::f32}},
+                  {.extensions = {{"boxes", "boxes.npy"}, {"classes", "classes.npy"}, {"x0", "x0.npy"}, {"y0", "y0.npy"},
+                                  {"x1", "x1.npy"}, {"y1", "y1.npy"}}});
+  const codecs::jpeg codec{{.width = 8, .height = 8}};
+  auto refused = [&](std::vector<any_follower> f, bool second = false) {
+    try {
+      any_decode_stage d(second ? any_schema({{"jpg"}, {"png"}, {"boxes", dtype::f32}, {"x0", dtype::f32}, {"y0", dtype::f32}})
+                                : any.schema());
+      d.add("jpg", codec, std::move(f));
+      if (second) d.add("png", codec, {any_points({"x0", "y0"})});
+      return std::string();
+    } catch (const usage_error& e) {
+      return std::string(e.what());
+    }
+  };
+  CHECK(refused({any_boxes({"boxes"}, {"classes"})}).empty());
+  CHECK(refused({any_boxes({"classes"})}).find("field 'classes' of i64; they must be f32 or f64") != std::string::npos);
+  CHECK(refused({any_boxes({"x0", "y0"})}).find("name 2 coordinate fields; name one (rows of 4) or 4") != std::string::npos);
+  CHECK(refused({any_boxes({"boxes"}, {"classes"}), any_points({"x0", "y0"}, {"classes"})}).find("field 'classes' is named twice") !=
+        std::string::npos);
+  CHECK(refused({any_boxes({"jpg"})}).find("field 'jpg' is named twice") != std::string::npos);
+  CHECK(refused({any_boxes({"nope"})}).find("names field 'nope', which the samples do not have") != std::string::npos);
+  CHECK(refused({any_boxes({"boxes"})}, true).find("a sample keeps one image's plan") != std::string::npos);
+
+  auto first_error = [&](std::vector<any_follower> f, std::vector<field_collate_spec> c) {
+    any_decode_stage d(any.schema());
+    d.add("jpg", codec, std::move(f));
+    auto loader = from(sample::sequential(any.size())) | read(any) | d | collate({.batch = 7}, d.schema(), std::move(c)) | prefetch(1);
+    try {
+      for (auto& b : loader.epoch(0)) (void)b;
+    } catch (const std::exception& e) {
+      return sluice_test::nested_text(e);
+    }
+    return std::string();
+  };
+  const auto extra = first_error({any_boxes({"boxes"}, {"classes"})}, {{"boxes", ragged<>{.row = {4}}}, {"classes", ragged<>{}}});
+  CHECK(extra.find("boxes-1.tar") != std::string::npos);
+  CHECK(extra.find("record 3") != std::string::npos);
+  CHECK(extra.find("field 'classes': 32 bytes for 3 rows of 'boxes' (it must hold one row per row of it)") != std::string::npos);
+  const auto shortcol = first_error({any_boxes({"x0", "y0", "x1", "y1"})}, {{"x0", ragged<>{}}});
+  CHECK(shortcol.find("record 6") != std::string::npos);
+  CHECK(shortcol.find("field 'y1': 1 values beside 2 of 'x0' (the coordinate columns of a box must be equally long)") != std::string::npos);
+}
+
 TEST_CASE("run-time fields: an image that does not decode fails its sample, naming the file, the record and the field") {
   temp_dir dir;
   write_tar(dir.file("bad.tar"), {{"a/0.jpg", image_of(0)}, {"a/0.cls", bytes_of("1")},

@@ -16,6 +16,11 @@
 // Field k of a sample is the schema's field k. A producer (field_producer) writes a field whose
 // bytes exist only once written: its size, its writer and its geometry replace the view's; the
 // view then holds the producer's input (the encoded image).
+//
+// A sample may also carry one plan: a small trivially copyable value a stage worked out for this
+// sample and its producers read when they write (stage/any_decode.hpp keeps the image's planned
+// crop, scale and flip there, so the boxes that follow the image and the image itself agree). It
+// is copied with the sample only when set.
 #pragma once
 
 #include <algorithm>
@@ -128,12 +133,18 @@ struct any_field {
 // stage to stage and into the batch's list, and most have a few fields: constructing or copying
 // one touches only those (a whole array of max_any_fields would be zeroed or copied each time:
 // 384 bytes a sample, a fifth of the loader's own work on raw records).
+inline constexpr std::size_t any_plan_bytes = 64;
+
 struct any_sample {
   std::uint64_t id = 0;
   std::string_view origin;  // the file (for error messages)
   std::size_t count = 0;    // fields set: the schema's size
+  bool planned = false;     // whether plan holds a value (set_plan)
   union {
     std::array<any_field, max_any_fields> fields;
+  };
+  union {
+    alignas(8) std::array<std::byte, any_plan_bytes> plan_storage;
   };
 
   any_sample() noexcept {}
@@ -142,13 +153,32 @@ struct any_sample {
     static constexpr std::array<any_field, max_any_fields> none{};
     take(none.data());
   }
-  any_sample(const any_sample& o) noexcept : id(o.id), origin(o.origin), count(o.count) { take(o.fields.data()); }
+  any_sample(const any_sample& o) noexcept : id(o.id), origin(o.origin), count(o.count) { take(o); }
   any_sample& operator=(const any_sample& o) noexcept {
     id = o.id;
     origin = o.origin;
     count = o.count;
-    take(o.fields.data());
+    take(o);
     return *this;
+  }
+
+  // The sample's plan (see the top of this file): set by the stage that works it out, read by the
+  // producers that need it; reading one never set is a usage_error (a producer put after a stage
+  // that did not plan), never garbage.
+  template <class P>
+  void set_plan(const P& p) noexcept {
+    static_assert(std::is_trivially_copyable_v<P> && sizeof(P) <= any_plan_bytes &&
+                  alignof(P) <= 8);
+    std::memcpy(plan_storage.data(), &p, sizeof(P));
+    planned = true;
+  }
+  template <class P>
+  [[nodiscard]] P plan() const {
+    static_assert(std::is_trivially_copyable_v<P> && sizeof(P) <= any_plan_bytes);
+    if (!planned) throw usage_error("sluice: a field producer needs the sample's plan, and no stage set one");
+    P p;
+    std::memcpy(&p, plan_storage.data(), sizeof(P));
+    return p;
   }
 
   [[nodiscard]] std::size_t size_of(std::size_t k) const {
@@ -173,6 +203,11 @@ struct any_sample {
   void take(const any_field* from) noexcept {
     static_assert(std::is_trivially_copyable_v<any_field>);
     if (this->count != 0) std::memcpy(static_cast<void*>(fields.data()), from, this->count * sizeof(any_field));
+  }
+  void take(const any_sample& o) noexcept {
+    take(o.fields.data());
+    planned = o.planned;
+    if (planned) std::memcpy(plan_storage.data(), o.plan_storage.data(), any_plan_bytes);
   }
 };
 

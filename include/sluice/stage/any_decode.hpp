@@ -18,9 +18,33 @@
 // usage_error at construction naming it. A record the codec cannot decode is a format_error naming the file,
 // the record and the field, raised (as the compiled stage does) as the decode stage's error when
 // the field is written.
+//
+// Fields that follow the image (the run-time boxes<> and points<> of stage/decode.hpp):
+// add(field, codec, {any_boxes({"boxes"}, {"classes"}, {.min_size = 2})}) plans each sample's
+// transform when the stage runs (codec.plan: the header read, the crop and flip drawn from
+// (seed, epoch, id)), keeps it in the sample (any_sample::set_plan), decodes the image with it
+// and maps the boxes by it when collate writes them; the fields named with them ("classes": one
+// row per box, any type) lose the rows of dropped boxes. The coordinates are one field of rows
+// (4 numbers a box, 2 a point: f32 or f64), or one field a coordinate, as the TF Object Detection
+// API stores xmin, ymin, xmax, ymax: each column is then mapped in place and stays a column.
+// Followed fields become variable fields of their type (collate them with ragged<> or pad<>).
+// At construction, each a usage_error naming the field: a follower field the samples do not
+// have, coordinates that are not f32 or f64, a field that follows twice or is the image, a
+// second image with followers (a sample keeps one plan). When the stage runs, each a
+// format_error naming the file, the record and the field: coordinates that are not whole rows,
+// columns of different lengths, a field with followers that is not one row per box, a followed
+// field the reader writes in pieces.
+//
+//   sluice::io::wds_any data{"train-{0..3}.tar", {{"jpg"}, {"boxes", sluice::dtype::f32}, {"classes", sluice::dtype::i64}},
+//                            {.extensions = {{"boxes", "boxes.npy"}, {"classes", "classes.npy"}}}};
+//   sluice::any_decode_stage dec(data.schema());
+//   dec.add("jpg", codec, {sluice::any_boxes({"boxes"}, {"classes"})});
+//   ... | dec | sluice::collate({.batch = 32}, dec.schema(), {{"jpg", sluice::stack<>{}},
+//             {"boxes", sluice::ragged<>{.row = {4}}}, {"classes", sluice::ragged<>{}}}) | ...
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,12 +57,62 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/stats.hpp"
+#include "sluice/codec/transform.hpp"
 #include "sluice/stage/decode.hpp"
 
 namespace sluice {
 
+// A field that follows a decoded image at run time: see the top of this file.
+struct any_follower {
+  enum class shape { boxes, points };
+  shape kind = shape::boxes;
+  // One field of rows (4 numbers a box, 2 a point), or one field a coordinate (4 / 2 fields).
+  std::vector<std::string> coordinates;
+  // Fields of one row per box (point) that lose the rows of dropped ones.
+  std::vector<std::string> with;
+  codecs::box_options box{};
+  codecs::point_options point{};
+};
+
+// Boxes (rows of 4 in box_options' format, or 4 columns) followed by the fields `with`.
+inline any_follower any_boxes(std::vector<std::string> coordinates, std::vector<std::string> with = {},
+                              codecs::box_options o = {}) {
+  return {any_follower::shape::boxes, std::move(coordinates), std::move(with), o, {}};
+}
+// Points (rows of 2 (x, y), or 2 columns) followed by the fields `with`.
+inline any_follower any_points(std::vector<std::string> coordinates, std::vector<std::string> with = {},
+                               codecs::point_options o = {}) {
+  return {any_follower::shape::points, std::move(coordinates), std::move(with), {}, o};
+}
+
 namespace detail {
-// Writes field k of a sample by decoding its bytes with Codec.
+
+// A producer that also plans a sample's transform (an image that fields follow).
+class image_planner : public field_producer {
+ public:
+  [[nodiscard]] virtual codecs::image_transform plan(std::span<const std::byte> encoded, const sample_context& ctx) const = 0;
+
+ protected:
+  ~image_planner() = default;
+};
+
+// Runs `decode` (which writes field k of s) timed and reported as the decode stage's work, a
+// format_error naming the file, the record and the field.
+template <class Decode>
+void decode_into(const any_sample& s, const std::string& field, Decode&& decode) {
+  constexpr std::string_view stage = "decode";
+  const deferred_scope timed(stage);
+  try {
+    try {
+      decode();
+    } catch (const format_error& e) {
+      throw format_error(std::string(s.origin), {.record = s.id}, "field '" + field + "': " + e.cause());
+    }
+  } catch (...) {
+    throw_stage_error(stage, s.id);
+  }
+}
+
 template <codec Codec>
 struct codec_producer final : field_producer {
   codec_producer(Codec c, std::string n) : codec(std::move(c)), field(std::move(n)) {}
@@ -46,20 +120,144 @@ struct codec_producer final : field_producer {
   std::string field;
   [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
   void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context& ctx) const override {
-    constexpr std::string_view stage = "decode";
-    const deferred_scope timed(stage);
-    try {
-      try {
-        codec.decode(s.fields[k].bytes, dst, ctx);
-      } catch (const format_error& e) {
-        throw format_error(std::string(s.origin), {.record = s.id}, "field '" + field + "': " + e.cause());
-      }
-    } catch (...) {
-      throw_stage_error(stage, s.id);
-    }
+    decode_into(s, field, [&] { codec.decode(s.fields[k].bytes, dst, ctx); });
   }
   [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return codec_geometry(codec); }
 };
+
+// The same for an image that fields follow: decoded with the transform the stage planned.
+template <codec Codec>
+struct planned_codec_producer final : image_planner {
+  planned_codec_producer(Codec c, std::string n) : codec(std::move(c)), field(std::move(n)) {}
+  Codec codec;
+  std::string field;
+  [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
+  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
+    decode_into(s, field, [&] { codec.decode_with(s.fields[k].bytes, dst, s.plan<codecs::image_transform>()); });
+  }
+  [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return codec_geometry(codec); }
+  [[nodiscard]] codecs::image_transform plan(std::span<const std::byte> encoded, const sample_context& ctx) const override {
+    return codec.plan(encoded, ctx);
+  }
+};
+
+// A follower with its fields found in the schema: the coordinate fields (1, or one a
+// coordinate), the fields that lose dropped rows, and their names for messages.
+struct placed_follower {
+  any_follower how;
+  std::size_t row = 4;  // coordinates a box (point)
+  dtype type = dtype::f32;
+  std::vector<std::size_t> coordinates, with;
+  std::vector<std::string> names;  // of the coordinate fields, then the others
+
+  [[nodiscard]] bool columns() const noexcept { return coordinates.size() > 1; }
+
+  // The rows of sample s (boxes or points).
+  [[nodiscard]] std::size_t rows(const any_sample& s) const {
+    const std::size_t b = s.fields[coordinates[0]].bytes.size(), e = dtype_size(type);
+    return columns() ? b / e : b / (row * e);
+  }
+  // Whether row r survives t; its mapped coordinates in out.
+  template <class T>
+  bool map(const any_sample& s, const codecs::image_transform& t, std::size_t r, T* out) const noexcept {
+    T in[4];
+    if (columns()) {
+      for (std::size_t j = 0; j < row; ++j) std::memcpy(&in[j], s.fields[coordinates[j]].bytes.data() + r * sizeof(T), sizeof(T));
+    } else {
+      std::memcpy(in, s.fields[coordinates[0]].bytes.data() + r * row * sizeof(T), row * sizeof(T));
+    }
+    return how.kind == any_follower::shape::boxes ? codecs::transform_box(t, how.box, in, out)
+                                                  : codecs::transform_point(t, how.point, in, out);
+  }
+  template <class Fn>
+  decltype(auto) typed(Fn&& fn) const {
+    if (type == dtype::f64) return fn(double{});
+    return fn(float{});
+  }
+  [[nodiscard]] std::size_t kept(const any_sample& s) const {
+    const auto t = s.plan<codecs::image_transform>();
+    return typed([&]<class T>(T) {
+      T out[4];
+      std::size_t k = 0;
+      for (std::size_t r = 0, n = rows(s); r < n; ++r) k += map(s, t, r, out);
+      return k;
+    });
+  }
+
+  // When the stage runs: every field a view, whole rows, one row per box in each field.
+  void check(const any_sample& s) const {
+    const auto fail = [&](const std::string& name, const std::string& why) {
+      throw format_error(std::string(s.origin), {.record = s.id}, "field '" + name + "': " + why);
+    };
+    std::size_t f = 0;
+    for (const std::size_t k : coordinates)
+      if (s.fields[k].producer != nullptr) fail(names[f++], "follows an image, and the reader writes it in pieces (a list not stored packed); it must be stored as one value");
+      else ++f;
+    for (const std::size_t k : with)
+      if (s.fields[k].producer != nullptr) fail(names[f++], "follows boxes, and the reader writes it in pieces (a list not stored packed); it must be stored as one value");
+      else ++f;
+    const std::size_t e = dtype_size(type), b0 = s.fields[coordinates[0]].bytes.size();
+    const std::size_t unit = columns() ? e : row * e;
+    if (b0 % unit != 0)
+      fail(names[0], std::to_string(b0) + " bytes is not a whole number of " +
+                         (columns() ? std::string(dtype_name(type)) + " values" : "rows of " + std::to_string(row) + " coordinates"));
+    const std::size_t n = b0 / unit;
+    for (std::size_t j = 1; j < coordinates.size(); ++j)
+      if (s.fields[coordinates[j]].bytes.size() != n * e)
+        fail(names[j], std::to_string(s.fields[coordinates[j]].bytes.size() / e) + " values beside " + std::to_string(n) +
+                           " of '" + names[0] + "' (the coordinate columns of a box must be equally long)");
+    for (std::size_t j = 0; j < with.size(); ++j) {
+      const std::size_t b = s.fields[with[j]].bytes.size();
+      if ((n == 0 && b != 0) || (n != 0 && b % n != 0))
+        fail(names[coordinates.size() + j], std::to_string(b) + " bytes for " + std::to_string(n) + " rows of '" + names[0] +
+                                                "' (it must hold one row per row of it)");
+    }
+  }
+};
+
+// Writes one field of a follower: a coordinate field (mapped, dropped rows left out) or a field
+// with one row per box (dropped rows left out).
+struct follower_producer final : field_producer {
+  follower_producer(std::shared_ptr<const placed_follower> f, int c) : follow(std::move(f)), column(c) {}
+  std::shared_ptr<const placed_follower> follow;
+  int column;  // the coordinate field's index in follow->coordinates; -1: a field with them
+
+  [[nodiscard]] std::size_t size(const any_sample& s, std::size_t k) const override {
+    const placed_follower& f = *follow;
+    const std::size_t n = f.rows(s);
+    if (n == 0) return 0;
+    const std::size_t kept = f.kept(s);
+    if (column < 0) return s.fields[k].bytes.size() / n * kept;
+    return kept * dtype_size(f.type) * (f.columns() ? 1 : f.row);
+  }
+  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
+    const placed_follower& f = *follow;
+    const std::size_t n = f.rows(s);
+    if (n == 0) return;
+    const auto t = s.plan<codecs::image_transform>();
+    const std::size_t row_bytes = column < 0 ? s.fields[k].bytes.size() / n : 0;
+    f.typed([&]<class T>(T) {
+      std::size_t w = 0;
+      for (std::size_t r = 0; r < n; ++r) {
+        T out[4];
+        if (!f.map(s, t, r, out)) continue;
+        if (column < 0) {
+          std::memcpy(dst.data() + w, s.fields[k].bytes.data() + r * row_bytes, row_bytes);
+          w += row_bytes;
+        } else if (f.columns()) {
+          std::memcpy(dst.data() + w, &out[column], sizeof(T));
+          w += sizeof(T);
+        } else {
+          std::memcpy(dst.data() + w, out, f.row * sizeof(T));
+          w += f.row * sizeof(T);
+        }
+      }
+      return 0;
+    });
+  }
+  [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return {}; }
+};
+
 }  // namespace detail
 
 // Decodes any number of fields of run-time samples, each with its codec (added with add()).
@@ -75,15 +273,40 @@ class any_decode_stage {
   template <class Codec>
     requires codec<std::remove_cvref_t<Codec>>
   any_decode_stage& add(std::string_view field, Codec&& c) {
-    const std::size_t k = out_.at(field, "decode_field");
-    for (const auto& [j, p] : producers_)
-      if (j == k) throw usage_error("sluice: decode_field: field '" + out_[k].name + "' is decoded twice");
-    if (out_[k].type != dtype::u8)
-      throw usage_error("sluice: decode_field: field '" + out_[k].name + "' holds " + dtype_name(out_[k].type) +
-                        " elements; a codec decodes encoded bytes (a u8 field)");
-    out_ = out_.with(k, {out_[k].name, dtype::u8, extent::fixed});
+    const std::size_t k = decoded_field(field);
     producers_.emplace_back(k, std::make_shared<const detail::codec_producer<std::remove_cvref_t<Codec>>>(
                                    std::forward<Codec>(c), out_[k].name));
+    return *this;
+  }
+  // The same, with fields that follow the image's geometry (see the top of this file). One image
+  // a stage has followers (a sample keeps one plan); the codec must have plan(bytes, ctx) and
+  // decode_with(bytes, out, transform), as the image codecs do.
+  template <class Codec>
+    requires codec<std::remove_cvref_t<Codec>> &&
+             requires(const std::remove_cvref_t<Codec>& c, std::span<const std::byte> in, std::span<std::byte> out,
+                      const sample_context& ctx, const codecs::image_transform& t) {
+               { c.plan(in, ctx) } -> std::same_as<codecs::image_transform>;
+               c.decode_with(in, out, t);
+             }
+  any_decode_stage& add(std::string_view field, Codec&& c, std::vector<any_follower> follow) {
+    if (follow.empty()) return add(field, std::forward<Codec>(c));
+    if (planner_ != nullptr)
+      throw usage_error("sluice: decode_field: fields follow '" + out_[image_].name + "' already, and '" + std::string(field) +
+                        "' too: a sample keeps one image's plan (decode the other image without followers)");
+    const std::size_t k = decoded_field(field);
+    std::vector<std::shared_ptr<const detail::placed_follower>> placed;
+    for (auto& f : follow) placed.push_back(place(k, std::move(f)));
+    auto p = std::make_shared<const detail::planned_codec_producer<std::remove_cvref_t<Codec>>>(std::forward<Codec>(c), out_[k].name);
+    planner_ = p.get();
+    image_ = k;
+    producers_.emplace_back(k, std::move(p));
+    for (const auto& f : placed) {
+      followers_.push_back(f);
+      for (std::size_t j = 0; j < f->coordinates.size(); ++j)
+        follower_fields_.emplace_back(f->coordinates[j], std::make_shared<const detail::follower_producer>(f, static_cast<int>(j)));
+      for (const std::size_t w : f->with)
+        follower_fields_.emplace_back(w, std::make_shared<const detail::follower_producer>(f, -1));
+    }
     return *this;
   }
 
@@ -92,7 +315,7 @@ class any_decode_stage {
 
   // A field the reader writes itself (a tf.train.Example list in pieces, numbers) is not one
   // encoded value: a format_error naming it, never its raw bytes decoded.
-  any_sample operator()(const any_sample& in, const sample_context&) const {
+  any_sample operator()(const any_sample& in, const sample_context& ctx) const {
     any_sample s = in;
     for (const auto& [k, p] : producers_) {
       if (s.fields[k].producer != nullptr) [[unlikely]]
@@ -101,12 +324,77 @@ class any_decode_stage {
                                " bytes in pieces); a codec decodes one encoded image");
       s.fields[k].producer = p.get();
     }
+    if (planner_ != nullptr) {
+      if (s.planned) [[unlikely]]
+        throw usage_error("sluice: decode_field: the samples reaching it carry a plan already (fields follow an image "
+                          "decoded by an earlier stage); a sample keeps one image's plan");
+      try {
+        s.set_plan(planner_->plan(s.fields[image_].bytes, ctx));
+      } catch (const format_error& e) {
+        throw format_error(std::string(s.origin), {.record = s.id}, "field '" + out_[image_].name + "': " + e.cause());
+      }
+      for (const auto& f : followers_) f->check(s);
+      for (const auto& [k, p] : follower_fields_) s.fields[k].producer = p.get();
+    }
     return s;
   }
 
  private:
+  // Field `field`'s index, made a fixed u8 field: a usage_error if there is none, if it is not u8
+  // (encoded bytes), or if it is decoded already or follows an image.
+  std::size_t decoded_field(std::string_view field) {
+    const std::size_t k = out_.at(field, "decode_field");
+    for (const auto& [j, p] : producers_)
+      if (j == k) throw usage_error("sluice: decode_field: field '" + out_[k].name + "' is decoded twice");
+    for (const std::size_t j : claimed_)
+      if (j == k) throw usage_error("sluice: decode_field: field '" + out_[k].name + "' follows an image; it is not one");
+    if (out_[k].type != dtype::u8)
+      throw usage_error("sluice: decode_field: field '" + out_[k].name + "' holds " + dtype_name(out_[k].type) +
+                        " elements; a codec decodes encoded bytes (a u8 field)");
+    out_ = out_.with(k, {out_[k].name, dtype::u8, extent::fixed});
+    return k;
+  }
+  // A follower of image `image` with its fields found, checked and made variable in the schema.
+  std::shared_ptr<const detail::placed_follower> place(std::size_t image, any_follower f) {
+    auto p = std::make_shared<detail::placed_follower>();
+    const bool boxes = f.kind == any_follower::shape::boxes;
+    p->row = boxes ? 4 : 2;
+    const char* what = boxes ? "boxes" : "points";
+    if (f.coordinates.size() != 1 && f.coordinates.size() != p->row)
+      throw usage_error("sluice: decode_field: " + std::string(what) + " following '" + out_[image].name + "' name " +
+                        std::to_string(f.coordinates.size()) + " coordinate fields; name one (rows of " +
+                        std::to_string(p->row) + ") or " + std::to_string(p->row) + " (one a coordinate)");
+    const auto take = [&](const std::string& name, std::vector<std::size_t>& into) {
+      const std::size_t k = out_.at(name, "a field following '" + out_[image].name + "'");
+      bool twice = k == image;
+      for (const auto& [j, q] : producers_) twice = twice || j == k;
+      for (const std::size_t j : claimed_) twice = twice || j == k;
+      if (twice)
+        throw usage_error("sluice: decode_field: field '" + name + "' is named twice among the decoded and following fields");
+      into.push_back(k);
+      claimed_.push_back(k);
+      p->names.push_back(name);
+      out_ = out_.with(k, {out_[k].name, out_[k].type, extent::variable});
+    };
+    for (const auto& c : f.coordinates) take(c, p->coordinates);
+    for (const auto& w : f.with) take(w, p->with);
+    p->type = out_[p->coordinates[0]].type;
+    for (const std::size_t k : p->coordinates)
+      if (out_[k].type != p->type || (p->type != dtype::f32 && p->type != dtype::f64))
+        throw usage_error("sluice: decode_field: the coordinates of " + std::string(what) + " following '" + out_[image].name +
+                          "' are field '" + out_[k].name + "' of " + dtype_name(out_[k].type) +
+                          "; they must be f32 or f64 (all of one type)");
+    p->how = std::move(f);
+    return p;
+  }
+
   any_schema out_;
   std::vector<std::pair<std::size_t, std::shared_ptr<const field_producer>>> producers_;
+  const detail::image_planner* planner_ = nullptr;  // the image with followers
+  std::size_t image_ = 0;
+  std::vector<std::shared_ptr<const detail::placed_follower>> followers_;
+  std::vector<std::pair<std::size_t, std::shared_ptr<const field_producer>>> follower_fields_;
+  std::vector<std::size_t> claimed_;  // the fields that follow
 };
 
 // One field decoded: any_decode_stage(in).add(field, c).
