@@ -41,6 +41,14 @@ struct field_option {
   double value = 0;
   std::size_t length = 0, multiple = 1;
   bool mask = false, truncate = false, split = true;
+  // Following a decoded image (sluice.boxes_of / points_of / rows_of): the kind ("" none, boxes,
+  // points, rows), the field followed (the image; rows: the boxes' field), the coordinate this
+  // field holds (-1: rows of all) and codecs::box_options / point_options.
+  std::string follow, follow_of;
+  int coordinate = -1;
+  std::string box_format = "xyxy";
+  bool normalized = false, drop_outside = true;
+  double min_size = 1.0, min_visible = 0.0;
 };
 
 struct options {

@@ -68,6 +68,14 @@ field_option field_of(const py::dict& d) {
   f.mask = d["mask"].cast<bool>();
   f.truncate = d["truncate"].cast<bool>();
   f.split = d["split"].cast<bool>();
+  f.follow = d["follow"].cast<std::string>();
+  f.follow_of = d["follow_of"].cast<std::string>();
+  f.coordinate = d["coordinate"].cast<int>();
+  f.box_format = d["box_format"].cast<std::string>();
+  f.normalized = d["normalized"].cast<bool>();
+  f.drop_outside = d["drop_outside"].cast<bool>();
+  f.min_size = d["min_size"].cast<double>();
+  f.min_visible = d["min_visible"].cast<double>();
   return f;
 }
 

@@ -125,6 +125,54 @@ sluice::any_field_collator collator_of(const field_option& f) {
   bad_value("collate", "'" + f.collate + "'", "'stack', 'normalized', 'ragged', 'pad' or 'pack'");
 }
 
+#if SLUICE_WITH_TURBOJPEG
+// The fields that follow image `image` (sluice.boxes_of / points_of, their rows_of): one
+// follower a field of rows, one for the columns of one image's boxes (points), each with the
+// fields that take its rows. The sluice package checks the roles as a whole (_check_follow);
+// any_decode_stage checks the types and names.
+std::vector<sluice::any_follower> followers_of(const std::vector<field_option>& fields, const std::string& image) {
+  std::vector<sluice::any_follower> out;
+  std::vector<std::vector<std::string>> names;  // of each follower's fields, for rows_of
+  std::size_t columns[2] = {0, 0};  // boxes, points: 1 + the index in out of its columns' follower
+  for (const auto& f : fields) {
+    if (f.follow_of != image || (f.follow != "boxes" && f.follow != "points")) continue;
+    const bool boxes = f.follow == "boxes";
+    if (f.box_format != "xyxy" && f.box_format != "xywh")
+      bad_value("sluice.boxes_of(format", "'" + f.box_format + "')", "'xyxy' or 'xywh'");
+    const sluice::codecs::box_options bo{.format = f.box_format == "xywh" ? sluice::codecs::box_format::xywh
+                                                                         : sluice::codecs::box_format::xyxy,
+                                         .normalized = f.normalized, .drop_outside = f.drop_outside,
+                                         .min_size = f.min_size, .min_visible = f.min_visible};
+    const sluice::codecs::point_options po{.normalized = f.normalized, .drop_outside = f.drop_outside};
+    const std::size_t row = boxes ? 4 : 2;
+    if (f.coordinate >= static_cast<int>(row))
+      throw sluice::usage_error("sluice.field('" + f.members + "'): coordinate " + std::to_string(f.coordinate) + " of " + f.follow);
+    if (f.coordinate < 0) {
+      out.push_back(boxes ? sluice::any_boxes({f.name}, {}, bo) : sluice::any_points({f.name}, {}, po));
+      names.push_back({f.name});
+      continue;
+    }
+    std::size_t& c = columns[boxes ? 0 : 1];
+    if (c == 0) {
+      out.push_back(boxes ? sluice::any_boxes(std::vector<std::string>(row), {}, bo)
+                          : sluice::any_points(std::vector<std::string>(row), {}, po));
+      names.emplace_back();
+      c = out.size();
+    }
+    out[c - 1].coordinates[static_cast<std::size_t>(f.coordinate)] = f.name;
+  }
+  // The column groups' names, once every column is in.
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (names[i].empty()) names[i] = out[i].coordinates;
+  for (const auto& f : fields) {
+    if (f.follow != "rows") continue;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (std::find(names[i].begin(), names[i].end(), f.follow_of) != names[i].end()) out[i].with.push_back(f.name);
+  }
+  return out;
+}
+#endif
+
 }  // namespace
 
 namespace {
@@ -133,6 +181,13 @@ namespace {
 // options name (class_balanced where the data has labels).
 template <class Data>
 loader_ptr fields_loader(const options& o, Data data, const std::vector<std::int64_t>& labels) {
+  for (const auto& f : o.fields) {
+    if (f.follow != "boxes" && f.follow != "points") continue;
+    const auto img = std::find_if(o.fields.begin(), o.fields.end(), [&](const field_option& g) { return g.name == f.follow_of; });
+    if (img == o.fields.end() || !img->decode)
+      throw sluice::usage_error("sluice.field('" + f.members + "') follows '" + f.follow_of +
+                                "', which is not a decoded image among the fields");
+  }
   sluice::any_decode_stage dec(data.schema());
   for (const auto& f : o.fields) {
     if (!f.decode) continue;
@@ -142,7 +197,7 @@ loader_ptr fields_loader(const options& o, Data data, const std::vector<std::int
     io.random_resized_crop = f.random_resized_crop;
     io.flip = f.flip;
     io.layout = f.layout;
-    dec.add(f.name, codec_of(io));
+    dec.add(f.name, codec_of(io), followers_of(o.fields, f.name));
 #else
     throw sluice::usage_error("sluice.field('" + f.members + "', decode=...): this module was built without TurboJPEG");
 #endif

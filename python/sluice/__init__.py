@@ -42,6 +42,10 @@ decode=, collate=)}``, a collator a field (``sluice.stack``, ``normalized``, ``r
         "label": sluice.field("cls", dtype="int64"),
         "caption": sluice.field("txt", collate=sluice.ragged())})
 
+A field that follows a decoded image (boxes, keypoints, their classes) says so with
+``follow=sluice.boxes_of("image")``, ``points_of("image")`` or ``rows_of("boxes")``: it moves with the
+image's crop, scale and flip, and loses the rows of the boxes the crop drops.
+
 How a Loader behaves (as PyTorch's DataLoader and torchdata's StatefulDataLoader do, where their
 habits reach):
 
@@ -78,7 +82,8 @@ from .sample import Sampler
 
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
-    "Boxes", "Collator", "Field", "image", "boxes", "json_boxes", "field", "stack", "normalized", "ragged", "pad", "pack",
+    "Boxes", "Collator", "Field", "Follow", "image", "boxes", "json_boxes", "field", "boxes_of", "points_of", "rows_of",
+    "stack", "normalized", "ragged", "pad", "pack",
     "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "yolo", "tokens",
     "documents",
     "loader", "sample",
@@ -407,30 +412,142 @@ _DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int
            "bfloat16", "bool")
 
 
+class Follow:
+    """How a field follows a decoded image: see :func:`boxes_of`, :func:`points_of`, :func:`rows_of`."""
+
+    __slots__ = ("kind", "of", "coordinate", "options")
+
+    def __init__(self, kind: str, of: str, coordinate: int, options: Dict[str, Any]) -> None:
+        self.kind, self.of, self.coordinate, self.options = kind, of, coordinate, options
+
+    def __repr__(self) -> str:
+        if self.kind == "rows":
+            return f"sluice.rows_of({self.of!r})"
+        names = _COORDINATES[(self.kind, self.options.get("format", "xyxy"))]
+        shown = dict(self.options)
+        if self.coordinate >= 0:
+            shown["coordinate"] = names[self.coordinate]
+        return f"sluice.{self.kind}_of({self.of!r}, {', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+_COORDINATES = {("boxes", "xyxy"): ("x0", "y0", "x1", "y1"), ("boxes", "xywh"): ("x", "y", "w", "h"),
+                ("points", "xyxy"): ("x", "y")}
+
+
+def _image_name(where: str, image: Any) -> str:
+    if not isinstance(image, str) or not image:
+        raise _usage(f"{where}: image={image!r} is not accepted; use the name (a fields= key) of the decoded image")
+    return image
+
+
+def _coordinate(where: str, coordinate: Any, names: Tuple[str, ...]) -> int:
+    if coordinate is None:
+        return -1
+    if coordinate not in names:
+        raise _usage(f"{where}: coordinate={coordinate!r} is not accepted; use one of {', '.join(map(repr, names))} "
+                     "(the field holds that coordinate of every box) or None (rows of all of them)")
+    return names.index(coordinate)
+
+
+def boxes_of(image: str, *, format: str = "xyxy", normalized: bool = False, min_size: float = 1.0,
+             min_visible: float = 0.0, drop_outside: bool = True, coordinate: Optional[str] = None) -> Follow:
+    """``sluice.field(..., follow=sluice.boxes_of("image"))``: the field holds boxes that follow
+    the decoded field ``image`` (a ``fields=`` key): the same crop, scale and flip, drawn once per
+    sample (C++: ``any_boxes``, the run-time ``sluice::boxes<>``).
+
+    format:      ``"xyxy"`` (the default) or ``"xywh"``, in and out.
+    normalized:  coordinates as fractions of the image's width and height (else pixels).
+    drop_outside, min_size, min_visible: a box whose clipped side is under ``min_size`` output
+                 pixels, or whose visible share of its area is under ``min_visible``, is dropped
+                 (with its row of every :func:`rows_of` field); ``drop_outside=False`` keeps every
+                 box, clipped.
+    coordinate:  None (the default): the field holds rows of 4 (float32 or float64), and collates
+                 by default as ``ragged(row=(4,))``. Or one coordinate a field, as the TF Object
+                 Detection API stores ``image/object/bbox/xmin`` ... ``ymax``: ``"x0"``, ``"y0"``,
+                 ``"x1"``, ``"y1"`` (``"x"``, ``"y"``, ``"w"``, ``"h"`` for xywh); four fields then
+                 name the same image, one coordinate each, and each stays a column (``ragged()``),
+                 mapped.
+    """
+    where = "sluice.boxes_of"
+    if format not in ("xyxy", "xywh"):
+        raise _usage(f"{where}: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    try:
+        ms, mv = float(min_size), float(min_visible)
+    except (TypeError, ValueError):
+        raise _usage(f"{where}: min_size= and min_visible= take numbers") from None
+    if not (ms >= 0 and math.isfinite(ms)) or not (0 <= mv <= 1):
+        raise _usage(f"{where}: min_size={min_size!r}, min_visible={min_visible!r} are not accepted; use "
+                     "min_size >= 0 (output pixels) and 0 <= min_visible <= 1")
+    return Follow("boxes", _image_name(where, image), _coordinate(where, coordinate, _COORDINATES[("boxes", format)]),
+                  dict(format=format, normalized=bool(normalized), min_size=ms, min_visible=mv,
+                       drop_outside=bool(drop_outside)))
+
+
+def points_of(image: str, *, normalized: bool = False, drop_outside: bool = False,
+              coordinate: Optional[str] = None) -> Follow:
+    """``sluice.field(..., follow=sluice.points_of("image"))``: the field holds points (keypoints)
+    that follow the decoded field ``image``: rows of 2 (x, y), float32 or float64, mapped and not
+    clipped; ``drop_outside=True`` drops a point that lands outside the output (with its row of
+    every :func:`rows_of` field). ``coordinate="x"`` or ``"y"``: one coordinate a field, as for
+    :func:`boxes_of`. Collated by default as ``ragged(row=(2,))`` (``ragged()`` for a column)."""
+    where = "sluice.points_of"
+    return Follow("points", _image_name(where, image), _coordinate(where, coordinate, _COORDINATES[("points", "xyxy")]),
+                  dict(normalized=bool(normalized), drop_outside=bool(drop_outside)))
+
+
+def rows_of(field: str) -> Follow:
+    """``sluice.field(..., follow=sluice.rows_of("boxes"))``: the field holds one row per box (point)
+    of the field ``field`` (a class, a score, a track id: any dtype, any row size) and loses the rows
+    of the boxes dropped with the crop. Collated by default as ``ragged()``. Row counts that do not
+    match are a FormatError naming the file, the sample and both fields."""
+    if not isinstance(field, str) or not field:
+        raise _usage(f"sluice.rows_of: field={field!r} is not accepted; use the name (a fields= key) of a field "
+                     "that follows an image with boxes_of() or points_of()")
+    return Follow("rows", field, -1, {})
+
+
 class Field:
     """One field of a WebDataset sample: see :func:`field`."""
 
-    __slots__ = ("members", "dtype", "decode", "collate")
+    __slots__ = ("members", "dtype", "decode", "collate", "follow")
 
-    def __init__(self, members: str, dtype: Optional[str], decode: Optional[Image], collate: Collator) -> None:
-        self.members, self.dtype, self.decode, self.collate = members, dtype, decode, collate
+    def __init__(self, members: str, dtype: Optional[str], decode: Optional[Image], collate: Optional[Collator],
+                 follow: Optional[Follow] = None) -> None:
+        self.members, self.dtype, self.decode, self.collate, self.follow = members, dtype, decode, collate, follow
 
     def __repr__(self) -> str:
-        return f"sluice.field({self.members!r}, dtype={self.dtype!r}, decode={self.decode!r}, collate={self.collate!r})"
+        return (f"sluice.field({self.members!r}, dtype={self.dtype!r}, decode={self.decode!r}, "
+                f"collate={self.collate!r}, follow={self.follow!r})")
+
+    def _collator(self) -> Collator:
+        """The collator given, else the default: stack(), or ragged() for a field that follows."""
+        if self.collate is not None:
+            return self.collate
+        f = self.follow
+        if f is None:
+            return stack()
+        if f.kind == "rows" or f.coordinate >= 0:
+            return ragged()
+        return ragged(row=(4,) if f.kind == "boxes" else (2,))
 
     def _engine(self, name: str) -> Dict[str, Any]:
-        c, img = self.collate.options, self.decode
+        col, img, fol = self._collator(), self.decode, self.follow
+        c, o = col.options, (fol.options if fol else {})
         return dict(name=name, members=self.members, dtype=self.dtype or "", decode=img is not None,
                     size=list(img.size) if img else [], random_resized_crop=bool(img and img.crop == "random_resized"),
-                    flip=bool(img and img.flip), layout=img.layout if img else "hwc", collate=self.collate.kind,
+                    flip=bool(img and img.flip), layout=img.layout if img else "hwc", collate=col.kind,
                     shape=c.get("shape", []), row=c.get("row", []), mean=c.get("mean", []), std=c.get("std", []),
                     output_layout=c.get("layout", ""), value=c.get("value", 0.0),
                     length=c.get("length", 0), multiple=c.get("multiple", 1), mask=c.get("mask", False),
-                    truncate=c.get("truncate", False), split=c.get("split", True))
+                    truncate=c.get("truncate", False), split=c.get("split", True),
+                    follow=fol.kind if fol else "", follow_of=fol.of if fol else "",
+                    coordinate=fol.coordinate if fol else -1, box_format=o.get("format", "xyxy"),
+                    normalized=o.get("normalized", False), min_size=o.get("min_size", 1.0),
+                    min_visible=o.get("min_visible", 0.0), drop_outside=o.get("drop_outside", True))
 
 
 def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] = None,
-          collate: Optional[Collator] = None) -> Field:
+          collate: Optional[Collator] = None, follow: Optional[Follow] = None) -> Field:
     """A field of ``sluice.wds(path, fields={name: sluice.field(...)})`` (or of ``sluice.shard``,
     ``sluice.mds``, ``sluice.tfrecord``): the batch's ``name``.
 
@@ -445,7 +562,14 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
              (``.cls``) or an ``.npy``; text members (``.json``, ``.txt``) are refused for numbers.
     decode:  ``sluice.image(...)``: the member is a JPEG or PNG decoded straight into the batch.
     collate: :func:`stack` (the default), :func:`normalized`, :func:`ragged`, :func:`pad` or
-             :func:`pack`.
+             :func:`pack`; for a field that follows an image, :func:`ragged` (the default) or
+             :func:`pad`.
+    follow:  :func:`boxes_of`, :func:`points_of` or :func:`rows_of`: the field moves with a
+             decoded image's crop, scale and flip (detection boxes, keypoints, their classes)::
+
+                 fields={"image": sluice.field("jpg", decode=sluice.image((512, 512), crop="random_resized", flip=True)),
+                         "boxes": sluice.field("boxes.npy", follow=sluice.boxes_of("image")),
+                         "classes": sluice.field("classes.npy", follow=sluice.rows_of("boxes"))}
     """
     if not isinstance(members, str) or not members or ":" in members:
         raise _usage(f"sluice.field: members={members!r} is not accepted; use member extensions separated by ';', "
@@ -459,14 +583,61 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
             raise _usage(f"sluice.field({members!r}): decode={decode!r} is not accepted; use sluice.image(size=(h, w), ...)")
         if dtype not in (None, "uint8"):
             raise _usage(f"sluice.field({members!r}): decode= reads encoded bytes; dtype={dtype!r} does not apply")
-    if collate is None:
-        collate = stack()
-    elif not isinstance(collate, Collator):
+    if collate is not None and not isinstance(collate, Collator):
         raise _usage(f"sluice.field({members!r}): collate={collate!r} is not accepted; use sluice.stack(), "
                      "sluice.normalized(...), sluice.ragged(...), sluice.pad(...) or sluice.pack(...)")
-    if collate.kind == "normalized" and decode is None and dtype not in (None, "uint8"):
+    if collate is not None and collate.kind == "normalized" and decode is None and dtype not in (None, "uint8"):
         raise _usage(f"sluice.field({members!r}): normalized() takes uint8 images; the field is {dtype}")
-    return Field(members, dtype, decode, collate)
+    if follow is not None:
+        if not isinstance(follow, Follow):
+            raise _usage(f"sluice.field({members!r}): follow={follow!r} is not accepted; use sluice.boxes_of(image), "
+                         "sluice.points_of(image) or sluice.rows_of(field)")
+        if decode is not None:
+            raise _usage(f"sluice.field({members!r}): a decoded image does not follow another field; follow= "
+                         "goes on the boxes, points and their rows")
+        if collate is not None and collate.kind not in ("ragged", "pad"):
+            raise _usage(f"sluice.field({members!r}): a field that follows an image has a row count that varies "
+                         f"with the crop; collate with sluice.ragged() (the default) or sluice.pad(), not "
+                         f"sluice.{collate.kind}()")
+        if follow.kind != "rows" and dtype not in (None, "float32", "float64"):
+            raise _usage(f"sluice.field({members!r}): {follow.kind} coordinates are float32 or float64; "
+                         f"dtype={dtype!r} does not apply")
+    return Field(members, dtype, decode, collate, follow)
+
+
+def _check_follow(kind: str, fields: Dict[str, Field]) -> None:
+    """What a fields= dict's follow= say, checked as a whole: each names a field there of the right
+    role, and the columns of one image's boxes (points) are each given once, with one set of options."""
+    columns: Dict[Tuple[str, str], Dict[int, str]] = {}
+    options: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for name, f in fields.items():
+        fol = f.follow
+        if fol is None:
+            continue
+        target = fields.get(fol.of)
+        if fol.kind == "rows":
+            if target is None or target.follow is None or target.follow.kind == "rows":
+                raise _usage(f"sluice.{kind}: fields[{name!r}] follows rows_of({fol.of!r}), which is not a field with "
+                             "boxes_of() or points_of() in fields=")
+            continue
+        if target is None or target.decode is None:
+            raise _usage(f"sluice.{kind}: fields[{name!r}] follows {fol.kind}_of({fol.of!r}), which is not a "
+                         "decoded image in fields= (a field with decode=sluice.image(...))")
+        if fol.coordinate >= 0:
+            key = (fol.of, fol.kind)
+            got = columns.setdefault(key, {})
+            if fol.coordinate in got:
+                raise _usage(f"sluice.{kind}: fields[{got[fol.coordinate]!r}] and fields[{name!r}] both hold "
+                             f"coordinate {fol.coordinate} of the {fol.kind} of {fol.of!r}")
+            got[fol.coordinate] = name
+            if options.setdefault(key, fol.options) != fol.options:
+                raise _usage(f"sluice.{kind}: the coordinate fields of the {fol.kind} of {fol.of!r} give different "
+                             f"options ({options[key]} and {fol.options}); give every one the same")
+    for (img, what), got in columns.items():
+        need = 4 if what == "boxes" else 2
+        if len(got) != need:
+            raise _usage(f"sluice.{kind}: the {what} of {img!r} have {len(got)} coordinate fields "
+                         f"({', '.join(repr(n) for n in got.values())}); give all {need}, one a coordinate")
 
 
 class Source:
@@ -557,6 +728,7 @@ def _fields_source(kind: str, path: PathLike, fields: Any, **others: Any) -> Sou
         if not isinstance(f, Field):
             raise _usage(f"sluice.{kind}: fields[{name!r}]={f!r} is not accepted; use sluice.field(members, ...)")
         engine.append(f._engine(name))
+    _check_follow(kind, fields)
     where = _shards(path) if kind in ("wds", "tfrecord") else dict(path=_path("path", path))
     return Source(kind, dict(source=kind, **where, fields=engine), kind == "shard")
 
@@ -667,8 +839,11 @@ def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optio
     ``int64_list`` int64, ``float_list`` float32) unless ``dtype=`` says another the list can be
     written as (a narrower integer, range-checked per value; ``float64``). A field stacked holds
     record 0's count in every record: ``(B,)`` for one value, ``(B, n)`` for n; lists of any length
-    take ``ragged()`` or ``pad()`` (detection boxes: ``sluice.field("image/object/bbox/xmin",
-    collate=sluice.ragged())``)."""
+    take ``ragged()`` or ``pad()``. Detection boxes as the TF Object Detection API stores them follow
+    the decoded image one coordinate a feature: ``sluice.field("image/object/bbox/xmin",
+    follow=sluice.boxes_of("image", normalized=True, coordinate="x0"))`` and likewise ``ymin``
+    (``"y0"``), ``xmax`` (``"x1"``), ``ymax`` (``"y1"``); the labels with
+    ``follow=sluice.rows_of("xmin")`` (see :func:`boxes_of`)."""
     if fields is not None:
         return _fields_source("tfrecord", path, fields, decode=decode, image_field=image_field,
                               label_field=label_field, output=output, mean=mean, std=std)

@@ -133,7 +133,7 @@ struct any_field {
 // stage to stage and into the batch's list, and most have a few fields: constructing or copying
 // one touches only those (a whole array of max_any_fields would be zeroed or copied each time:
 // 384 bytes a sample, a fifth of the loader's own work on raw records).
-inline constexpr std::size_t any_plan_bytes = 64;
+inline constexpr std::size_t any_plan_bytes = 192;
 
 struct any_sample {
   std::uint64_t id = 0;

@@ -32,8 +32,9 @@
 // have, coordinates that are not f32 or f64, a field that follows twice or is the image, a
 // second image with followers (a sample keeps one plan). When the stage runs, each a
 // format_error naming the file, the record and the field: coordinates that are not whole rows,
-// columns of different lengths, a field with followers that is not one row per box, a followed
-// field the reader writes in pieces.
+// columns of different lengths, a field with followers that is not one row per box. A followed
+// field the reader writes itself (a tf.train.Example int64 list: varints) is read through its
+// producer into a per-thread buffer.
 //
 //   sluice::io::wds_any data{"train-{0..3}.tar", {{"jpg"}, {"boxes", sluice::dtype::f32}, {"classes", sluice::dtype::i64}},
 //                            {.extensions = {{"boxes", "boxes.npy"}, {"classes", "classes.npy"}}}};
@@ -43,6 +44,7 @@
 //             {"boxes", sluice::ragged<>{.row = {4}}}, {"classes", sluice::ragged<>{}}}) | ...
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -86,6 +88,16 @@ inline any_follower any_points(std::vector<std::string> coordinates, std::vector
 }
 
 namespace detail {
+
+// What the stage works out for a sample with followers and keeps in it (any_sample::set_plan):
+// the image's transform, the sample's context, and the producer each followed field had before
+// the stage (a reader's list written in pieces or converted: nullptr for a view), which the
+// follower's producer then reads through.
+struct follow_plan {
+  codecs::image_transform transform;
+  sample_context ctx;
+  std::array<const field_producer*, max_any_fields> inner{};
+};
 
 // A producer that also plans a sample's transform (an image that fields follow).
 class image_planner : public field_producer {
@@ -133,13 +145,28 @@ struct planned_codec_producer final : image_planner {
   std::string field;
   [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
   void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
-    decode_into(s, field, [&] { codec.decode_with(s.fields[k].bytes, dst, s.plan<codecs::image_transform>()); });
+    decode_into(s, field, [&] { codec.decode_with(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
   }
   [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return codec_geometry(codec); }
   [[nodiscard]] codecs::image_transform plan(std::span<const std::byte> encoded, const sample_context& ctx) const override {
     return codec.plan(encoded, ctx);
   }
 };
+
+// Field k's values as the reader hands them on: its view, or what its producer writes (into
+// `buf`, reused: steady state allocates nothing).
+inline std::span<const std::byte> follower_input(const any_sample& s, const follow_plan& p, std::size_t k,
+                                                 std::vector<std::byte>& buf) {
+  const field_producer* in = p.inner[k];
+  if (in == nullptr) return s.fields[k].bytes;
+  const std::size_t n = in->size(s, k);
+  if (buf.size() < n) buf.resize(n);
+  in->write(s, k, std::span<std::byte>(buf.data(), n), p.ctx);
+  return {buf.data(), n};
+}
+inline std::size_t follower_input_size(const any_sample& s, const follow_plan& p, std::size_t k) {
+  return p.inner[k] != nullptr ? p.inner[k]->size(s, k) : s.fields[k].bytes.size();
+}
 
 // A follower with its fields found in the schema: the coordinate fields (1, or one a
 // coordinate), the fields that lose dropped rows, and their names for messages.
@@ -152,19 +179,27 @@ struct placed_follower {
 
   [[nodiscard]] bool columns() const noexcept { return coordinates.size() > 1; }
 
-  // The rows of sample s (boxes or points).
-  [[nodiscard]] std::size_t rows(const any_sample& s) const {
-    const std::size_t b = s.fields[coordinates[0]].bytes.size(), e = dtype_size(type);
-    return columns() ? b / e : b / (row * e);
+  // The coordinate inputs of sample s (views, or written into this thread's buffers).
+  using inputs = std::array<std::span<const std::byte>, 4>;
+  [[nodiscard]] inputs read(const any_sample& s, const follow_plan& p) const {
+    thread_local std::array<std::vector<std::byte>, 4> buf;
+    inputs in{};
+    for (std::size_t j = 0; j < coordinates.size(); ++j) in[j] = follower_input(s, p, coordinates[j], buf[j]);
+    return in;
   }
-  // Whether row r survives t; its mapped coordinates in out.
+  // The rows of sample s (boxes or points).
+  [[nodiscard]] std::size_t rows(const inputs& in) const {
+    const std::size_t e = dtype_size(type);
+    return columns() ? in[0].size() / e : in[0].size() / (row * e);
+  }
+  // Whether row r survives the transform; its mapped coordinates in out.
   template <class T>
-  bool map(const any_sample& s, const codecs::image_transform& t, std::size_t r, T* out) const noexcept {
+  bool map(const inputs& c, const codecs::image_transform& t, std::size_t r, T* out) const noexcept {
     T in[4];
     if (columns()) {
-      for (std::size_t j = 0; j < row; ++j) std::memcpy(&in[j], s.fields[coordinates[j]].bytes.data() + r * sizeof(T), sizeof(T));
+      for (std::size_t j = 0; j < row; ++j) std::memcpy(&in[j], c[j].data() + r * sizeof(T), sizeof(T));
     } else {
-      std::memcpy(in, s.fields[coordinates[0]].bytes.data() + r * row * sizeof(T), row * sizeof(T));
+      std::memcpy(in, c[0].data() + r * row * sizeof(T), row * sizeof(T));
     }
     return how.kind == any_follower::shape::boxes ? codecs::transform_box(t, how.box, in, out)
                                                   : codecs::transform_point(t, how.point, in, out);
@@ -174,40 +209,32 @@ struct placed_follower {
     if (type == dtype::f64) return fn(double{});
     return fn(float{});
   }
-  [[nodiscard]] std::size_t kept(const any_sample& s) const {
-    const auto t = s.plan<codecs::image_transform>();
+  [[nodiscard]] std::size_t kept(const inputs& in, const codecs::image_transform& t) const {
     return typed([&]<class T>(T) {
       T out[4];
       std::size_t k = 0;
-      for (std::size_t r = 0, n = rows(s); r < n; ++r) k += map(s, t, r, out);
+      for (std::size_t r = 0, n = rows(in); r < n; ++r) k += map(in, t, r, out);
       return k;
     });
   }
 
-  // When the stage runs: every field a view, whole rows, one row per box in each field.
-  void check(const any_sample& s) const {
+  // When the stage runs: whole rows, columns of one length, one row per box in each field.
+  void check(const any_sample& s, const follow_plan& p) const {
     const auto fail = [&](const std::string& name, const std::string& why) {
       throw format_error(std::string(s.origin), {.record = s.id}, "field '" + name + "': " + why);
     };
-    std::size_t f = 0;
-    for (const std::size_t k : coordinates)
-      if (s.fields[k].producer != nullptr) fail(names[f++], "follows an image, and the reader writes it in pieces (a list not stored packed); it must be stored as one value");
-      else ++f;
-    for (const std::size_t k : with)
-      if (s.fields[k].producer != nullptr) fail(names[f++], "follows boxes, and the reader writes it in pieces (a list not stored packed); it must be stored as one value");
-      else ++f;
-    const std::size_t e = dtype_size(type), b0 = s.fields[coordinates[0]].bytes.size();
+    const std::size_t e = dtype_size(type), b0 = follower_input_size(s, p, coordinates[0]);
     const std::size_t unit = columns() ? e : row * e;
     if (b0 % unit != 0)
       fail(names[0], std::to_string(b0) + " bytes is not a whole number of " +
                          (columns() ? std::string(dtype_name(type)) + " values" : "rows of " + std::to_string(row) + " coordinates"));
     const std::size_t n = b0 / unit;
     for (std::size_t j = 1; j < coordinates.size(); ++j)
-      if (s.fields[coordinates[j]].bytes.size() != n * e)
-        fail(names[j], std::to_string(s.fields[coordinates[j]].bytes.size() / e) + " values beside " + std::to_string(n) +
-                           " of '" + names[0] + "' (the coordinate columns of a box must be equally long)");
+      if (const std::size_t b = follower_input_size(s, p, coordinates[j]); b != n * e)
+        fail(names[j], std::to_string(b / e) + " values beside " + std::to_string(n) + " of '" + names[0] +
+                           "' (the coordinate columns of a box must be equally long)");
     for (std::size_t j = 0; j < with.size(); ++j) {
-      const std::size_t b = s.fields[with[j]].bytes.size();
+      const std::size_t b = follower_input_size(s, p, with[j]);
       if ((n == 0 && b != 0) || (n != 0 && b % n != 0))
         fail(names[coordinates.size() + j], std::to_string(b) + " bytes for " + std::to_string(n) + " rows of '" + names[0] +
                                                 "' (it must hold one row per row of it)");
@@ -224,25 +251,30 @@ struct follower_producer final : field_producer {
 
   [[nodiscard]] std::size_t size(const any_sample& s, std::size_t k) const override {
     const placed_follower& f = *follow;
-    const std::size_t n = f.rows(s);
+    const auto p = s.plan<follow_plan>();
+    const auto in = f.read(s, p);
+    const std::size_t n = f.rows(in);
     if (n == 0) return 0;
-    const std::size_t kept = f.kept(s);
-    if (column < 0) return s.fields[k].bytes.size() / n * kept;
+    const std::size_t kept = f.kept(in, p.transform);
+    if (column < 0) return follower_input_size(s, p, k) / n * kept;
     return kept * dtype_size(f.type) * (f.columns() ? 1 : f.row);
   }
   void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
     const placed_follower& f = *follow;
-    const std::size_t n = f.rows(s);
+    const auto p = s.plan<follow_plan>();
+    const auto in = f.read(s, p);
+    const std::size_t n = f.rows(in);
     if (n == 0) return;
-    const auto t = s.plan<codecs::image_transform>();
-    const std::size_t row_bytes = column < 0 ? s.fields[k].bytes.size() / n : 0;
+    thread_local std::vector<std::byte> buf;
+    const std::span<const std::byte> rows = column < 0 ? follower_input(s, p, k, buf) : std::span<const std::byte>{};
+    const std::size_t row_bytes = rows.size() / n;
     f.typed([&]<class T>(T) {
       std::size_t w = 0;
       for (std::size_t r = 0; r < n; ++r) {
         T out[4];
-        if (!f.map(s, t, r, out)) continue;
+        if (!f.map(in, p.transform, r, out)) continue;
         if (column < 0) {
-          std::memcpy(dst.data() + w, s.fields[k].bytes.data() + r * row_bytes, row_bytes);
+          std::memcpy(dst.data() + w, rows.data() + r * row_bytes, row_bytes);
           w += row_bytes;
         } else if (f.columns()) {
           std::memcpy(dst.data() + w, &out[column], sizeof(T));
@@ -328,12 +360,16 @@ class any_decode_stage {
       if (s.planned) [[unlikely]]
         throw usage_error("sluice: decode_field: the samples reaching it carry a plan already (fields follow an image "
                           "decoded by an earlier stage); a sample keeps one image's plan");
+      detail::follow_plan plan;
       try {
-        s.set_plan(planner_->plan(s.fields[image_].bytes, ctx));
+        plan.transform = planner_->plan(s.fields[image_].bytes, ctx);
       } catch (const format_error& e) {
         throw format_error(std::string(s.origin), {.record = s.id}, "field '" + out_[image_].name + "': " + e.cause());
       }
-      for (const auto& f : followers_) f->check(s);
+      plan.ctx = ctx;
+      for (const auto& [k, p] : follower_fields_) plan.inner[k] = s.fields[k].producer;
+      for (const auto& f : followers_) f->check(s, plan);
+      s.set_plan(plan);
       for (const auto& [k, p] : follower_fields_) s.fields[k].producer = p.get();
     }
     return s;
