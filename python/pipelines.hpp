@@ -49,6 +49,7 @@ struct field_option {
   std::string box_format = "xyxy";
   bool normalized = false, drop_outside = true;
   double min_size = 1.0, min_visible = 0.0;
+  int ignore_index = 255;  // mask: where the crop leaves the image
 };
 
 struct options {

@@ -76,6 +76,7 @@ field_option field_of(const py::dict& d) {
   f.drop_outside = d["drop_outside"].cast<bool>();
   f.min_size = d["min_size"].cast<double>();
   f.min_visible = d["min_visible"].cast<double>();
+  f.ignore_index = d["ignore_index"].cast<int>();
   return f;
 }
 

@@ -19,6 +19,9 @@
 #include "sluice/io/wds_tar.hpp"
 #include "sluice/stage/any_collate.hpp"
 #include "sluice/stage/any_decode.hpp"
+#if SLUICE_WITH_TURBOJPEG && SLUICE_WITH_PNG
+#include "sluice/codec/mask.hpp"
+#endif
 
 namespace sluice_module {
 
@@ -135,6 +138,17 @@ std::vector<sluice::any_follower> followers_of(const std::vector<field_option>& 
   std::vector<std::vector<std::string>> names;  // of each follower's fields, for rows_of
   std::size_t columns[2] = {0, 0};  // boxes, points: 1 + the index in out of its columns' follower
   for (const auto& f : fields) {
+    if (f.follow_of != image || f.follow != "mask") continue;
+#if SLUICE_WITH_PNG
+    if (f.ignore_index < 0 || f.ignore_index > 255)
+      bad_value("sluice.mask_of(ignore_index", std::to_string(f.ignore_index) + ")", "a class id of 0..255");
+    out.push_back(sluice::any_mask(f.name, static_cast<std::uint8_t>(f.ignore_index)));
+    names.push_back({f.name});
+#else
+    throw sluice::usage_error("sluice.field('" + f.members + "', follow=sluice.mask_of(...)): this module was built without libpng");
+#endif
+  }
+  for (const auto& f : fields) {
     if (f.follow_of != image || (f.follow != "boxes" && f.follow != "points")) continue;
     const bool boxes = f.follow == "boxes";
     if (f.box_format != "xyxy" && f.box_format != "xywh")
@@ -182,7 +196,7 @@ namespace {
 template <class Data>
 loader_ptr fields_loader(const options& o, Data data, const std::vector<std::int64_t>& labels) {
   for (const auto& f : o.fields) {
-    if (f.follow != "boxes" && f.follow != "points") continue;
+    if (f.follow != "boxes" && f.follow != "points" && f.follow != "mask") continue;
     const auto img = std::find_if(o.fields.begin(), o.fields.end(), [&](const field_option& g) { return g.name == f.follow_of; });
     if (img == o.fields.end() || !img->decode)
       throw sluice::usage_error("sluice.field('" + f.members + "') follows '" + f.follow_of +

@@ -43,8 +43,9 @@ decode=, collate=)}``, a collator a field (``sluice.stack``, ``normalized``, ``r
         "caption": sluice.field("txt", collate=sluice.ragged())})
 
 A field that follows a decoded image (boxes, keypoints, their classes) says so with
-``follow=sluice.boxes_of("image")``, ``points_of("image")`` or ``rows_of("boxes")``: it moves with the
-image's crop, scale and flip, and loses the rows of the boxes the crop drops.
+``follow=sluice.boxes_of("image")``, ``points_of("image")``, ``rows_of("boxes")`` or ``mask_of("image")``:
+it moves with the image's crop, scale and flip (boxes lose the rows the crop drops, a mask is
+resampled nearest-neighbour).
 
 How a Loader behaves (as PyTorch's DataLoader and torchdata's StatefulDataLoader do, where their
 habits reach):
@@ -82,7 +83,7 @@ from .sample import Sampler
 
 __all__ = [
     "Error", "FormatError", "IOError", "UsageError", "Tensor", "Loader", "LoaderIterator", "Source", "Image",
-    "Boxes", "Collator", "Field", "Follow", "image", "boxes", "json_boxes", "field", "boxes_of", "points_of", "rows_of",
+    "Boxes", "Collator", "Field", "Follow", "image", "boxes", "json_boxes", "field", "boxes_of", "points_of", "rows_of", "mask_of",
     "stack", "normalized", "ragged", "pad", "pack",
     "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "yolo", "tokens",
     "documents",
@@ -423,6 +424,8 @@ class Follow:
     def __repr__(self) -> str:
         if self.kind == "rows":
             return f"sluice.rows_of({self.of!r})"
+        if self.kind == "mask":
+            return f"sluice.mask_of({self.of!r}, ignore_index={self.options['ignore_index']!r})"
         names = _COORDINATES[(self.kind, self.options.get("format", "xyxy"))]
         shown = dict(self.options)
         if self.coordinate >= 0:
@@ -495,6 +498,20 @@ def points_of(image: str, *, normalized: bool = False, drop_outside: bool = Fals
                   dict(normalized=bool(normalized), drop_outside=bool(drop_outside)))
 
 
+def mask_of(image: str, *, ignore_index: int = 255) -> Follow:
+    """``sluice.field("seg.png", follow=sluice.mask_of("image"))``: the field is a PNG of class ids
+    (grey or palette indices, the size of the image) that follows the decoded field ``image``:
+    decoded and resampled nearest-neighbour through the same crop, scale and flip, so ids are never
+    blended; ``ignore_index`` where the crop reaches past the image. Collated by ``stack()`` (the
+    default) to ``(B, H, W)`` uint8. A mask of another size than its image is a FormatError naming
+    the file, the sample, the field and both sizes. Boxes may follow the same image beside it
+    (C++: ``any_mask``, the run-time ``sluice::mask<>``)."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) or not 0 <= ignore_index <= 255:
+        raise _usage(f"sluice.mask_of: ignore_index={ignore_index!r} is not accepted; use a class id of 0..255 "
+                     "(a uint8 mask)")
+    return Follow("mask", _image_name("sluice.mask_of", image), -1, dict(ignore_index=ignore_index))
+
+
 def rows_of(field: str) -> Follow:
     """``sluice.field(..., follow=sluice.rows_of("boxes"))``: the field holds one row per box (point)
     of the field ``field`` (a class, a score, a track id: any dtype, any row size) and loses the rows
@@ -524,7 +541,7 @@ class Field:
         if self.collate is not None:
             return self.collate
         f = self.follow
-        if f is None:
+        if f is None or f.kind == "mask":
             return stack()
         if f.kind == "rows" or f.coordinate >= 0:
             return ragged()
@@ -543,7 +560,8 @@ class Field:
                     follow=fol.kind if fol else "", follow_of=fol.of if fol else "",
                     coordinate=fol.coordinate if fol else -1, box_format=o.get("format", "xyxy"),
                     normalized=o.get("normalized", False), min_size=o.get("min_size", 1.0),
-                    min_visible=o.get("min_visible", 0.0), drop_outside=o.get("drop_outside", True))
+                    min_visible=o.get("min_visible", 0.0), drop_outside=o.get("drop_outside", True),
+                    ignore_index=o.get("ignore_index", 255))
 
 
 def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] = None,
@@ -564,8 +582,9 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
     collate: :func:`stack` (the default), :func:`normalized`, :func:`ragged`, :func:`pad` or
              :func:`pack`; for a field that follows an image, :func:`ragged` (the default) or
              :func:`pad`.
-    follow:  :func:`boxes_of`, :func:`points_of` or :func:`rows_of`: the field moves with a
-             decoded image's crop, scale and flip (detection boxes, keypoints, their classes)::
+    follow:  :func:`boxes_of`, :func:`points_of`, :func:`rows_of` or :func:`mask_of`: the field
+             moves with a decoded image's crop, scale and flip (detection boxes, keypoints, their
+             classes, a segmentation mask)::
 
                  fields={"image": sluice.field("jpg", decode=sluice.image((512, 512), crop="random_resized", flip=True)),
                          "boxes": sluice.field("boxes.npy", follow=sluice.boxes_of("image")),
@@ -595,11 +614,18 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
         if decode is not None:
             raise _usage(f"sluice.field({members!r}): a decoded image does not follow another field; follow= "
                          "goes on the boxes, points and their rows")
-        if collate is not None and collate.kind not in ("ragged", "pad"):
+        if follow.kind == "mask":
+            if collate is not None and collate.kind != "stack":
+                raise _usage(f"sluice.field({members!r}): a mask that follows an image is (H, W) uint8 in every "
+                             f"sample; collate with sluice.stack() (the default), not sluice.{collate.kind}()")
+            if dtype not in (None, "uint8"):
+                raise _usage(f"sluice.field({members!r}): a mask is read from a PNG's bytes; dtype={dtype!r} does "
+                             "not apply")
+        elif collate is not None and collate.kind not in ("ragged", "pad"):
             raise _usage(f"sluice.field({members!r}): a field that follows an image has a row count that varies "
                          f"with the crop; collate with sluice.ragged() (the default) or sluice.pad(), not "
                          f"sluice.{collate.kind}()")
-        if follow.kind != "rows" and dtype not in (None, "float32", "float64"):
+        if follow.kind in ("boxes", "points") and dtype not in (None, "float32", "float64"):
             raise _usage(f"sluice.field({members!r}): {follow.kind} coordinates are float32 or float64; "
                          f"dtype={dtype!r} does not apply")
     return Field(members, dtype, decode, collate, follow)
@@ -616,7 +642,7 @@ def _check_follow(kind: str, fields: Dict[str, Field]) -> None:
             continue
         target = fields.get(fol.of)
         if fol.kind == "rows":
-            if target is None or target.follow is None or target.follow.kind == "rows":
+            if target is None or target.follow is None or target.follow.kind not in ("boxes", "points"):
                 raise _usage(f"sluice.{kind}: fields[{name!r}] follows rows_of({fol.of!r}), which is not a field with "
                              "boxes_of() or points_of() in fields=")
             continue

@@ -480,3 +480,73 @@ TEST_CASE("decode<jpg> with mask<seg.png>: wrong size and corrupt PNGs name file
     check_skipped(r, data);
   }
 }
+
+TEST_CASE("any_decode_stage with any_mask and any_boxes: run-time samples get the compiled mask<> and boxes<> batches") {
+  segs data(16);
+  data.masks[11] = mask_png(make_scene(12), 0);  // another scene's size: refused, naming both fields
+  sluice_test::temp_dir dir;
+  std::vector<std::byte> tar;
+  const auto npy = [](const auto& v, const char* descr, std::vector<std::uint64_t> shape) {
+    auto out = io::npy_header_bytes(descr, shape);
+    const auto* p = reinterpret_cast<const std::byte*>(v.data());
+    out.insert(out.end(), p, p + v.size() * sizeof(v[0]));
+    return out;
+  };
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const std::string key = "s/" + std::to_string(1000 + i);
+    io::append_tar_member(tar, key + ".jpg", data.jpegs[i]);
+    io::append_tar_member(tar, key + ".seg.png", data.masks[i]);
+    io::append_tar_member(tar, key + ".boxes.npy", npy(data.all[i].boxes, "<f4", {data.all[i].boxes.size() / 4, 4}));
+    io::append_tar_member(tar, key + ".classes.npy", npy(data.all[i].classes, "<i8", {data.all[i].classes.size()}));
+  }
+  tar.resize(tar.size() + 1024);
+  sluice_test::write_file(dir.file("seg-0.tar"), tar);
+  using wds_seg = schema<field<"jpg", std::uint8_t, variable>, field<"seg.png", std::uint8_t, variable>,
+                         field<"boxes.npy", float, variable>, field<"classes.npy", std::int64_t, variable>>;
+  io::wds_dataset<wds_seg> typed(dir.file("seg-0.tar"));
+  auto compiled = from(sample::shuffle(typed.size(), {.seed = 2})) | read(typed) |
+                  decode<"jpg">(jpeg(rrc_jpeg()), boxes<"boxes.npy", "classes.npy">{}, mask<"seg.png">{.ignore_index = 7}) |
+                  collate({.batch = 5}, stack<"jpg">{}, stack<"seg.png">{}, ragged<"boxes.npy">{.row = {4}}, ragged<"classes.npy">{}) |
+                  prefetch(2, {.workers = 2, .errors = on_error::skip});
+  io::wds_any any(dir.file("seg-0.tar"), {{"jpg"}, {"seg.png"}, {"boxes.npy", dtype::f32}, {"classes.npy", dtype::i64}});
+  any_decode_stage dec(any.schema());
+  dec.add("jpg", jpeg(rrc_jpeg()), {any_boxes({"boxes.npy"}, {"classes.npy"}), any_mask("seg.png", 7)});
+  CHECK(dec.schema().describe() == "jpg (u8, fixed), seg.png (u8, fixed), boxes.npy (f32, variable), classes.npy (i64, variable)");
+  auto run_time = from(sample::shuffle(any.size(), {.seed = 2})) | read(any) | dec |
+                  collate({.batch = 5}, dec.schema(), {{"jpg", stack<>{}}, {"seg.png", stack<>{}}, {"boxes.npy", ragged<>{.row = {4}}},
+                                                       {"classes.npy", ragged<>{}}}) |
+                  prefetch(2, {.workers = 2, .errors = on_error::skip});
+  std::size_t batches = 0, samples = 0;
+  auto want = compiled.epoch(1);
+  auto a = want.begin();
+  for (auto& b : run_time.epoch(1)) {
+    REQUIRE(b.size() == (*a).size());
+    CHECK(std::vector<std::uint64_t>(b.ids().begin(), b.ids().end()) == std::vector<std::uint64_t>((*a).ids().begin(), (*a).ids().end()));
+    const auto m = b.field("seg.png");
+    CHECK(std::vector<std::int64_t>(m.shape().begin(), m.shape().end()) == std::vector<std::int64_t>{static_cast<std::int64_t>(b.size()), kOutH, kOutW});
+    const auto same = [](auto x, auto y) { return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin()); };
+    CHECK(same(m.bytes(), std::as_bytes(std::span((*a).get<"seg.png">().data(), (*a).get<"seg.png">().numel()))));
+    CHECK(same(b.field("jpg").bytes(), std::as_bytes(std::span((*a).get<"jpg">().data(), (*a).get<"jpg">().numel()))));
+    CHECK(same(b.field("boxes.npy").bytes(), std::as_bytes(std::span((*a).get<"boxes.npy">().data(), (*a).get<"boxes.npy">().numel()))));
+    CHECK(same(b.field("classes.npy").bytes(), std::as_bytes(std::span((*a).get<"classes.npy">().data(), (*a).get<"classes.npy">().numel()))));
+    samples += b.size();
+    ++batches;
+    ++a;
+  }
+  CHECK(batches == 4);  // 16 samples in fives, one of them skipped
+  CHECK(samples == 15);  // sample 11's mask is another size: skipped, and counted
+  CHECK(run_time.stats().skipped == 1);
+  auto raising = from(sample::sequential(any.size())) | read(any) | dec |
+                 collate({.batch = 16}, dec.schema(), {{"seg.png", stack<>{}}}) | prefetch(1);
+  try {
+    for (auto& b : raising.epoch(0)) (void)b;
+    FAIL("no error");
+  } catch (const std::exception& e) {
+    const std::string what = sluice_test::nested_text(e);
+    CHECK(what.find("seg-0.tar") != std::string::npos);
+    CHECK(what.find("record 11") != std::string::npos);
+    CHECK(what.find("field 'seg.png' (following 'jpg')") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(any_decode_stage(any.schema()).add("jpg", jpeg(rrc_jpeg()), {any_mask("boxes.npy")}),
+                       doctest::Contains("field 'boxes.npy' (following 'jpg') holds f32 elements"), usage_error);
+}

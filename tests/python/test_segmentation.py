@@ -111,3 +111,67 @@ def test_a_mask_of_another_size_or_kind_is_a_format_error_naming_both(tmp_path):
                       (dict(mask="seg.png", label_field="cls"), "does not take")]:
         with pytest.raises(sluice.UsageError, match=words):
             sluice.wds(tmp_path / "s.tar", decode=sluice.image((8, 8)), **kw)
+
+
+def test_fields_mask_and_boxes_follow_one_crop_as_the_compiled_mask_does(tmp_path):
+    # The shard again, each sample also with its bands' boxes and classes (rows of 4 pixels, int64).
+    write_shard(tmp_path / "a.tar", 24, "P")
+    with tarfile.open(tmp_path / "a.tar") as tin, tarfile.open(tmp_path / "b.tar", "w") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read()
+            add(tout, m.name, data)
+            if m.name.endswith(".seg.png"):
+                ids = np.asarray(Image.open(io.BytesIO(data)))
+                boxes, classes = [], []
+                for c in (1, 2, 3):
+                    ys, xs = np.nonzero(ids == c)
+                    boxes.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
+                    classes.append(c)
+                for name, a in (("boxes.npy", np.asarray(boxes, np.float32)), ("classes.npy", np.asarray(classes, np.int64))):
+                    buf = io.BytesIO()
+                    np.save(buf, a)
+                    add(tout, m.name[:-len("seg.png")] + name, buf.getvalue())
+    img = sluice.image((48, 64), crop="random_resized", flip=True)
+
+    def epoch(src, workers=2):
+        with sluice.Loader(src, batch_size=8, sampler=sluice.sample.shuffle(seed=3), workers=workers, seed=5) as ld:
+            return [{k: np.from_dlpack(v).copy() for k, v in b.items()} for b in ld]
+
+    masks = epoch(sluice.wds(tmp_path / "b.tar", decode=img, mask="seg.png", ignore_index=9))
+    boxes = epoch(sluice.wds(tmp_path / "b.tar", decode=img, boxes=sluice.boxes(min_size=2)))
+    fields = {"image": sluice.field("jpg", decode=img),
+              "mask": sluice.field("seg.png", follow=sluice.mask_of("image", ignore_index=9)),
+              "boxes": sluice.field("boxes.npy", follow=sluice.boxes_of("image", min_size=2)),
+              "classes": sluice.field("classes.npy", follow=sluice.rows_of("boxes"))}
+    for workers in (0, 2):
+        got = epoch(sluice.wds(tmp_path / "b.tar", fields=fields), workers)
+        assert len(got) == len(masks) == len(boxes) == 3
+        for g, m, b in zip(got, masks, boxes):
+            assert g["mask"].shape == (8, 48, 64) and g["mask"].dtype == np.uint8
+            np.testing.assert_array_equal(g["image"], m["image"])
+            np.testing.assert_array_equal(g["mask"], m["mask"])
+            for k in ("boxes", "boxes.offsets", "classes", "classes.offsets"):
+                np.testing.assert_array_equal(g[k], b[k], err_msg=k)
+    # Each kept box holds its class in the mask at its centre (one transform for both).
+    hits = 0
+    for g in got:
+        off = g["boxes.offsets"]
+        for i in range(8):
+            for r in range(off[i], off[i + 1]):
+                x0, y0, x1, y1 = g["boxes"][r]
+                if x1 - x0 >= 4 and y1 - y0 >= 4:
+                    assert g["mask"][i, int((y0 + y1) / 2), int((x0 + x1) / 2)] == g["classes"][r]
+                    hits += 1
+    assert hits > 20
+    # A mask of another size names the field and the image it follows; mistakes are UsageErrors.
+    write_shard(tmp_path / "s.tar", 2, "L", mask_size=(50, 60))
+    bad = sluice.wds(tmp_path / "s.tar", fields={"image": sluice.field("jpg", decode=sluice.image((32, 32))),
+                                                 "mask": sluice.field("seg.png", follow=sluice.mask_of("image"))})
+    with pytest.raises(sluice.FormatError, match=r"s\.tar.*field 'mask' \(following 'image'\).*50.*60|s\.tar.*field 'mask' \(following 'image'\).*60.*50"):
+        list(sluice.Loader(bad, batch_size=2, workers=0))
+    with pytest.raises(sluice.UsageError, match=r"ignore_index=300 is not accepted"):
+        sluice.mask_of("image", ignore_index=300)
+    with pytest.raises(sluice.UsageError, match=r"collate with sluice.stack\(\) \(the default\), not sluice.ragged\(\)"):
+        sluice.field("seg.png", follow=sluice.mask_of("image"), collate=sluice.ragged())
+    with pytest.raises(sluice.UsageError, match=r"fields\['c'\] follows rows_of\('mask'\)"):
+        sluice.wds(tmp_path / "b.tar", fields={**fields, "c": sluice.field("classes.npy", follow=sluice.rows_of("mask"))})

@@ -53,6 +53,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/core/fixed_string.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/stage/any_decode.hpp"
 #include "sluice/stage/decode.hpp"
 
 namespace sluice::codecs {
@@ -171,5 +172,11 @@ struct mask {
     codecs::decode_mask(in, out, t, ignore_index);
   }
 };
+
+// The same for run-time samples: field `field` (a PNG of class ids) follows the image of
+// any_decode_stage::add(image, codec, {any_mask("seg", 255), ...}) (stage/any_decode.hpp).
+inline any_follower any_mask(std::string field, std::uint8_t ignore_index = 255) {
+  return any_rendered(std::move(field), mask<"">{ignore_index});
+}
 
 }  // namespace sluice

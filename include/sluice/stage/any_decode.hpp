@@ -28,6 +28,10 @@
 // (4 numbers a box, 2 a point: f32 or f64), or one field a coordinate, as the TF Object Detection
 // API stores xmin, ymin, xmax, ymax: each column is then mapped in place and stays a column.
 // Followed fields become variable fields of their type (collate them with ragged<> or pad<>).
+// A mask follows as codec/mask.hpp's mask<> does (any_mask("seg.png"), or any_rendered with
+// another rendered follower): decoded when written, resampled nearest-neighbour through the same
+// transform, a fixed u8 field {H, W}; its header is checked against the image's size when the
+// stage runs.
 // At construction, each a usage_error naming the field: a follower field the samples do not
 // have, coordinates that are not f32 or f64, a field that follows twice or is the image, a
 // second image with followers (a sample keeps one plan). When the stage runs, each a
@@ -64,27 +68,65 @@
 
 namespace sluice {
 
+namespace detail {
+// A rendered follower (codec/mask.hpp's mask<>) behind one interface, for run-time samples.
+class rendered_base {
+ public:
+  virtual ~rendered_base() = default;
+  [[nodiscard]] virtual std::size_t output_bytes(const codecs::image_transform& t) const = 0;
+  [[nodiscard]] virtual field_geometry geometry(const codecs::image_transform& t) const = 0;
+  virtual void check(std::span<const std::byte> in, const codecs::image_transform& t) const = 0;
+  virtual void render(std::span<const std::byte> in, std::span<std::byte> out, const codecs::image_transform& t) const = 0;
+};
+template <rendered_follower F>
+struct rendered_as final : rendered_base {
+  explicit rendered_as(F x) : f(std::move(x)) {}
+  F f;
+  [[nodiscard]] std::size_t output_bytes(const codecs::image_transform& t) const override { return f.output_bytes(t); }
+  [[nodiscard]] field_geometry geometry(const codecs::image_transform& t) const override { return f.geometry(t); }
+  void check(std::span<const std::byte> in, const codecs::image_transform& t) const override { f.check(in, t); }
+  void render(std::span<const std::byte> in, std::span<std::byte> out, const codecs::image_transform& t) const override {
+    f.render(in, out, t);
+  }
+};
+}  // namespace detail
+
 // A field that follows a decoded image at run time: see the top of this file.
 struct any_follower {
-  enum class shape { boxes, points };
+  enum class shape { boxes, points, rendered };
   shape kind = shape::boxes;
-  // One field of rows (4 numbers a box, 2 a point), or one field a coordinate (4 / 2 fields).
+  // One field of rows (4 numbers a box, 2 a point), or one field a coordinate (4 / 2 fields);
+  // rendered: the one field rendered.
   std::vector<std::string> coordinates;
   // Fields of one row per box (point) that lose the rows of dropped ones.
   std::vector<std::string> with;
   codecs::box_options box{};
   codecs::point_options point{};
+  std::shared_ptr<const detail::rendered_base> rendered{};
 };
+
+// A field rendered through the image's transform by a rendered follower F (its field name
+// unused: `field` names it): any_rendered("seg", sluice::mask<"">{.ignore_index = 255}), or
+// sluice::any_mask("seg") (codec/mask.hpp). The field (u8: the encoded mask) becomes a fixed u8
+// field of F's output, F's geometry its shape (stack<> collates masks to {B, H, W}).
+template <rendered_follower F>
+any_follower any_rendered(std::string field, F f) {
+  any_follower a;
+  a.kind = any_follower::shape::rendered;
+  a.coordinates = {std::move(field)};
+  a.rendered = std::make_shared<const detail::rendered_as<F>>(std::move(f));
+  return a;
+}
 
 // Boxes (rows of 4 in box_options' format, or 4 columns) followed by the fields `with`.
 inline any_follower any_boxes(std::vector<std::string> coordinates, std::vector<std::string> with = {},
                               codecs::box_options o = {}) {
-  return {any_follower::shape::boxes, std::move(coordinates), std::move(with), o, {}};
+  return {any_follower::shape::boxes, std::move(coordinates), std::move(with), o, {}, {}};
 }
 // Points (rows of 2 (x, y), or 2 columns) followed by the fields `with`.
 inline any_follower any_points(std::vector<std::string> coordinates, std::vector<std::string> with = {},
                                codecs::point_options o = {}) {
-  return {any_follower::shape::points, std::move(coordinates), std::move(with), {}, o};
+  return {any_follower::shape::points, std::move(coordinates), std::move(with), {}, o, {}};
 }
 
 namespace detail {
@@ -111,14 +153,14 @@ class image_planner : public field_producer {
 // Runs `decode` (which writes field k of s) timed and reported as the decode stage's work, a
 // format_error naming the file, the record and the field.
 template <class Decode>
-void decode_into(const any_sample& s, const std::string& field, Decode&& decode) {
+void decode_into(const any_sample& s, const std::string& label, Decode&& decode) {
   constexpr std::string_view stage = "decode";
   const deferred_scope timed(stage);
   try {
     try {
       decode();
     } catch (const format_error& e) {
-      throw format_error(std::string(s.origin), {.record = s.id}, "field '" + field + "': " + e.cause());
+      throw format_error(std::string(s.origin), {.record = s.id}, label + ": " + e.cause());
     }
   } catch (...) {
     throw_stage_error(stage, s.id);
@@ -127,9 +169,9 @@ void decode_into(const any_sample& s, const std::string& field, Decode&& decode)
 
 template <codec Codec>
 struct codec_producer final : field_producer {
-  codec_producer(Codec c, std::string n) : codec(std::move(c)), field(std::move(n)) {}
+  codec_producer(Codec c, const std::string& n) : codec(std::move(c)), field("field '" + n + "'") {}
   Codec codec;
-  std::string field;
+  std::string field;  // "field 'jpg'", for messages
   [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
   void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context& ctx) const override {
     decode_into(s, field, [&] { codec.decode(s.fields[k].bytes, dst, ctx); });
@@ -140,9 +182,9 @@ struct codec_producer final : field_producer {
 // The same for an image that fields follow: decoded with the transform the stage planned.
 template <codec Codec>
 struct planned_codec_producer final : image_planner {
-  planned_codec_producer(Codec c, std::string n) : codec(std::move(c)), field(std::move(n)) {}
+  planned_codec_producer(Codec c, const std::string& n) : codec(std::move(c)), field("field '" + n + "'") {}
   Codec codec;
-  std::string field;
+  std::string field;  // "field 'jpg'", for messages
   [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
   void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
     decode_into(s, field, [&] { codec.decode_with(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
@@ -176,6 +218,7 @@ struct placed_follower {
   dtype type = dtype::f32;
   std::vector<std::size_t> coordinates, with;
   std::vector<std::string> names;  // of the coordinate fields, then the others
+  std::string image;               // the image's name, for messages
 
   [[nodiscard]] bool columns() const noexcept { return coordinates.size() > 1; }
 
@@ -223,6 +266,16 @@ struct placed_follower {
     const auto fail = [&](const std::string& name, const std::string& why) {
       throw format_error(std::string(s.origin), {.record = s.id}, "field '" + name + "': " + why);
     };
+    if (how.kind == any_follower::shape::rendered) {
+      if (p.inner[coordinates[0]] != nullptr) fail(names[0], "follows an image, and the reader writes it in pieces; it must be stored as one encoded value");
+      try {
+        how.rendered->check(s.fields[coordinates[0]].bytes, p.transform);
+      } catch (const format_error& e) {
+        throw format_error(std::string(s.origin), {.record = s.id},
+                           "field '" + names[0] + "' (following '" + image + "'): " + e.cause());
+      }
+      return;
+    }
     const std::size_t e = dtype_size(type), b0 = follower_input_size(s, p, coordinates[0]);
     const std::size_t unit = columns() ? e : row * e;
     if (b0 % unit != 0)
@@ -290,6 +343,24 @@ struct follower_producer final : field_producer {
   [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return {}; }
 };
 
+// Writes a rendered follower's field (a mask through the image's transform), timed and reported
+// as the decode stage's work like the image's decode.
+struct rendered_producer final : field_producer {
+  explicit rendered_producer(std::shared_ptr<const placed_follower> f)
+      : follow(std::move(f)), label("field '" + follow->names[0] + "' (following '" + follow->image + "')") {}
+  std::shared_ptr<const placed_follower> follow;
+  std::string label;
+  [[nodiscard]] std::size_t size(const any_sample& s, std::size_t) const override {
+    return follow->how.rendered->output_bytes(s.plan<follow_plan>().transform);
+  }
+  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
+    decode_into(s, label, [&] { follow->how.rendered->render(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
+  }
+  [[nodiscard]] field_geometry geometry(const any_sample& s, std::size_t) const override {
+    return follow->how.rendered->geometry(s.plan<follow_plan>().transform);
+  }
+};
+
 }  // namespace detail
 
 // Decodes any number of fields of run-time samples, each with its codec (added with add()).
@@ -334,6 +405,10 @@ class any_decode_stage {
     producers_.emplace_back(k, std::move(p));
     for (const auto& f : placed) {
       followers_.push_back(f);
+      if (f->how.kind == any_follower::shape::rendered) {
+        follower_fields_.emplace_back(f->coordinates[0], std::make_shared<const detail::rendered_producer>(f));
+        continue;
+      }
       for (std::size_t j = 0; j < f->coordinates.size(); ++j)
         follower_fields_.emplace_back(f->coordinates[j], std::make_shared<const detail::follower_producer>(f, static_cast<int>(j)));
       for (const std::size_t w : f->with)
@@ -393,6 +468,27 @@ class any_decode_stage {
   // A follower of image `image` with its fields found, checked and made variable in the schema.
   std::shared_ptr<const detail::placed_follower> place(std::size_t image, any_follower f) {
     auto p = std::make_shared<detail::placed_follower>();
+    p->image = out_[image].name;
+    if (f.kind == any_follower::shape::rendered) {
+      if (f.coordinates.size() != 1 || !f.with.empty() || f.rendered == nullptr)
+        throw usage_error("sluice: decode_field: a rendered follower of '" + out_[image].name + "' renders one field (any_rendered)");
+      const std::size_t k = out_.at(f.coordinates[0], "a field following '" + out_[image].name + "'");
+      bool twice = k == image;
+      for (const auto& [j, q] : producers_) twice = twice || j == k;
+      for (const std::size_t j : claimed_) twice = twice || j == k;
+      if (twice)
+        throw usage_error("sluice: decode_field: field '" + out_[k].name + "' is named twice among the decoded and following fields");
+      if (out_[k].type != dtype::u8)
+        throw usage_error("sluice: decode_field: field '" + out_[k].name + "' (following '" + out_[image].name + "') holds " +
+                          dtype_name(out_[k].type) + " elements; a mask is rendered from encoded bytes (a u8 field)");
+      p->coordinates = {k};
+      p->names = {out_[k].name};
+      p->type = dtype::u8;
+      claimed_.push_back(k);
+      out_ = out_.with(k, {out_[k].name, dtype::u8, extent::fixed});
+      p->how = std::move(f);
+      return p;
+    }
     const bool boxes = f.kind == any_follower::shape::boxes;
     p->row = boxes ? 4 : 2;
     const char* what = boxes ? "boxes" : "points";
