@@ -17,10 +17,10 @@ namespace {
 loader_ptr make_loader(const options& o) {
   if (o.batch_size == 0) throw sluice::usage_error("sluice: batch_size must be at least 1");
   if (!o.fields.empty()) {
-    if (o.source != "wds" && o.source != "shard" && o.source != "mds" && o.source != "tfrecord")
+    if (o.source != "wds" && o.source != "shard" && o.source != "mds" && o.source != "tfrecord" && o.source != "npy")
       throw sluice::usage_error("sluice: fields= is read from WebDataset samples, sluice shards with fields, MDS "
-                                "datasets and TFRecord files (source='wds', 'shard', 'mds' or 'tfrecord'), not source='" +
-                                o.source + "'");
+                                "datasets, TFRecord files and .npy arrays (source='wds', 'shard', 'mds', 'tfrecord' or "
+                                "'npy'), not source='" + o.source + "'");
     return make_fields_loader(o);
   }
   const bool images = o.source == "wds" || o.source == "tfrecord" || o.source == "mds" || (o.source == "shard" && !o.decode.empty());

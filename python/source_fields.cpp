@@ -1,11 +1,11 @@
 // The Python module's run-time fields: sluice.wds(path, fields={name: sluice.field(...)}),
-// sluice.shard / mds / tfrecord(path, fields=...). Every field of a sample the trainer names, each
+// sluice.shard / mds / tfrecord / npy(path, fields=...). Every field of a sample the trainer names, each
 // with its members (WebDataset extensions; a shard's field, an MDS column or a tf.train.Example
 // feature by name), its element type (given, or an .npy member's own, read from the first shard;
 // a sluice shard's as stored; an MDS column's; record 0's list), an optional image decode and its
 // collator (stack, normalized, ragged, pad, pack), composed at run time over the C++ core's
 // run-time samples (io/wds.hpp's wds_any, io/shard_fields.hpp's shard_any, io/mds.hpp's mds_any,
-// io/tf_example.hpp's tf_example_any, stage/any_decode.hpp, stage/any_collate.hpp): one loader
+// io/tf_example.hpp's tf_example_any, io/npy.hpp's npy_any, stage/any_decode.hpp, stage/any_collate.hpp): one loader
 // type serves every combination, with one indirect call a field and sample.
 #include "image_codec.hpp"
 
@@ -45,26 +45,12 @@ sluice::dtype dtype_named(const field_option& f) {
 
 // An .npy member's element type; what a tensor cannot hold is a UsageError naming the field.
 sluice::dtype dtype_of_npy(const sluice::io::npy_dtype& d, const field_option& f, const std::string& shard) {
-  using sluice::dtype;
-  const auto n = d.item_bytes;
-  switch (d.kind) {
-    case 'u':
-      if (n == 1 || n == 2 || n == 4 || n == 8) return n == 1 ? dtype::u8 : n == 2 ? dtype::u16 : n == 4 ? dtype::u32 : dtype::u64;
-      break;
-    case 'i':
-      if (n == 1 || n == 2 || n == 4 || n == 8) return n == 1 ? dtype::i8 : n == 2 ? dtype::i16 : n == 4 ? dtype::i32 : dtype::i64;
-      break;
-    case 'f':
-      if (n == 2 || n == 4 || n == 8) return n == 2 ? dtype::f16 : n == 4 ? dtype::f32 : dtype::f64;
-      break;
-    case 'b':
-      if (n == 1) return dtype::boolean;
-      break;
-    default:
-      break;
+  try {
+    return sluice::io::npy_element_type(d, shard);
+  } catch (const sluice::format_error&) {
+    throw sluice::usage_error("sluice.field('" + f.members + "'): the .npy members of " + shard + " hold dtype '" +
+                              d.descr + "', which has no tensor type (numbers and bool only)");
   }
-  throw sluice::usage_error("sluice.field('" + f.members + "'): the .npy members of " + shard + " hold dtype '" +
-                            d.descr + "', which has no tensor type (numbers and bool only)");
 }
 
 bool takes(const std::string& members, std::string_view ext) {
@@ -276,11 +262,23 @@ loader_ptr tfrecord_fields_loader(const options& o) {
   return fields_loader(o, sluice::io::tf_example_any(sluice::io::tfrecord_reader(shards_of(o)), std::move(fields)), {});
 }
 
+// .npy arrays of one length in the folder path=: each field one array (its members the file
+// name, or an absolute path), typed and shaped as the array's rows (a dtype given must agree).
+loader_ptr npy_fields_loader(const options& o) {
+  sluice::io::npy_any::names_type arrays;
+  for (const auto& f : o.fields)
+    arrays.emplace_back(f.name, !f.members.empty() && f.members.front() == '/' ? f.members : o.path + "/" + f.members);
+  sluice::io::npy_any data(arrays);
+  check_stored_types(o, data.schema(), [&](const field_option& f) { return "the array " + f.members + " holds"; });
+  return fields_loader(o, std::move(data), {});
+}
+
 }  // namespace
 
 loader_ptr make_fields_loader(const options& o) {
   if (o.path.empty()) throw sluice::usage_error("sluice." + o.source + ": needs a path");
   if (o.source == "shard") return shard_fields_loader(o);
+  if (o.source == "npy") return npy_fields_loader(o);
   if (o.source == "mds") return mds_fields_loader(o);
   if (o.source == "tfrecord") return tfrecord_fields_loader(o);
   const auto shards = shards_of(o);

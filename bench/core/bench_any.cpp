@@ -12,6 +12,11 @@
 // TFRecord raw records: the same 12,000 raw images as tf.train.Example (bytes_list "img", int64_list
 // "cls", float_list "boxes" of 0-32 floats) in one file: io::tf_example_reader<Schema> against
 // io::tf_example_any (the label a varint, so written by the any reader's producer).
+// Detection: 3,000 samples of the same 128x128 JPEGs with 0-8 boxes (".boxes.npy", f32 pixels)
+// and a class each (".classes.npy", i64), decoded with RandomResizedCrop + flip to 64x64 and the
+// boxes following the crop (dropped with their classes below 1 pixel): decode<"jpg">(codec,
+// boxes<...>) against any_decode_stage.add("jpg", codec, {any_boxes(...)}) (what
+// sluice.wds(fields=..., follow=sluice.boxes_of(...)) builds).
 // Each benchmark runs whole epochs (a new order each) through prefetch(2, {.workers = W}); the
 // counter is samples/s. Report run-time / compiled per row (the target: >= 0.9).
 //
@@ -96,6 +101,46 @@ std::string make_shards(bool jpeg) {
     write_file(dir() / ((jpeg ? "jpeg-" : "raw-") + std::to_string(s) + ".tar"), img);
   }
   return (dir() / (jpeg ? "jpeg-{0..3}.tar" : "raw-{0..3}.tar")).string();
+}
+
+// "det-{0..3}.tar": JPEGs as above, 0-8 boxes inside 128x128 and their classes.
+const std::string& det_pattern() {
+  static const std::string p = [] {
+    std::mt19937_64 rng(11);
+    std::vector<std::uint8_t> px(128 * 128 * 3);
+    for (std::size_t s = 0; s < shards; ++s) {
+      std::vector<std::byte> img;
+      for (std::size_t i = s * jpeg_n / shards; i < (s + 1) * jpeg_n / shards; ++i) {
+        char key[32];
+        std::snprintf(key, sizeof key, "s%07zu", i);
+        for (std::size_t y = 0; y < 128; ++y)
+          for (std::size_t x = 0; x < 128; ++x)
+            for (std::size_t c = 0; c < 3; ++c) px[(y * 128 + x) * 3 + c] = static_cast<std::uint8_t>((x * (c + 1) + y * 2 + i) & 255);
+        io::append_tar_member(img, std::string(key) + ".jpg", codecs::encode_jpeg(px, 128, 128, codecs::pixels::rgb, 90));
+        const std::size_t nb = rng() % 9;
+        std::vector<float> boxes;
+        std::vector<std::int64_t> classes;
+        for (std::size_t k = 0; k < nb; ++k) {
+          const float x0 = static_cast<float>(rng() % 100), y0 = static_cast<float>(rng() % 100);
+          const float b[4] = {x0, y0, x0 + 4.0f + static_cast<float>(rng() % 24), y0 + 4.0f + static_cast<float>(rng() % 24)};
+          boxes.insert(boxes.end(), b, b + 4);
+          classes.push_back(static_cast<std::int64_t>(rng() % 80));
+        }
+        auto bx = io::npy_header_bytes("<f4", {nb, 4});
+        const auto* pb = reinterpret_cast<const std::byte*>(boxes.data());
+        bx.insert(bx.end(), pb, pb + boxes.size() * 4);
+        auto cl = io::npy_header_bytes("<i8", {nb});
+        const auto* pc = reinterpret_cast<const std::byte*>(classes.data());
+        cl.insert(cl.end(), pc, pc + classes.size() * 8);
+        io::append_tar_member(img, std::string(key) + ".boxes.npy", bx);
+        io::append_tar_member(img, std::string(key) + ".classes.npy", cl);
+      }
+      img.resize(img.size() + 1024);
+      write_file(dir() / ("det-" + std::to_string(s) + ".tar"), img);
+    }
+    return (dir() / "det-{0..3}.tar").string();
+  }();
+  return p;
 }
 
 const std::string& raw_pattern() {
@@ -196,6 +241,30 @@ void BM_jpeg_runtime(benchmark::State& state) {
   epochs(state, loader, d.size());
 }
 
+using det_schema = schema<field<"jpg", std::uint8_t, variable>, field<"boxes.npy", float, variable>,
+                          field<"classes.npy", std::int64_t, variable>>;
+
+void BM_detection_compiled(benchmark::State& state) {
+  io::wds_dataset<det_schema> d(det_pattern());
+  auto loader = from(sample::shuffle(d.size(), {.seed = 1})) | read(d) |
+                decode<"jpg">(rrc(), boxes<"boxes.npy", "classes.npy">{}) |
+                collate({.batch = 128}, normalized<"jpg">{.mean = mean, .std = stdv}, ragged<"boxes.npy">{.row = {4}},
+                        ragged<"classes.npy">{}) |
+                prefetch(2, {.workers = static_cast<std::size_t>(state.range(0))});
+  epochs(state, loader, d.size());
+}
+
+void BM_detection_runtime(benchmark::State& state) {
+  io::wds_any d(det_pattern(), {{"jpg"}, {"boxes.npy", dtype::f32}, {"classes.npy", dtype::i64}});
+  any_decode_stage dec(d.schema());
+  dec.add("jpg", rrc(), {any_boxes({"boxes.npy"}, {"classes.npy"})});
+  auto loader = from(sample::shuffle(d.size(), {.seed = 1})) | read(d) | dec |
+                collate({.batch = 128}, dec.schema(),
+                        {{"jpg", normalized<>{.mean = mean, .std = stdv}}, {"boxes.npy", ragged<>{.row = {4}}}, {"classes.npy", ragged<>{}}}) |
+                prefetch(2, {.workers = static_cast<std::size_t>(state.range(0))});
+  epochs(state, loader, d.size());
+}
+
 void BM_tfrecord_compiled(benchmark::State& state) {
   io::tf_example_reader<tf_schema> d(tfrecord_path());
   auto loader = from(sample::shuffle(d.size(), {.seed = 1})) | read(d) |
@@ -222,6 +291,8 @@ BENCHMARK(BM_raw_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMill
 BENCHMARK(BM_raw_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_jpeg_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_jpeg_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_detection_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_detection_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_tfrecord_compiled)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 BENCHMARK(BM_tfrecord_runtime)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3.0);
 

@@ -33,7 +33,7 @@ Image sources take ``decode=sluice.image(size=(h, w), crop=..., flip=..., layout
 boxes and their classes that follow the image's crop and flip (or ``boxes=sluice.json_boxes()`` for
 annotations in a ``.json`` member, by path).
 
-Any fields: ``sluice.wds``, ``shard``, ``mds`` and ``tfrecord`` take ``fields={name: sluice.field(members, dtype=,
+Any fields: ``sluice.wds``, ``shard``, ``mds``, ``tfrecord`` and ``npy`` take ``fields={name: sluice.field(members, dtype=,
 decode=, collate=)}``, a collator a field (``sluice.stack``, ``normalized``, ``ragged``, ``pad``,
 ``pack``: C++'s collators, the same options and defaults), composed at run time::
 
@@ -573,7 +573,8 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
              ``"boxes.npy"``); a sample without one, or with two, is a FormatError naming it.
              For ``sluice.shard``: the shard field's name (its dtype and shape as stored); for
              ``sluice.mds``: the column's name (its type as index.json says); for
-             ``sluice.tfrecord``: the feature's name (its type the list record 0 holds).
+             ``sluice.tfrecord``: the feature's name (its type the list record 0 holds); for
+             ``sluice.npy``: the array's file name in the folder (its dtype and row shape).
     dtype:   the element type. By default an ``.npy`` member's own (read from the first shard's
              first such member, and checked for every member), else ``"uint8"`` (the bytes). A
              non-uint8 field stacked as a fixed value (``stack()``) takes an ASCII number
@@ -702,7 +703,7 @@ def records(path: PathLike, *, record_bytes: int, labels: Optional[PathLike] = N
 
 
 def npy(path: PathLike, *, labels: Optional[PathLike] = None, shape: Optional[Sequence[int]] = None,
-        output: Optional[str] = None, mean=None, std=None) -> Source:
+        output: Optional[str] = None, mean=None, std=None, fields: Optional[Dict[str, Field]] = None) -> Source:
     """An ``.npy`` array (format 1.0-3.0, C order, little-endian): sample ``i`` is row ``i``, with the
     array's dtype and shape: a ``(N, 3)`` float32 array gives ``"data"`` of ``(B, 3)`` float32.
 
@@ -710,7 +711,17 @@ def npy(path: PathLike, *, labels: Optional[PathLike] = None, shape: Optional[Se
     shape: another per-sample shape of the same element count.
     output: ``"float32"`` for uint8 arrays (scaled by 1/255, then mean/std); every other dtype
         arrives as the file has it, and asking to convert it is a UsageError naming both types.
+
+    Several arrays of one length: ``path`` is their folder and ``fields={name: sluice.field("x.npy"),
+    ...}`` names them, a field's members being its file name there (or an absolute path). Sample
+    ``i`` is row ``i`` of each, with each array's dtype and row shape (``stack()`` gives
+    ``(B, *row)``); ``dtype=`` given must be the file's. Arrays of different lengths are a
+    FormatError naming both files::
+
+        sluice.npy("data", fields={"x": sluice.field("features.npy"), "y": sluice.field("targets.npy")})
     """
+    if fields is not None:
+        return _fields_source("npy", path, fields, labels=labels, shape=shape, output=output, mean=mean, std=std)
     kw = dict(source="npy", path=_path("path", path), labels=_path("labels", labels) if labels is not None else "",
               shape=_shape(shape), output=output or "")
     _normalise(kw, output, mean, std, "sluice.npy")

@@ -9,6 +9,8 @@
 
 #include "sluice/io/npy.hpp"
 #include "sluice/io/tfrecord.hpp"
+#include "sluice/sluice.hpp"
+#include "sluice/stage/any_collate.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "test_util.hpp"
 
@@ -219,4 +221,51 @@ TEST_CASE("npy: rows, dtype, shape, labels, versions 1 to 3") {
     CHECK(std::to_integer<int>(r2.record(2)[1]) == 5);
     CHECK(r2.label(0) == -1);
   }
+}
+
+TEST_CASE("npy_any: several arrays of one length are a sample's fields, each with its dtype and row shape") {
+  temp_dir dir;
+  const std::size_t n = 7;
+  auto write = [&](const std::string& name, std::string_view descr, std::vector<std::uint64_t> shape, auto value) {
+    auto out = io::npy_header_bytes(descr, shape);
+    std::size_t count = 1;
+    for (const auto d : shape) count *= d;
+    for (std::size_t k = 0; k < count; ++k) {
+      const auto v = value(k);
+      const auto* p = reinterpret_cast<const std::byte*>(&v);
+      out.insert(out.end(), p, p + sizeof v);
+    }
+    write_file(dir.file(name), out);
+    return dir.file(name);
+  };
+  const auto x = write("x.npy", "<f4", {n, 3, 2}, [](std::size_t k) { return 0.5f * static_cast<float>(k); });
+  const auto y = write("y.npy", "<i8", {n}, [](std::size_t k) { return static_cast<std::int64_t>(k) * 3 - 4; });
+  const auto m = write("m.npy", "|b1", {n, 4}, [](std::size_t k) { return static_cast<std::uint8_t>(k % 3 == 0); });
+  io::npy_any d({{"x", x}, {"y", y}, {"m", m}});
+  CHECK(d.size() == n);
+  CHECK(d.schema().describe() == "x (f32, fixed), y (i64, fixed), m (bool, fixed)");
+  auto loader = from(sample::sequential(d.size())) | read(d) |
+                collate({.batch = 3}, d.schema(), {{"x", stack<>{}}, {"y", stack<>{}}, {"m", stack<>{}}}) | prefetch(2, {.workers = 2});
+  std::size_t rows = 0;
+  for (auto& b : loader.epoch(0)) {
+    const auto bx = b.field("x"), by = b.field("y"), bm = b.field("m");
+    const auto b0 = static_cast<std::int64_t>(b.size());
+    CHECK(std::vector<std::int64_t>(bx.shape().begin(), bx.shape().end()) == std::vector<std::int64_t>{b0, 3, 2});
+    CHECK(std::vector<std::int64_t>(by.shape().begin(), by.shape().end()) == std::vector<std::int64_t>{b0});
+    CHECK(std::vector<std::int64_t>(bm.shape().begin(), bm.shape().end()) == std::vector<std::int64_t>{b0, 4});
+    for (std::size_t i = 0; i < b.size(); ++i, ++rows) {
+      const std::size_t id = b.ids()[i];
+      CHECK(by.as<std::int64_t>()[i] == static_cast<std::int64_t>(id) * 3 - 4);
+      for (std::size_t k = 0; k < 6; ++k) CHECK(bx.as<float>()[i * 6 + k] == 0.5f * static_cast<float>(id * 6 + k));
+    }
+  }
+  CHECK(rows == n);
+  // Arrays of other lengths, and dtypes no tensor holds, name the files.
+  const auto z = write("z.npy", "<f4", {n + 1}, [](std::size_t k) { return static_cast<float>(k); });
+  CHECK_THROWS_WITH_AS(io::npy_any({{"x", x}, {"z", z}}),
+                       doctest::Contains(("8 rows beside 7 in '" + x + "' (field 'x')").c_str()), format_error);
+  const auto c = write("c.npy", "<c8", {n}, [](std::size_t k) { return static_cast<std::uint64_t>(k); });
+  CHECK_THROWS_WITH_AS(io::npy_any({{"c", c}}), doctest::Contains("holds dtype '<c8', which has no tensor element type"),
+                       format_error);
+  CHECK_THROWS_AS(io::npy_any({}), usage_error);
 }

@@ -396,3 +396,33 @@ def test_tfrecord_and_wds_shards_as_a_list_or_a_brace_pattern(tmp_path):
         sluice.wds([parts[0], 3])
     with pytest.raises(sluice.UsageError, match="takes one path, not a list"):
         sluice.mds([str(tmp_path)])
+
+
+def test_npy_arrays_as_fields_arrive_with_their_dtypes_and_row_shapes(tmp_path):
+    n = 10
+    x = np.arange(n * 6, dtype=np.float32).reshape(n, 3, 2) / 4
+    y = (np.arange(n, dtype=np.int64) * 7) - 20
+    img = (np.arange(n * 4 * 5 * 3) % 251).astype(np.uint8).reshape(n, 4, 5, 3)
+    for name, a in (("x.npy", x), ("y.npy", y), ("img.npy", img)):
+        np.save(tmp_path / name, a)
+    src = sluice.npy(tmp_path, fields={"x": sluice.field("x.npy"), "y": sluice.field("y.npy", dtype="int64"),
+                                       "img": sluice.field(str(tmp_path / "img.npy"), collate=sluice.normalized(mean=0.5, std=0.25))})
+    seen = []
+    with sluice.Loader(src, batch_size=4, sampler=sluice.sample.shuffle(seed=1), workers=2, drop_last=False) as ld:
+        for b in ld:
+            bx, by, bi = np.from_dlpack(b["x"]), np.from_dlpack(b["y"]), np.from_dlpack(b["img"])
+            assert bx.dtype == np.float32 and bx.shape[1:] == (3, 2)
+            assert by.dtype == np.int64 and bi.dtype == np.float32 and bi.shape[1:] == (4, 5, 3)
+            for i, row in enumerate(by):
+                k = int((row + 20) // 7)
+                seen.append(k)
+                np.testing.assert_array_equal(bx[i], x[k])
+                np.testing.assert_allclose(bi[i], (img[k] / 255 - 0.5) / 0.25, rtol=1e-5, atol=1e-5)
+    assert sorted(seen) == list(range(n)) and seen != list(range(n))
+    np.save(tmp_path / "short.npy", y[:5])
+    with pytest.raises(sluice.FormatError, match=r"short\.npy.*5 rows beside 10"):
+        sluice.Loader(sluice.npy(tmp_path, fields={"x": sluice.field("x.npy"), "s": sluice.field("short.npy")}))
+    with pytest.raises(sluice.UsageError, match=r"sluice.field\('y.npy', dtype='int32'\): the array y.npy holds i64"):
+        sluice.Loader(sluice.npy(tmp_path, fields={"y": sluice.field("y.npy", dtype="int32")}))
+    with pytest.raises(sluice.UsageError, match=r"labels= does not apply"):
+        sluice.npy(tmp_path, fields={"y": sluice.field("y.npy")}, labels=tmp_path / "y.npy")

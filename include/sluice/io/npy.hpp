@@ -18,6 +18,16 @@
 //   x.shape(), x.dtype().kind ('f', 'i', 'u', 'b'), x.dtype().item_bytes
 //
 // No scan is needed (the header says everything), so nothing is saved beside the file.
+//
+// Several arrays of one length as the fields of a run-time sample (core/any_sample.hpp): npy_any.
+// Field k of sample i is row i of array k, a view into its mapping, typed as the array's dtype
+// (f16 for '<f2', boolean for '|b1'; complex, string and void dtypes are refused, naming the file)
+// and shaped as its row (the field's geometry: stack<> gives {B, *row shape}).
+//
+//   sluice::io::npy_any d{{{"x", "features.npy"}, {"y", "targets.npy"}}};   // x: (N, 3, 32) f32, y: (N,) i64
+//   d.schema().describe() == "x (f32, fixed), y (i64, fixed)"
+//
+// Arrays of different lengths are a format_error naming both files and both lengths.
 #pragma once
 
 #include <charconv>
@@ -31,8 +41,11 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/any_sample.hpp"
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/core/schema.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/regular_file.hpp"
 
@@ -287,6 +300,81 @@ class npy_reader {
 };
 
 static_assert(record_reader<npy_reader>);
+
+// The tensor element type of an .npy dtype; a dtype no tensor holds (complex, bytes, strings,
+// void) is a format_error naming the file.
+inline dtype npy_element_type(const npy_dtype& d, const std::string& path) {
+  const auto n = d.item_bytes;
+  switch (d.kind) {
+    case 'u':
+      if (n == 1 || n == 2 || n == 4 || n == 8) return n == 1 ? dtype::u8 : n == 2 ? dtype::u16 : n == 4 ? dtype::u32 : dtype::u64;
+      break;
+    case 'i':
+      if (n == 1 || n == 2 || n == 4 || n == 8) return n == 1 ? dtype::i8 : n == 2 ? dtype::i16 : n == 4 ? dtype::i32 : dtype::i64;
+      break;
+    case 'f':
+      if (n == 2 || n == 4 || n == 8) return n == 2 ? dtype::f16 : n == 4 ? dtype::f32 : dtype::f64;
+      break;
+    case 'b':
+      if (n == 1) return dtype::boolean;
+      break;
+    default:
+      break;
+  }
+  throw format_error(path, {}, "holds dtype '" + d.descr + "', which has no tensor element type (numbers and bool only)");
+}
+
+// Arrays of one length as a run-time sample's fields: see the top of this file.
+class npy_any {
+ public:
+  using reader_concept = reader_tag;
+  using names_type = std::vector<std::pair<std::string, std::string>>;  // (field, .npy path)
+
+  explicit npy_any(const names_type& fields, map_options m = {}) {
+    if (fields.empty()) throw usage_error("sluice: npy_any needs at least one field (a name and an .npy path)");
+    std::vector<field_spec> specs;
+    for (const auto& [name, path] : fields) {
+      arrays_.emplace_back(path, npy_options{.map = m});
+      const npy_reader& a = arrays_.back();
+      if (a.size() != arrays_.front().size())
+        throw format_error(std::string(a.path()), {},
+                           std::to_string(a.size()) + " rows beside " + std::to_string(arrays_.front().size()) + " in '" +
+                               std::string(arrays_.front().path()) + "' (field '" + fields.front().first +
+                               "'); every array of the sample's fields must have one row per sample");
+      const auto& shape = a.shape();
+      if (shape.size() - 1 > max_dims)
+        throw format_error(std::string(a.path()), {}, "rows of " + std::to_string(shape.size() - 1) + " dimensions; at most " +
+                                                          std::to_string(max_dims));
+      field_geometry g{.ndim = static_cast<std::uint8_t>(shape.size() - 1)};
+      for (std::size_t d = 1; d < shape.size(); ++d) g.shape[d - 1] = static_cast<std::int64_t>(shape[d]);
+      geometry_.push_back(g);
+      specs.push_back({name, npy_element_type(a.dtype(), std::string(a.path())), extent::fixed});
+    }
+    schema_ = any_schema(std::move(specs));
+  }
+
+  // Moved, not copied: the samples point to its geometries.
+  npy_any(npy_any&&) noexcept = default;
+  npy_any& operator=(npy_any&&) noexcept = default;
+  npy_any(const npy_any&) = delete;
+  npy_any& operator=(const npy_any&) = delete;
+
+  [[nodiscard]] const any_schema& schema() const noexcept { return schema_; }
+  [[nodiscard]] std::size_t size() const noexcept { return arrays_.front().size(); }
+  [[nodiscard]] std::string_view path() const noexcept { return arrays_.front().path(); }
+  [[nodiscard]] const npy_reader& array(std::size_t k) const { return arrays_.at(k); }
+
+  [[nodiscard]] any_sample fields(std::size_t i) const {
+    any_sample s(i, arrays_.front().path(), arrays_.size());
+    for (std::size_t k = 0; k < arrays_.size(); ++k) s.fields[k] = {arrays_[k].record(i), &geometry_[k], nullptr};
+    return s;
+  }
+
+ private:
+  std::vector<npy_reader> arrays_;
+  std::vector<field_geometry> geometry_;
+  any_schema schema_;
+};
 
 // Writes an .npy v1.0 header for a C-order array of `descr` and `shape` (tests, tools).
 inline std::vector<std::byte> npy_header_bytes(std::string_view descr, const std::vector<std::uint64_t>& shape) {
