@@ -10,7 +10,10 @@ the "DALI CPU pipeline" rows need NVIDIA DALI in an interpreter given as --dali-
     /usr/bin/python3 -m venv --system-site-packages /work/venv-dali
     /work/venv-dali/bin/pip install nvidia-dali-cuda130
     ... run.py --build build --dali-python /work/venv-dali/bin/python
- without it, or when it cannot import nvidia.dali, those rows say "not measured: DALI not installed")
+ without it, or when it cannot import nvidia.dali, those rows say "not measured: DALI not installed";
+ the "SPDL" rows likewise need Meta's SPDL in an interpreter given as --spdl-python, e.g.
+    /usr/bin/python3 -m venv /work/venv-spdl && /work/venv-spdl/bin/pip install spdl numpy
+ with Debian's FFmpeg libraries, libavcodec59 and friends, which SPDL decodes with)
 
 It needs Debian's python3-torch, python3-numpy and python3-pil (and python3-torchvision for
 torchvision.io.decode_jpeg), which install for /usr/bin/python3, not for a python3 found first on
@@ -288,19 +291,25 @@ def jpeg_files_from_pack(data):
     return out
 
 
-def dali_version(python):
-    """DALI's version as the interpreter `python` imports it, or (None, why not)."""
+def peer_version(python, peer, module, flag, version):
+    """The version (the expression `version` after importing `module`) of a peer as the interpreter
+    `python` imports it, or (None, why not)."""
     if not python:
-        return None, "DALI not installed (no --dali-python given)"
+        return None, f"{peer} not installed (no {flag} given)"
     try:
-        out = subprocess.run([python, "-c", "import nvidia.dali; print(nvidia.dali.__version__)"],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run([python, "-c", f"import {module}; print({version})"], capture_output=True, text=True,
+                             timeout=120)
     except OSError as e:
-        return None, f"DALI not installed ({python}: {e.strerror})"
+        return None, f"{peer} not installed ({python}: {e.strerror})"
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
-        return None, f"DALI not installed ({python} cannot import nvidia.dali: {last})"
+        return None, f"{peer} not installed ({python} cannot import {module}: {last})"
     return out.stdout.strip(), None
+
+
+def dali_version(python):
+    """DALI's version as the interpreter `python` imports it, or (None, why not)."""
+    return peer_version(python, "DALI", "nvidia.dali", "--dali-python", "nvidia.dali.__version__")
 
 
 FIRST_BATCH = {
@@ -380,6 +389,7 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 # ---------------------------------------------------------------- C++ peers
 
 DALI_NAME = "DALI CPU pipeline"
+SPDL_NAME = "SPDL (load_image_batch)"
 
 
 class NotBuilt(Exception):
@@ -446,6 +456,9 @@ def main():
     ap.add_argument("--dali-python", default="", help="a Python interpreter that imports nvidia.dali "
                     "(e.g. a venv's bin/python): NVIDIA DALI's CPU pipeline is measured in a subprocess "
                     "with it; without it the DALI rows are reported as not measured")
+    ap.add_argument("--spdl-python", default="", help="a Python interpreter that imports spdl (e.g. a venv's "
+                    "bin/python after `pip install spdl numpy`): Meta's SPDL is measured in a subprocess with it; "
+                    "without it the SPDL rows are reported as not measured")
     ap.add_argument("--cpus", default="", help="comma list of CPU numbers to confine every loader to "
                     "(this process, the peer programs and DataLoader workers inherit it), e.g. 0 for "
                     "an equal-cores comparison on one core; default: every CPU")
@@ -473,6 +486,8 @@ def main():
     # printed and written to the JSON with the reason, never dropped.
     not_measured = {}
     dali, dali_missing = dali_version(args.dali_python) if "jpeg" in groups else (None, None)
+    spdl, spdl_missing = peer_version(args.spdl_python, "SPDL", "spdl.io, importlib.metadata", "--spdl-python",
+                                         "importlib.metadata.version('spdl')") if "jpeg" in groups else (None, None)
 
     def have(p):
         return os.access(p, os.X_OK)
@@ -526,6 +541,17 @@ def main():
             for t in (1, 2):
                 jobs.append(("jpeg", DALI_NAME + ", decode only (extra)", t, (lambda t=t: run_program(
                     [args.dali_python, dali_prog, filelist, str(t), secs, str(BATCH), "decode-only"]))))
+        spdl_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spdl_peer.py")
+        for t in (1, 2):  # SPDL's pipeline: decode concurrency and num_threads
+            if spdl:
+                jobs.append(("jpeg", SPDL_NAME, t, (lambda t=t: run_program(
+                    [args.spdl_python, spdl_prog, pack, offs, jlab, str(t), secs, str(BATCH)]))))
+            else:
+                not_measured[("jpeg", SPDL_NAME, t)] = spdl_missing
+        if spdl:  # an extra: no resize asked for (the images are already 64x64)
+            for t in (1, 2):
+                jobs.append(("jpeg", SPDL_NAME + ", decode only (extra)", t, (lambda t=t: run_program(
+                    [args.spdl_python, spdl_prog, pack, offs, jlab, str(t), secs, str(BATCH), "decode-only"]))))
         if have(sluice_prog):
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
@@ -648,6 +674,21 @@ def main():
                   best_of(group, module), best_of(group, dali_peer), missing)
             ratio(f"jpeg: best sluice from Python vs best of DataLoader + decode_jpeg and DALI CPU pipeline "
                   f"(any workers, {cores} cores)", best_of(group, module), two(best_of(group, vs_best)), missing)
+            # Meta's SPDL, and the Python issue's full peer set: the best of decode_jpeg, DALI and SPDL.
+            spdl_peer = (lambda n: n == SPDL_NAME)
+            spdl_gone = spdl_missing if spdl is None else "SPDL: no round succeeded"
+            spdl_ran = best_of(group, spdl_peer)[0] is not None
+            ratio(f"jpeg: best sluice vs best SPDL (concurrency 1 or 2, {cores} cores)", sl, best_of(group, spdl_peer),
+                  spdl_gone)
+            ratio(f"jpeg: best sluice from Python vs best SPDL ({cores} cores)", best_of(group, module),
+                  best_of(group, spdl_peer), spdl_gone)
+            ratio(f"jpeg (extra): best sluice vs best SPDL without resize ({cores} cores)", sl,
+                  best_of(group, lambda n: n.startswith(SPDL_NAME) and "decode only" in n), spdl_gone)
+            three = (lambda n: vs_best(n) or spdl_peer(n))
+            ratio(f"jpeg: best sluice from Python vs best of DataLoader + decode_jpeg, DALI and SPDL "
+                  f"(any workers, {cores} cores)", best_of(group, module),
+                  best_of(group, three) if dali_ran and spdl_ran else (None, None),
+                  "; ".join(m for m, ran in ((missing, dali_ran), (spdl_gone, spdl_ran)) if not ran))
         else:
             for name in WEIGHTED_PEERS:
                 ratio(f"weighted: sluice alias draw_n (build included, 1 thread) vs {name}", sl,
@@ -669,6 +710,8 @@ def main():
     v = versions(args.build)
     if dali:
         v["dali"] = dali
+    if spdl:
+        v["spdl"] = spdl
     v["cores_used"] = cores
     v["cpus"] = sorted(os.sched_getaffinity(0))
     v["torch_threads"] = torch.get_num_threads()

@@ -1,0 +1,82 @@
+"""Meta's SPDL on the peers' JPEG workload: one measurement, for run.py.
+
+Run by run.py with the interpreter given as --spdl-python (SPDL lives in its own venv, e.g.
+`/usr/bin/python3 -m venv ENV && ENV/bin/pip install spdl numpy`; it decodes with the system's
+FFmpeg libraries, Debian's libavcodec59 and friends):
+    ENV/bin/python bench/peers/spdl_peer.py PACK OFFSETS LABELS NUM_THREADS SECONDS [BATCH [decode-only]]
+prints `samples_per_s <rate>` like the C++ peer programs; exits with status 3 when spdl cannot be
+imported or cannot decode (run.py then reports the rows as not measured).
+
+The pipeline is SPDL's own image-loading recipe (its examples' "batch decode" stage), on the
+JPEGs of run.py's pack read into memory once (as the page-cached pack is for every loader):
+    PipelineBuilder().add_source(batches of BATCH shuffled (jpeg bytes, label))
+                     .pipe(decode, concurrency=NUM_THREADS)     spdl.io.load_image_batch(jpegs,
+                                                                 width=64, height=64, pix_fmt="rgb24")
+                                                                 -> spdl.io.to_numpy: (B, 64, 64, 3) u8
+                     .add_sink(2).build(num_threads=NUM_THREADS)
+A new shuffled order each epoch. Rate: samples a second over SECONDS after 3 warm-up batches.
+On the workload's 64x64 JPEGs the resize is the identity, as it is for sluice's and DALI's.
+"decode-only" asks for no size (width=height=None: decode and RGB conversion only; an extra, right
+only because every image of this workload is already 64x64, as DALI's "decode only" extra).
+"""
+
+import sys
+import time
+
+
+def main():
+    if len(sys.argv) not in (6, 7, 8) or (len(sys.argv) == 8 and sys.argv[7] != "decode-only"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    pack, offsets, labels, threads, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    batch = int(sys.argv[6]) if len(sys.argv) >= 7 else 256
+    size = None if len(sys.argv) == 8 else 64
+    try:
+        import numpy as np
+        import spdl.io
+        from spdl.pipeline import PipelineBuilder
+    except ImportError as e:
+        print(f"SPDL not installed ({e})", file=sys.stderr)
+        return 3
+    blob = open(pack, "rb").read()
+    off = np.fromfile(offsets, dtype="<u8")
+    lab = np.fromfile(labels, dtype="<i8")
+    jpegs = [blob[off[j]:off[j + 1]] for j in range(len(off) - 1)]
+
+    def source():
+        rng = np.random.default_rng(7)
+        while True:
+            order = rng.permutation(len(jpegs))
+            for s in range(0, len(order) - batch + 1, batch):
+                idx = order[s:s + batch]
+                yield [jpegs[i] for i in idx], lab[idx]
+
+    def decode(item):
+        srcs, y = item
+        x = spdl.io.to_numpy(spdl.io.load_image_batch(srcs, width=size, height=size, pix_fmt="rgb24"))
+        if x.shape != (len(srcs), 64, 64, 3) or x.dtype != np.uint8:
+            raise RuntimeError(f"unexpected batch {x.shape} {x.dtype}")
+        return x, y
+
+    try:
+        pipeline = (PipelineBuilder().add_source(source()).pipe(decode, concurrency=threads, output_order="completion")
+                    .add_sink(2).build(num_threads=threads))
+        with pipeline.auto_stop():
+            it = iter(pipeline)
+            for _ in range(3):
+                next(it)
+            samples = 0
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                x, _ = next(it)
+                samples += x.shape[0]
+            rate = samples / (time.perf_counter() - t0)
+    except Exception as e:  # FFmpeg libraries missing or of another major version
+        print(f"SPDL could not decode here ({type(e).__name__}: {e})", file=sys.stderr)
+        return 3
+    print(f"samples_per_s {rate:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
