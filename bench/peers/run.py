@@ -507,7 +507,7 @@ def main():
                 jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
         module_dir = os.path.join(args.build, "python", "module")
         if os.path.isdir(module_dir):
-            for w in (1, 2):
+            for w in (0, 1, 2):  # 0: batches filled in the calling thread, as the DataLoader's num_workers=0
                 jobs.append(("raw", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_rate(module_dir, d, w, args.seconds))))
     if "jpeg" in groups:
@@ -526,7 +526,7 @@ def main():
         module_dir = os.path.join(args.build, "python", "module")
         if os.path.isdir(module_dir):
             tar = wds_from_pack(d)
-            for w in (1, 2):
+            for w in (0, 1, 2):
                 jobs.append(("jpeg", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_jpeg_rate(module_dir, tar, w, args.seconds))))
         dali_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dali_peer.py")
