@@ -1190,6 +1190,8 @@ _HOMES["sluice.Loader"] = _LOADER_KEYWORDS
 _HOMES["sluice.image"] = _param_names(image)
 _HOMES["sluice.boxes"] = _param_names(boxes)
 _HOMES["sluice.json_boxes"] = _param_names(json_boxes)
+for _f in (boxes_of, points_of, mask_of, rows_of):
+    _HOMES[f"sluice.{_f.__name__}"] = _param_names(_f)
 
 
 def _checked(fn, where: str):
@@ -1211,6 +1213,10 @@ image = _checked(image, "sluice.image")
 boxes = _checked(boxes, "sluice.boxes")
 json_boxes = _checked(json_boxes, "sluice.json_boxes")
 field = _checked(field, "sluice.field")
+boxes_of = _checked(boxes_of, "sluice.boxes_of")
+points_of = _checked(points_of, "sluice.points_of")
+mask_of = _checked(mask_of, "sluice.mask_of")
+rows_of = _checked(rows_of, "sluice.rows_of")
 stack = _checked(stack, "sluice.stack")
 normalized = _checked(normalized, "sluice.normalized")
 ragged = _checked(ragged, "sluice.ragged")

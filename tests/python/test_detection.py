@@ -263,3 +263,7 @@ def test_follow_mistakes_are_usage_errors_naming_the_field(shards):
     # Boxes stored as int64: the reader's dtype, refused by the engine naming the field and type.
     with pytest.raises(sluice.UsageError, match=r"field 'c' of i64; they must be f32 or f64"):
         sluice.Loader(sluice.wds(pattern, fields={"image": img, "c": sluice.field("classes.npy", follow=sluice.boxes_of("image"))}))
+    with pytest.raises(TypeError, match=r"sluice.boxes_of\(\) got an unexpected keyword argument 'min_sise'; did you mean 'min_size'"):
+        sluice.boxes_of("image", min_sise=2)
+    with pytest.raises(TypeError, match=r"'ignore_index' applies to sluice.wds\(\), sluice.mask_of\(\)"):
+        sluice.image((8, 8), ignore_index=3)
