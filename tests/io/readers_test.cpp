@@ -9,8 +9,11 @@
 
 #include "sluice/io/npy.hpp"
 #include "sluice/io/tfrecord.hpp"
-#include "sluice/sluice.hpp"
+#include "sluice/core/pipeline.hpp"
+#include "sluice/sample/sequential.hpp"
 #include "sluice/stage/any_collate.hpp"
+#include "sluice/stage/prefetch.hpp"
+#include "sluice/stage/read.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "test_util.hpp"
 
