@@ -260,6 +260,8 @@ TEST_CASE("npy_any: several arrays of one length are a sample's fields, each wit
       const std::size_t id = b.ids()[i];
       CHECK(by.as<std::int64_t>()[i] == static_cast<std::int64_t>(id) * 3 - 4);
       for (std::size_t k = 0; k < 6; ++k) CHECK(bx.as<float>()[i * 6 + k] == 0.5f * static_cast<float>(id * 6 + k));
+      const auto mask = bm.bytes();
+      for (std::size_t k = 0; k < 4; ++k) CHECK(std::to_integer<int>(mask[i * 4 + k]) == int((id * 4 + k) % 3 == 0));
     }
   }
   CHECK(rows == n);
