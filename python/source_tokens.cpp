@@ -55,7 +55,7 @@ std::shared_ptr<sluice::python::py_loader> token_loader(const options& o) {
     sluice::sample::any_sampler s = sluice::sample::distributed{rows.sampler(), rank_of(o)};
     return sluice::python::wrap(widened<Out, "tokens">(sluice::from(std::move(s)) | std::move(rows)) |
                                 sluice::collate(bo, sluice::stack<"tokens">{}, sluice::stack<"doc_ids">{},
-                                                sluice::stack<"position_ids">{}) |
+                                                sluice::stack<"position_ids">{}, sluice::stack<"cu_seqlens">{}) |
                                 sluice::prefetch(depth_of(o), loader_opts(o)));
   }
   if (o.collate == "pad")

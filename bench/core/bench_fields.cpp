@@ -445,9 +445,10 @@ void BM_pack_numpy(benchmark::State& state) {
 
 // The same documents as a fixed token budget a step (stage/pack_rows.hpp): rows of 2048 (tokens,
 // doc_ids i32 and position_ids i32 per token), against BM_pack_memcpy's copy of the same tokens.
-// BM_packed_rows_direct writes every row of an epoch into one buffer of 8 rows, as BM_pack_direct
-// does for pack<>; BM_packed_rows_loader runs the loader (8 rows a batch, 1 or 2 workers). Items:
-// the epoch's tokens.
+// BM_packed_rows_direct/3 writes every row of an epoch (all three fields) into one buffer of 8
+// rows, as BM_pack_direct does for pack<>, and /1 writes the tokens only (a trainer that collates
+// no ids); BM_packed_rows_handwritten writes the three fields by hand, the roofline of that output;
+// BM_packed_rows_loader runs the loader (8 rows a batch, 1 or 2 workers). Items: the epoch's tokens.
 struct mem_docs {
   using token_type = std::uint16_t;
   const mem_tok_reader* r;
@@ -459,22 +460,85 @@ struct mem_docs {
     return {r->tokens.data() + r->start[i] + from, n};
   }
 };
+// The same rows hand-written: the order's documents laid end to end, each piece's tokens copied,
+// its doc_ids filled and its position_ids counted straight into the buffer (row r at r % ring),
+// with no plan and no search. It writes what BM_packed_rows_direct writes (checked on a whole
+// epoch before the first timing): the roofline of this output, where BM_pack_memcpy is the
+// roofline of the tokens alone.
+void handwritten_rows(std::uint64_t epoch, std::byte* buf, std::size_t ring) {
+  const auto& r = tok_reader();
+  constexpr std::size_t L = pack_length;
+  const sluice::sample::shuffle order(tok_docs, {.seed = 1});
+  std::size_t row = 0, at = 0;  // the row being written and the tokens in it
+  auto tok = [&] { return reinterpret_cast<std::uint16_t*>(buf + (row % ring) * L * 10); };
+  auto doc = [&] { return reinterpret_cast<std::int32_t*>(buf + (row % ring) * L * 10 + L * 2); };
+  auto pos = [&] { return reinterpret_cast<std::int32_t*>(buf + (row % ring) * L * 10 + L * 6); };
+  for (std::size_t i = 0; i < tok_docs; ++i) {
+    const auto d = static_cast<std::size_t>(order.at(epoch, i));
+    const std::size_t len = r.length(d);
+    for (std::size_t from = 0; from < len;) {
+      const std::size_t n = std::min(len - from, L - at);
+      std::memcpy(tok() + at, r.tokens.data() + r.start[d] + from, n * 2);
+      std::fill(doc() + at, doc() + at + n, static_cast<std::int32_t>(d));
+      auto v = static_cast<std::int32_t>(from);
+      for (std::int32_t *o = pos() + at, *e = o + n; o != e; ++o) *o = v++;
+      at += n;
+      from += n;
+      if (at == L) at = 0, ++row;
+    }
+  }
+  if (at != 0) {
+    std::fill(tok() + at, tok() + L, std::uint16_t{0});
+    std::fill(doc() + at, doc() + L, -1);
+    std::fill(pos() + at, pos() + L, 0);
+  }
+}
+// packed_rows' rows of `epoch` written field by field as collate writes them (row r at r % ring).
+template <class Rows>
+void packed_rows_epoch(const Rows& rows, std::uint64_t epoch, std::byte* buf, std::size_t ring, bool ids = true) {
+  using namespace sluice;
+  constexpr std::size_t L = pack_length;
+  const std::uint64_t n = rows.rows(epoch);
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const sample_context ctx{0, epoch, r, r};
+    const auto s = rows(sample_id{r}, ctx);
+    std::byte* dst = buf + (r % ring) * L * 10;
+    s.template write<"tokens">(std::span<std::byte>(dst, L * 2), ctx);
+    if (!ids) continue;
+    s.template write<"doc_ids">(std::span<std::byte>(dst + L * 2, L * 4), ctx);
+    s.template write<"position_ids">(std::span<std::byte>(dst + L * 6, L * 4), ctx);
+  }
+}
 void BM_packed_rows_direct(benchmark::State& state) {
   using namespace sluice;
   static const mem_docs docs{&tok_reader()};
   auto rows = packed_rows(docs, sample::shuffle(tok_docs, {.seed = 1}), {.length = pack_length});
-  const std::uint64_t n = rows.rows(0);
+  {  // The hand-written baseline writes the same bytes: epoch 1, every row.
+    const std::size_t n = rows.rows(1), bytes = n * pack_length * 10;
+    auto a = zeroed(bytes), b = zeroed(bytes);
+    packed_rows_epoch(rows, 1, a.get(), n);
+    handwritten_rows(1, b.get(), n);
+    if (std::memcmp(a.get(), b.get(), bytes) != 0) {
+      state.SkipWithError("BM_packed_rows_handwritten writes other rows than packed_rows");
+      return;
+    }
+  }
   auto buf = zeroed(8 * pack_length * (2 + 4 + 4));
   std::uint64_t epoch = 0;
   for (auto _ : state) {
-    for (std::uint64_t r = 0; r < n; ++r) {
-      const sample_context ctx{0, epoch, r, r};
-      const auto s = rows(sample_id{r}, ctx);
-      std::byte* dst = buf.get() + (r % 8) * pack_length * 10;
-      s.write<"tokens">(std::span<std::byte>(dst, pack_length * 2), ctx);
-      s.write<"doc_ids">(std::span<std::byte>(dst + pack_length * 2, pack_length * 4), ctx);
-      s.write<"position_ids">(std::span<std::byte>(dst + pack_length * 6, pack_length * 4), ctx);
-    }
+    packed_rows_epoch(rows, epoch, buf.get(), 8, state.range(0) == 3);
+    benchmark::DoNotOptimize(buf.get());
+    benchmark::ClobberMemory();
+    ++epoch;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * epoch_tokens()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * epoch_tokens() * sizeof(std::uint16_t)));
+}
+void BM_packed_rows_handwritten(benchmark::State& state) {
+  auto buf = zeroed(8 * pack_length * (2 + 4 + 4));
+  std::uint64_t epoch = 0;
+  for (auto _ : state) {
+    handwritten_rows(epoch, buf.get(), 8);
     benchmark::DoNotOptimize(buf.get());
     benchmark::ClobberMemory();
     ++epoch;
@@ -503,7 +567,8 @@ BENCHMARK(BM_fields_direct_collate)->UseRealTime()->Unit(benchmark::kMillisecond
 BENCHMARK(BM_fields_loader)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_pack_memcpy)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_pack_direct)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK(BM_packed_rows_direct)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_packed_rows_handwritten)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_packed_rows_direct)->Arg(3)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_packed_rows_loader)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_pack_numpy)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
@@ -513,5 +578,8 @@ int main(int argc, char** argv) {
                                  {"BM_fields_loader/1", "BM_fields_direct_memcpy"},
                                  {"BM_pack_direct", "BM_pack_memcpy"},
                                  {"BM_pack_direct", "BM_pack_numpy"},
+                                 {"BM_packed_rows_direct/1", "BM_pack_memcpy"},
+                                 {"BM_packed_rows_direct/3", "BM_pack_memcpy"},
+                                 {"BM_packed_rows_direct/3", "BM_packed_rows_handwritten"},
                                  {"BM_pack_numpy", "BM_pack_memcpy"}});
 }

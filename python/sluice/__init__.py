@@ -73,6 +73,7 @@ import inspect
 import json
 import math
 import os
+import sys
 import warnings
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -86,7 +87,7 @@ __all__ = [
     "Boxes", "Collator", "Field", "Follow", "image", "boxes", "json_boxes", "field", "boxes_of", "points_of", "rows_of", "mask_of",
     "stack", "normalized", "ragged", "pad", "pack",
     "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "yolo", "tokens",
-    "documents",
+    "documents", "cu_seqlens",
     "loader", "sample",
 ]
 
@@ -1009,6 +1010,39 @@ def tokens(path: PathLike, *, length: int, stride: int = 0, dtype: str = "uint16
     return Source("tokens", kw, False)
 
 
+def cu_seqlens(rows: Any) -> Tuple[Any, int]:
+    """The segments of a batch of ``sluice.documents(..., collate="rows")`` as one sequence, as
+    variable-length attention kernels take them (``flash_attn_varlen_func``'s ``cu_seqlens_q``/
+    ``cu_seqlens_k`` and ``max_seqlen``): ``rows`` is the batch's ``"cu_seqlens"``
+    ``(R, length + 1)`` int32. Returns ``(cu, max_seqlen)``: ``cu`` int32 ``(segments + 1,)``
+    from 0 to ``R * length``, each row's boundaries offset by the row's start, the empty segments
+    left out; a torch tensor on ``rows``' device when ``rows`` is one, else a NumPy array.
+    Rows of ``length = 8``, ``[0, 5, 8, 8, ...]`` and ``[0, 3, 6, 8, ...]``, give ``[0, 5, 8, 11, 14, 16]``
+    and 5."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(rows, torch.Tensor):
+        t, np = rows, None
+    else:
+        import numpy as np
+        t = rows if isinstance(rows, np.ndarray) else np.from_dlpack(rows)
+    if len(t.shape) != 2 or t.shape[1] < 2 or str(t.dtype).split(".")[-1] != "int32":
+        raise _usage(f"sluice.cu_seqlens: rows of shape {tuple(t.shape)} and dtype {t.dtype}; it takes a batch's "
+                     "\"cu_seqlens\", (R, length + 1) int32")
+    n, length = t.shape[0], t.shape[1] - 1
+    if n * length > 2**31 - 1:
+        raise _usage(f"sluice.cu_seqlens: {n * length} tokens overflow int32 boundaries")
+    ends, begins = t[:, 1:], t[:, :-1]
+    keep = ends != begins
+    if np is None:
+        start = (torch.arange(n, device=t.device, dtype=t.dtype) * length).reshape(-1, 1)
+        cu = torch.cat([torch.zeros(1, dtype=t.dtype, device=t.device), (ends + start)[keep]])
+    else:
+        start = (np.arange(n, dtype=t.dtype) * length).reshape(-1, 1)
+        cu = np.concatenate([np.zeros(1, dtype=t.dtype), (ends + start)[keep]])
+    longest = (ends - begins)[keep]
+    return cu, int(longest.max()) if longest.shape[0] else 0
+
+
 def documents(path: PathLike, *, offsets: PathLike, collate: str = "pack", length: int = 1024, pad_value: float = 0,
               dtype: str = "uint16", vocab: int = 0, output: Optional[str] = None, split: bool = True,
               bins: int = 1) -> Source:
@@ -1020,8 +1054,11 @@ def documents(path: PathLike, *, offsets: PathLike, collate: str = "pack", lengt
     fixed token budget a step for pretraining: every batch is ``batch_size`` rows of ``length``
     tokens (the last one of an epoch may have fewer rows; ``drop_last=True`` drops it), the
     documents streamed in the sampler's order, a document cut at a row's end continuing in the
-    next row (and batch); ``"doc_ids"`` int32 (the document's index in the dataset, -1 on padding)
-    and ``"position_ids"`` int32 (the token's position in its document). Deterministic for any
+    next row (and batch); ``"doc_ids"`` int32 (the document's index in the dataset, -1 on padding),
+    ``"position_ids"`` int32 (the token's position in its document) and ``"cu_seqlens"`` int32
+    ``(batch_size, length + 1)``: where each segment of a row starts (a document's piece or a run
+    of padding), then ``length`` repeated (a static shape); :func:`cu_seqlens` joins a batch's rows
+    into what variable-length attention kernels take. Deterministic for any
     worker count and resumable with ``state_dict``; under ``distributed`` the ranks split the rows.
     With ``split=False`` documents are kept whole (one longer than ``length`` is a ``FormatError``
     naming it): each goes into the current row or starts the next (``bins=1``), or, with

@@ -690,6 +690,47 @@ def test_documents_as_fixed_rows_every_token_once_static_shapes_resumable(tmp_pa
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(rest, e1[2:]))
 
 
+def test_documents_as_rows_cu_seqlens_per_row_and_joined_for_varlen_attention(tmp_path):
+    rng = np.random.default_rng(11)
+    docs = [(np.arange(n) + 1000 * d + 1).astype("<u2") for d, n in enumerate(rng.integers(0, 30, 80))]
+    np.concatenate(docs).tofile(tmp_path / "d.bin")
+    np.cumsum([0] + [len(x) for x in docs]).astype("<u8").tofile(tmp_path / "d.idx")
+    for split in (True, False):
+        src = sluice.documents(tmp_path / "d.bin", offsets=tmp_path / "d.idx", collate="rows", length=32, split=split)
+        with sluice.Loader(src, batch_size=3, sampler=sluice.sample.shuffle(seed=5), workers=2) as ld:
+            segments = rows = 0
+            for b in ld:
+                d, p, c = (np.from_dlpack(b[k]) for k in ("doc_ids", "position_ids", "cu_seqlens"))
+                rows += d.shape[0]
+                assert c.dtype == np.int32 and c.shape == (d.shape[0], 33)
+                # A segment starts at each row's start, where the document changes, and where one starts.
+                fd, fp = d.ravel(), p.ravel()
+                k = np.arange(1, fd.size)
+                starts = k[(k % 32 == 0) | (fd[1:] != fd[:-1]) | ((fd[1:] >= 0) & (fp[1:] == 0))]
+                want = np.concatenate([[0], starts, [fd.size]]).astype(np.int32)
+                cu, longest = sluice.cu_seqlens(b["cu_seqlens"])
+                assert isinstance(cu, np.ndarray) and cu.dtype == np.int32
+                assert cu.tolist() == want.tolist()
+                assert longest == int(np.diff(want).max())
+                # Per row: the row's own boundaries, then 32 repeated.
+                for r in range(d.shape[0]):
+                    own = [x - 32 * r for x in want.tolist() if 32 * r <= x <= 32 * (r + 1)]
+                    assert c[r].tolist() == own + [32] * (33 - len(own))
+                # The same from a torch tensor, as a torch tensor.
+                tcu, tlong = sluice.cu_seqlens(torch.from_dlpack(b["cu_seqlens"]))
+                assert isinstance(tcu, torch.Tensor) and tcu.dtype == torch.int32
+                assert tcu.tolist() == want.tolist() and tlong == longest
+                segments += want.size - 1
+            assert segments > rows  # rows of several segments: the checks above have teeth
+    # The picture of the docstring; and what is not rows of length + 1 int32.
+    cu, longest = sluice.cu_seqlens(np.array([[0, 5, 8, 8, 8, 8, 8, 8, 8], [0, 3, 6, 8, 8, 8, 8, 8, 8]], dtype=np.int32))
+    assert cu.tolist() == [0, 5, 8, 11, 14, 16] and longest == 5
+    with pytest.raises(sluice.UsageError, match="int32"):
+        sluice.cu_seqlens(np.zeros((2, 9), dtype=np.int64))
+    with pytest.raises(sluice.UsageError, match="shape"):
+        sluice.cu_seqlens(np.zeros(9, dtype=np.int32))
+
+
 def test_documents_as_whole_rows_best_fit_pads_less_and_keeps_every_document_once(tmp_path):
     rng = np.random.default_rng(8)
     docs = [(np.arange(n) + 1000 * d + 1).astype("<u2") for d, n in enumerate(rng.integers(1, 30, 200))]

@@ -4,8 +4,10 @@
 // .split = false keeps documents whole and names one that cannot be.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -326,4 +328,83 @@ TEST_CASE("packed_rows .bins: best-fit keeps every document whole and once, pads
   auto other = from(rows_d.sampler()) | rows_d | collate({.batch = 4}, stack<"tokens">{}) | prefetch(2);
   CHECK_THROWS_AS(other.resume(st).begin(), usage_error);
   CHECK_THROWS_AS(make(0), usage_error);
+}
+
+namespace {
+// Where the segments of rows of L start, from doc_ids and position_ids: at every row's start, where
+// the document changes, and where a document starts again (position 0). Then L, repeated to L + 1.
+std::vector<std::int32_t> segments_from_ids(const std::vector<std::int32_t>& doc, const std::vector<std::int32_t>& pos,
+                                            std::size_t L) {
+  std::vector<std::int32_t> cu;
+  for (std::size_t r = 0; r * L < doc.size(); ++r) {
+    std::vector<std::int32_t> row{0};
+    for (std::size_t k = r * L + 1; k < (r + 1) * L; ++k)
+      if (doc[k] != doc[k - 1] || (doc[k] >= 0 && pos[k] == 0)) row.push_back(static_cast<std::int32_t>(k - r * L));
+    row.resize(L + 1, static_cast<std::int32_t>(L));
+    cu.insert(cu.end(), row.begin(), row.end());
+  }
+  return cu;
+}
+}  // namespace
+
+TEST_CASE("packed_rows: cu_seqlens per row agree with the ids, for split, whole-document and best-fit packing") {
+  temp_dir dir;
+  const auto docs_v = make_docs(150, 60, 12);
+  const std::string tp = dir.file("t.bin"), op = dir.file("o.bin");
+  io::write_token_documents<std::uint16_t>(tp, op, docs_v);
+  docs_t docs(tp, op);
+  constexpr std::size_t L = 64, R = 3;
+  for (const packed_rows_options o : {packed_rows_options{.length = L}, packed_rows_options{.length = L, .split = false},
+                                      packed_rows_options{.length = L, .split = false, .bins = 4}}) {
+    CAPTURE(o.split);
+    CAPTURE(o.bins);
+    auto rows = packed_rows(docs, sample::shuffle(docs.size(), {.seed = 4}), o);
+    auto loader = from(rows.sampler()) | rows |
+                  collate({.batch = R}, stack<"tokens">{}, stack<"doc_ids">{}, stack<"position_ids">{}, stack<"cu_seqlens">{}) |
+                  prefetch(2, {.workers = 2});
+    std::vector<std::int32_t> doc, pos, cu;
+    std::size_t segments = 0, batches = 0;
+    for (auto& b : loader.epoch(1)) {
+      const auto d = b.get<"doc_ids">(), p = b.get<"position_ids">(), c = b.get<"cu_seqlens">();
+      REQUIRE(c.shape().size() == 2);
+      CHECK(c.shape()[0] == d.shape()[0]);
+      CHECK(c.shape()[1] == static_cast<std::int64_t>(L + 1));
+      doc.insert(doc.end(), d.data(), d.data() + d.numel());
+      pos.insert(pos.end(), p.data(), p.data() + p.numel());
+      cu.insert(cu.end(), c.data(), c.data() + c.numel());
+      // The flattened batch: every row's boundaries, offset, empty segments left out; the longest.
+      const auto v = flat_cu_seqlens(std::span<const std::int32_t>(c.data(), static_cast<std::size_t>(c.numel())), L);
+      const auto rows_here = static_cast<std::size_t>(c.shape()[0]);
+      std::vector<std::int32_t> want{0};
+      std::int32_t longest = 0;
+      for (std::size_t k = 1; k < rows_here * L; ++k) {
+        if (k % L == 0 || d.data()[k] != d.data()[k - 1] || (d.data()[k] >= 0 && p.data()[k] == 0)) {
+          longest = std::max(longest, static_cast<std::int32_t>(k) - want.back());
+          want.push_back(static_cast<std::int32_t>(k));
+        }
+      }
+      longest = std::max(longest, static_cast<std::int32_t>(rows_here * L) - want.back());
+      want.push_back(static_cast<std::int32_t>(rows_here * L));
+      CHECK(v.cu_seqlens == want);
+      CHECK(v.max_seqlen == longest);
+      segments += want.size() - 1;
+      ++batches;
+    }
+    CHECK(cu == segments_from_ids(doc, pos, L));
+    CHECK(segments > batches * R);  // rows of several segments: the check above has teeth
+  }
+}
+
+TEST_CASE("packed_rows: flat_cu_seqlens joins the rows of a batch and refuses what is not rows of L + 1") {
+  // The picture at the top of stage/pack_rows.hpp: L = 8, two rows.
+  const std::vector<std::int32_t> rows{0, 5, 8, 8, 8, 8, 8, 8, 8, 0, 3, 6, 8, 8, 8, 8, 8, 8};
+  const auto v = flat_cu_seqlens(rows, 8);
+  CHECK(v.cu_seqlens == std::vector<std::int32_t>{0, 5, 8, 11, 14, 16});
+  CHECK(v.max_seqlen == 5);
+  CHECK_THROWS_AS((void)flat_cu_seqlens(rows, 7), usage_error);   // 18 values are not rows of 8
+  CHECK_THROWS_AS((void)flat_cu_seqlens(rows, 17), usage_error);  // one row of 18 that does not end at 17
+  std::vector<std::int32_t> bad = rows;
+  bad[2] = 4;  // falls
+  CHECK_THROWS_AS((void)flat_cu_seqlens(bad, 8), usage_error);
+  CHECK(flat_cu_seqlens(std::span<const std::int32_t>{}, 8).cu_seqlens == std::vector<std::int32_t>{0});
 }

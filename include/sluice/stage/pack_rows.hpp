@@ -12,21 +12,30 @@
 //   auto rows = sluice::packed_rows(docs, sluice::sample::shuffle(docs.size(), {.seed = 1}), {.length = 2048});
 //   auto loader = sluice::from(rows.sampler()) | rows
 //               | sluice::collate({.batch = 8, .drop_last = true}, sluice::stack<"tokens">{},
-//                                 sluice::stack<"doc_ids">{}, sluice::stack<"position_ids">{})
+//                                 sluice::stack<"doc_ids">{}, sluice::stack<"position_ids">{},
+//                                 sluice::stack<"cu_seqlens">{})
 //               | sluice::prefetch(2, {.workers = 2});
-//   // every batch: "tokens" u16 {8, 2048}, "doc_ids" i32 {8, 2048}, "position_ids" i32 {8, 2048}
+//   // every batch: "tokens" u16 {8, 2048}, "doc_ids" i32 {8, 2048}, "position_ids" i32 {8, 2048},
+//   // "cu_seqlens" i32 {8, 2049}; a field not collated is never written
 //
 // One batch, L = 8, R = 2, documents 41 (5 tokens), 7 (6), 12 (3) in the epoch's order:
 //
 //   tokens        a a a a a b b b | b b b c c c . .     (a = doc 41, b = doc 7, c = doc 12, . pad)
 //   doc_ids       41 .. 41 7 7 7  | 7 7 7 12 12 12 -1 -1
 //   position_ids  0 1 2 3 4 0 1 2 | 3 4 5 0 1 2 0 0
+//   cu_seqlens    0 5 8 8 8 8 8 8 8 | 0 3 6 8 8 8 8 8 8  (per row, L + 1 values)
+//   flat_cu_seqlens: {0, 5, 8, 11, 14, 16}, max_seqlen 5
 //
 // - doc_ids: the document's index in the dataset (global, the same in every batch and epoch; int32,
 //   as pack<>'s and attention kernels' ids are: a dataset of 2^31 documents or more is refused); -1
 //   on padding. A trainer keeps attention and the loss inside one document with them.
 // - position_ids: the token's position in its document, restarting at 0 where each document
 //   starts, continuing across a row (and batch) boundary; 0 on padding.
+// - cu_seqlens: int32 {L + 1} a row: where each segment of the row starts (a document's piece or
+//   a run of padding; a segment never crosses a row), then L, repeated to L + 1 values so the
+//   shape is static (the repeats are empty segments). flat_cu_seqlens(batch "cu_seqlens", L)
+//   turns a batch's rows into the one sequence of boundaries and max_seqlen that variable-length
+//   attention kernels (flash_attn_varlen_func) take for the flattened R x L tokens.
 // - `.split = false`: a document never crosses a row: one that does not fit the rest of the row
 //   starts the next row (the rest is padding), and one longer than L is a format_error naming the
 //   tokens file and the document, raised for the row that would hold it (skip counts that row).
@@ -112,7 +121,8 @@ class packed_rows_stage {
   using stage_concept = sample_stage_tag;
   static constexpr std::string_view name = "packed_rows";
   using token_type = typename Docs::token_type;
-  using schema_type = schema<field<"tokens", token_type>, field<"doc_ids", std::int32_t>, field<"position_ids", std::int32_t>>;
+  using schema_type = schema<field<"tokens", token_type>, field<"doc_ids", std::int32_t>, field<"position_ids", std::int32_t>,
+                             field<"cu_seqlens", std::int32_t>>;
 
   // What the stage and its sampler share: the dataset, the order, the options, the epoch plans.
   class shared {
@@ -120,7 +130,8 @@ class packed_rows_stage {
     shared(std::shared_ptr<const Docs> own, const Docs& d, Order o, packed_rows_options opt)
         : owned(std::move(own)), docs(&d), order(std::move(o)), opt(opt) {
       if (opt.length == 0) throw usage_error("sluice: packed_rows: .length must be at least 1");
-      if (opt.length > (std::size_t{1} << 31)) throw usage_error("sluice: packed_rows: .length must fit in int32 positions");
+      if (opt.length > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+        throw usage_error("sluice: packed_rows: .length must fit in int32 positions");
       if (opt.bins == 0) throw usage_error("sluice: packed_rows: .bins must be at least 1 (1: next-fit, more: best-fit)");
       if (d.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
         throw usage_error("sluice: packed_rows: " + std::to_string(d.size()) +
@@ -171,12 +182,17 @@ class packed_rows_stage {
     }
 
    private:
-    std::uint64_t checked_doc(std::uint64_t epoch, std::size_t i) const {
+    // Inlined into the planning loops (the order's per-epoch set-up then hoists out of them); the
+    // refusal is out of line.
+    [[gnu::always_inline]] std::uint64_t checked_doc(std::uint64_t epoch, std::size_t i) const {
       const std::uint64_t d = order.at(epoch, i);
-      if (d >= docs->size())
-        throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
-                          std::to_string(docs->size()));
+      if (d >= docs->size()) [[unlikely]]
+        past_the_dataset(d);
       return d;
+    }
+    [[noreturn, gnu::noinline, gnu::cold]] void past_the_dataset(std::uint64_t d) const {
+      throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
+                        std::to_string(docs->size()));
     }
     // Documents in the order's sequence, each where the last ended or (whole documents, .bins 1)
     // at the next row when it does not fit the rest of this one.
@@ -273,13 +289,18 @@ class packed_rows_stage {
 
     template <fixed_string N>
     [[nodiscard]] std::size_t size_of() const noexcept {
-      return s->opt.length * sizeof(typename schema_type::template field_t<N>::value_type);
+      const std::size_t n = s->opt.length + (N == fixed_string("cu_seqlens") ? 1 : 0);
+      return n * sizeof(typename schema_type::template field_t<N>::value_type);
     }
     template <fixed_string N>
     void write(std::span<std::byte> dst, const sample_context&) const {
       using T = typename schema_type::template field_t<N>::value_type;
       const std::uint64_t L = s->opt.length, row0 = id * L, row1 = row0 + L;
       T* out = reinterpret_cast<T*>(dst.data());
+      if constexpr (N == fixed_string("cu_seqlens")) {
+        write_segments(out);
+        return;
+      }
       // Padding: the pad token, document -1, position 0.
       auto pad = [&](std::uint64_t a, std::uint64_t b) {
         if constexpr (N == fixed_string("tokens")) std::fill(out + (a - row0), out + (b - row0), static_cast<T>(s->opt.pad));
@@ -306,12 +327,34 @@ class packed_rows_stage {
         } else if constexpr (N == fixed_string("doc_ids")) {
           std::fill(o, o + (b - a), static_cast<T>(d));
         } else {
-          const T first = static_cast<T>(a - st[p]);
-          for (std::uint64_t k = 0; k < b - a; ++k) o[k] = first + static_cast<T>(k);
+          T v = static_cast<T>(a - st[p]);  // an int32 counter: the loop vectorises
+          for (T* e = o + (b - a); o != e; ++o) *o = v++;
         }
         cur = b;
       }
       if (cur < row1) pad(cur, row1);
+    }
+
+   private:
+    // "cu_seqlens": where each segment of the row starts (a document's piece, or a run of
+    // padding), then L, then L again up to L + 1 values (empty segments: static shapes).
+    void write_segments(std::int32_t* cu) const {
+      const std::uint64_t L = s->opt.length, row0 = id * L, row1 = row0 + L;
+      const auto& st = plan->start;
+      std::size_t p = static_cast<std::size_t>(std::upper_bound(st.begin(), st.end(), row0) - st.begin());
+      if (p > 0) --p;
+      std::size_t n = 0;
+      std::uint64_t cur = row0;
+      cu[0] = 0;
+      for (; p < st.size() && st[p] < row1; ++p) {
+        const std::uint64_t len = s->docs->length(static_cast<std::size_t>(plan->doc[p]));
+        const std::uint64_t a = std::max(st[p], row0), b = std::min(st[p] + len, row1);
+        if (a >= b) continue;
+        if (a > cur) cu[++n] = static_cast<std::int32_t>(a - row0);  // the padding before it
+        cu[++n] = static_cast<std::int32_t>(b - row0);
+        cur = b;
+      }
+      std::fill(cu + n + 1, cu + L + 1, static_cast<std::int32_t>(L));
     }
   };
 
@@ -353,6 +396,40 @@ class packed_rows_stage {
  private:
   std::shared_ptr<shared> s_;
 };
+
+// The segments of a batch of packed rows as one sequence, as variable-length attention kernels
+// take them (flash_attn_varlen_func's cu_seqlens_q/k and max_seqlen): `rows` is the batch's
+// "cu_seqlens" field, {R, L + 1} int32 row by row; the result is R x L tokens' boundaries
+// (0, ..., R x L), each row's segments offset by its start, the empty ones left out.
+struct varlen_segments {
+  std::vector<std::int32_t> cu_seqlens;  // segments + 1 values, rising, from 0 to R x L
+  std::int32_t max_seqlen = 0;           // the longest segment
+};
+inline varlen_segments flat_cu_seqlens(std::span<const std::int32_t> rows, std::size_t length) {
+  if (length == 0 || rows.size() % (length + 1) != 0)
+    throw usage_error("sluice: flat_cu_seqlens: " + std::to_string(rows.size()) + " values are not rows of length + 1 = " +
+                      std::to_string(length + 1) + " (pass the batch's \"cu_seqlens\" and the rows' length)");
+  const std::size_t R = rows.size() / (length + 1);
+  if (R * length > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw usage_error("sluice: flat_cu_seqlens: " + std::to_string(R * length) + " tokens overflow int32 cu_seqlens");
+  varlen_segments v;
+  v.cu_seqlens.reserve(R * 4 + 1);
+  v.cu_seqlens.push_back(0);
+  for (std::size_t r = 0; r < R; ++r) {
+    const std::int32_t* c = rows.data() + r * (length + 1);
+    const auto base = static_cast<std::int32_t>(r * length);
+    if (c[0] != 0 || c[length] != static_cast<std::int32_t>(length))
+      throw usage_error("sluice: flat_cu_seqlens: row " + std::to_string(r) + " does not run from 0 to " +
+                        std::to_string(length) + " (is `length` the rows' length?)");
+    for (std::size_t k = 1; k <= length && c[k - 1] != static_cast<std::int32_t>(length); ++k) {
+      if (c[k] < c[k - 1]) throw usage_error("sluice: flat_cu_seqlens: row " + std::to_string(r) + " falls at " + std::to_string(k));
+      if (c[k] == c[k - 1]) continue;
+      v.max_seqlen = std::max(v.max_seqlen, c[k] - c[k - 1]);
+      v.cu_seqlens.push_back(base + c[k]);
+    }
+  }
+  return v;
+}
 
 // packed_rows(docs, order, {.length = L}): docs is a token-document dataset (io::token_documents):
 // an lvalue is referenced (it must outlive the loader), an rvalue is moved into the stage; order
