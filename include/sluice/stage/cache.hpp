@@ -23,7 +23,7 @@
 // Allocation: none on a hit in a memory tier, none on a miss the tier's would_admit() refuses;
 // a miss it accepts allocates the entry's buffer (and the tier its index nodes), and tier::disk
 // allocates the buffer each hit is read into. So the pipeline's "no allocation after warm-up"
-// holds with tier::minio once full, or a memory tier that holds the data (README).
+// holds with tier::minio once full, or a memory tier that holds the data (docs/guarantees.md).
 //
 //   auto t = sluice::tier::minio{8ull << 30};
 //   auto loader = sluice::from(s) | sluice::read(shard) | sluice::cache(t) | sluice::collate({.batch = 256})
