@@ -23,6 +23,18 @@
 #endif
 #define SLUICE_HAS_CUDART() SLUICE_HAS_CUDART_IMPL
 
+// What differs with SLUICE_HAS_CUDART() (pin(), pin_stage, to_device(), to_device_stage,
+// cuda::probe_device()) is declared inside `inline namespace SLUICE_BACKEND_NAMESPACE`, so the
+// names carry the backend: a program whose translation units differ in the macro (one links
+// sluice::cuda, one does not) links two sets of distinct names rather than two different
+// definitions of one name (an ODR violation the linker would resolve silently). Users still write
+// sluice::pin(), sluice::to_device_stage.
+#if SLUICE_HAS_CUDART_IMPL
+#  define SLUICE_BACKEND_NAMESPACE backend_cudart
+#else
+#  define SLUICE_BACKEND_NAMESPACE backend_host
+#endif
+
 #if defined(__CUDACC__)
 #  define SLUICE_HOST_DEVICE __host__ __device__
 #else

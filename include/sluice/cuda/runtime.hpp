@@ -29,6 +29,7 @@
 #endif
 
 namespace sluice::cuda {
+inline namespace SLUICE_BACKEND_NAMESPACE {  // core/config.hpp: the backend is part of the names
 
 // What probe_device() found. `reason` says why there is no device (or names the device found).
 struct device_probe {
@@ -163,4 +164,5 @@ inline device_probe probe_device() noexcept {
 
 #endif
 
+}  // namespace SLUICE_BACKEND_NAMESPACE
 }  // namespace sluice::cuda

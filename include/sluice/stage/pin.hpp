@@ -128,6 +128,7 @@ class basic_pin_stage {
   std::shared_ptr<state> state_;
 };
 
+inline namespace SLUICE_BACKEND_NAMESPACE {  // core/config.hpp: the backend is part of the names
 #if SLUICE_HAS_CUDART()
 using pin_stage = basic_pin_stage<cuda::pinned_backend>;
 #else
@@ -135,5 +136,6 @@ using pin_stage = basic_pin_stage<host_block_backend>;
 #endif
 
 [[nodiscard]] inline pin_stage pin(pin_options o = {}) { return pin_stage(o); }
+}  // namespace SLUICE_BACKEND_NAMESPACE
 
 }  // namespace sluice

@@ -79,6 +79,7 @@ struct transfer_counters {
 };
 }  // namespace detail
 
+inline namespace SLUICE_BACKEND_NAMESPACE {  // core/config.hpp: the backend is part of the names
 #if SLUICE_HAS_CUDART()
 
 class to_device_stage {
@@ -254,5 +255,6 @@ class to_device_stage {
   return to_device_stage(o);
 #endif
 }
+}  // namespace SLUICE_BACKEND_NAMESPACE
 
 }  // namespace sluice
