@@ -120,6 +120,18 @@ TEST_CASE("fields: stack, ragged and the label tensor, typed and by name") {
       for (std::size_t k = 0; k < r.classes[id].size(); ++k) CHECK(cls[static_cast<std::size_t>(coff[i]) + k] == r.classes[id][k]);
       CHECK(b.labels()[i] == r.labels[id]);
     }
+    // rows_of: sample i's part of a ragged field, typed, by name or at run time.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t id = b.ids()[i];
+      const auto bx = b.rows_of<"boxes">(i);
+      static_assert(std::is_same_v<decltype(bx), const std::span<const float>>);
+      CHECK(std::vector<float>(bx.begin(), bx.end()) == r.boxes[id]);
+      const auto cl = b.rows_of<std::int64_t>("classes", i);
+      CHECK(std::vector<std::int64_t>(cl.begin(), cl.end()) == r.classes[id]);
+    }
+    CHECK_THROWS_AS((void)b.rows_of<"boxes">(n), usage_error);                // not a sample of the batch
+    CHECK_THROWS_AS((void)b.rows_of<float>("image", 0), usage_error);         // no "image.offsets"
+    CHECK_THROWS_AS((void)b.rows_of<std::int32_t>("classes", 0), usage_error);  // not its dtype
     // The same tensors by name at run time, with their dtypes.
     CHECK(b.field("boxes").type() == dtype::f32);
     CHECK(b.field("classes.offsets").type() == dtype::i64);

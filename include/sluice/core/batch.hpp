@@ -136,6 +136,31 @@ class batch {
     throw usage_error("sluice: the batch has no tensor '" + std::string(name) + "' (it has: " + have + ")");
   }
 
+  // Sample i's rows of a ragged field: ragged<"f"> writes "f" {rows, row...} and "f.offsets"
+  // int64 {n + 1} (sample i is rows [offsets[i], offsets[i + 1])); this is that part of "f" as T,
+  // row after row. A usage_error names the field when the batch has no "f.offsets", T is not its
+  // dtype, i is not a sample of the batch, or the offsets do not fit "f".
+  template <element_type T>
+  [[nodiscard]] std::span<const T> rows_of(std::string_view name, std::size_t i) const {
+    const tensor_view v = field(name);
+    const std::string off_name = std::string(name) + ".offsets";
+    if (!has_field(off_name))
+      throw usage_error("sluice: rows_of(\"" + std::string(name) + "\"): the batch has no '" + off_name +
+                        "' (rows_of reads a field collated by ragged<>)");
+    const std::span<const T> all = v.as<T>();
+    const std::span<const std::int64_t> off = field(off_name).as<std::int64_t>();
+    if (i + 1 >= off.size())
+      throw usage_error("sluice: rows_of(\"" + std::string(name) + "\", " + std::to_string(i) + "): the batch has " +
+                        std::to_string(off.empty() ? 0 : off.size() - 1) + " samples");
+    const std::int64_t rows = v.ndim() == 0 ? 0 : v.shape()[0];
+    const std::size_t per_row = rows == 0 ? 0 : static_cast<std::size_t>(v.numel() / rows);
+    if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > rows)
+      throw usage_error("sluice: rows_of(\"" + std::string(name) + "\", " + std::to_string(i) + "): offsets " +
+                        std::to_string(off[i]) + ".." + std::to_string(off[i + 1]) + " do not fit its " +
+                        std::to_string(rows) + " rows");
+    return all.subspan(static_cast<std::size_t>(off[i]) * per_row, static_cast<std::size_t>(off[i + 1] - off[i]) * per_row);
+  }
+
   // The first tensor (the classic collate's "data"): all of it, typed, or one sample's bytes.
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
     return {first_data(), slot_->count * slot_->sample_bytes};
@@ -237,6 +262,13 @@ class typed_batch : public batch {
   [[nodiscard]] auto get() const {
     using T = typename detail::find_output<Name, Outputs...>::type;
     return typed_tensor<T>(field(Name.view()));
+  }
+  // Sample i's rows of ragged field Name, typed: b.rows_of<"boxes">(i) (see batch::rows_of).
+  using batch::rows_of;
+  template <fixed_string Name>
+  [[nodiscard]] auto rows_of(std::size_t i) const {
+    using T = typename detail::find_output<Name, Outputs...>::type;
+    return batch::rows_of<T>(Name.view(), i);
   }
 };
 
