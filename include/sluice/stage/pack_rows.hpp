@@ -182,17 +182,12 @@ class packed_rows_stage {
     }
 
    private:
-    // Inlined into the planning loops (the order's per-epoch set-up then hoists out of them); the
-    // refusal is out of line.
-    [[gnu::always_inline]] std::uint64_t checked_doc(std::uint64_t epoch, std::size_t i) const {
+    std::uint64_t checked_doc(std::uint64_t epoch, std::size_t i) const {
       const std::uint64_t d = order.at(epoch, i);
-      if (d >= docs->size()) [[unlikely]]
-        past_the_dataset(d);
+      if (d >= docs->size())
+        throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
+                          std::to_string(docs->size()));
       return d;
-    }
-    [[noreturn, gnu::noinline, gnu::cold]] void past_the_dataset(std::uint64_t d) const {
-      throw usage_error("sluice: packed_rows: the order gives document " + std::to_string(d) + ", past the dataset's " +
-                        std::to_string(docs->size()));
     }
     // Documents in the order's sequence, each where the last ended or (whole documents, .bins 1)
     // at the next row when it does not fit the rest of this one.
@@ -295,66 +290,61 @@ class packed_rows_stage {
     template <fixed_string N>
     void write(std::span<std::byte> dst, const sample_context&) const {
       using T = typename schema_type::template field_t<N>::value_type;
-      const std::uint64_t L = s->opt.length, row0 = id * L, row1 = row0 + L;
+      const std::uint64_t L = s->opt.length, row0 = id * L;
       T* out = reinterpret_cast<T*>(dst.data());
       if constexpr (N == fixed_string("cu_seqlens")) {
-        write_segments(out);
-        return;
+        // Where each segment ends (a run of padding or a document's piece), after the 0 it
+        // starts from; then L repeated to L + 1 values (empty segments: a static shape).
+        std::size_t n = 0;
+        out[0] = 0;
+        walk([&](std::uint64_t, std::uint64_t b) { out[++n] = static_cast<T>(b - row0); },
+             [&](std::size_t, std::uint64_t, std::uint64_t b) { out[++n] = static_cast<T>(b - row0); });
+        std::fill(out + n + 1, out + L + 1, static_cast<T>(L));
+      } else {
+        // Padding: the pad token, document -1, position 0.
+        auto pad = [&](std::uint64_t a, std::uint64_t b) {
+          if constexpr (N == fixed_string("tokens")) std::fill(out + (a - row0), out + (b - row0), static_cast<T>(s->opt.pad));
+          else if constexpr (N == fixed_string("doc_ids")) std::fill(out + (a - row0), out + (b - row0), T{-1});
+          else std::fill(out + (a - row0), out + (b - row0), T{0});
+        };
+        walk(pad, [&](std::size_t p, std::uint64_t a, std::uint64_t b) {
+          const std::uint64_t d = plan->doc[p], from = a - plan->start[p];
+          T* o = out + (a - row0);
+          if constexpr (N == fixed_string("tokens")) {
+            // This piece's tokens only, checked against the vocabulary (io::token_documents::piece).
+            const auto t = s->docs->piece(static_cast<std::size_t>(d), static_cast<std::size_t>(from),
+                                          static_cast<std::size_t>(b - a));
+            std::memcpy(o, t.data(), t.size_bytes());
+          } else if constexpr (N == fixed_string("doc_ids")) {
+            std::fill(o, o + (b - a), static_cast<T>(d));
+          } else {
+            T v = static_cast<T>(from);  // an int32 counter: the loop vectorises
+            for (T* e = o + (b - a); o != e; ++o) *o = v++;
+          }
+        });
       }
-      // Padding: the pad token, document -1, position 0.
-      auto pad = [&](std::uint64_t a, std::uint64_t b) {
-        if constexpr (N == fixed_string("tokens")) std::fill(out + (a - row0), out + (b - row0), static_cast<T>(s->opt.pad));
-        else if constexpr (N == fixed_string("doc_ids")) std::fill(out + (a - row0), out + (b - row0), T{-1});
-        else std::fill(out + (a - row0), out + (b - row0), T{0});
-      };
+    }
+
+   private:
+    // The row [row0, row0 + L) in stream order: pad(a, b) for each run of padding, piece(p, a, b)
+    // for each non-empty piece of the document at plan position p.
+    template <class Pad, class Piece>
+    void walk(Pad&& pad, Piece&& piece) const {
+      const std::uint64_t L = s->opt.length, row0 = id * L, row1 = row0 + L;
       const auto& st = plan->start;
       // The first document that ends after row0: the last that starts at or before it, or later.
       std::size_t p = static_cast<std::size_t>(std::upper_bound(st.begin(), st.end(), row0) - st.begin());
       if (p > 0) --p;
-      std::uint64_t cur = row0;  // every position before it is written
-      for (; p < st.size() && st[p] < row1; ++p) {
-        const std::uint64_t d = plan->doc[p];
-        const std::uint64_t len = s->docs->length(static_cast<std::size_t>(d));
-        const std::uint64_t a = std::max(st[p], row0), b = std::min(st[p] + len, row1);
-        if (a >= b) continue;
-        if (a > cur) pad(cur, a);
-        T* o = out + (a - row0);
-        if constexpr (N == fixed_string("tokens")) {
-          // This piece's tokens only, checked against the vocabulary (io::token_documents::piece).
-          const auto t = s->docs->piece(static_cast<std::size_t>(d), static_cast<std::size_t>(a - st[p]),
-                                        static_cast<std::size_t>(b - a));
-          std::memcpy(o, t.data(), t.size_bytes());
-        } else if constexpr (N == fixed_string("doc_ids")) {
-          std::fill(o, o + (b - a), static_cast<T>(d));
-        } else {
-          T v = static_cast<T>(a - st[p]);  // an int32 counter: the loop vectorises
-          for (T* e = o + (b - a); o != e; ++o) *o = v++;
-        }
-        cur = b;
-      }
-      if (cur < row1) pad(cur, row1);
-    }
-
-   private:
-    // "cu_seqlens": where each segment of the row starts (a document's piece, or a run of
-    // padding), then L, then L again up to L + 1 values (empty segments: static shapes).
-    void write_segments(std::int32_t* cu) const {
-      const std::uint64_t L = s->opt.length, row0 = id * L, row1 = row0 + L;
-      const auto& st = plan->start;
-      std::size_t p = static_cast<std::size_t>(std::upper_bound(st.begin(), st.end(), row0) - st.begin());
-      if (p > 0) --p;
-      std::size_t n = 0;
-      std::uint64_t cur = row0;
-      cu[0] = 0;
+      std::uint64_t cur = row0;  // every position before it is walked
       for (; p < st.size() && st[p] < row1; ++p) {
         const std::uint64_t len = s->docs->length(static_cast<std::size_t>(plan->doc[p]));
         const std::uint64_t a = std::max(st[p], row0), b = std::min(st[p] + len, row1);
         if (a >= b) continue;
-        if (a > cur) cu[++n] = static_cast<std::int32_t>(a - row0);  // the padding before it
-        cu[++n] = static_cast<std::int32_t>(b - row0);
+        if (a > cur) pad(cur, a);
+        piece(p, a, b);
         cur = b;
       }
-      std::fill(cu + n + 1, cu + L + 1, static_cast<std::int32_t>(L));
+      if (cur < row1) pad(cur, row1);
     }
   };
 

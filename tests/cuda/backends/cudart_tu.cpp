@@ -9,7 +9,5 @@
 
 static_assert(SLUICE_HAS_CUDART(), "cudart_tu.cpp must be built with SLUICE_WITH_CUDA and the CUDA headers");
 
-std::string cudart_types() {
-  return std::string(typeid(sluice::pin_stage).name()) + " " + typeid(decltype(sluice::to_device())).name();
-}
+std::string cudart_to_device_type() { return typeid(decltype(sluice::to_device())).name(); }
 std::string cudart_probe() { return sluice::cuda::probe_device().reason; }

@@ -12,8 +12,6 @@
 
 static_assert(!SLUICE_HAS_CUDART(), "host_tu.cpp must be built without SLUICE_WITH_CUDA");
 
-std::string host_types() {
-  return std::string(typeid(sluice::pin_stage).name()) + " " + typeid(decltype(sluice::to_device())).name();
-}
+std::string host_to_device_type() { return typeid(decltype(sluice::to_device())).name(); }
 std::string host_probe() { return sluice::cuda::probe_device().reason; }
 std::size_t host_pin_batches() { return sluice::pin().stats().batches; }

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <string>
 
-std::string host_types();
+std::string host_to_device_type();
 std::string host_probe();
 std::size_t host_pin_batches();
-std::string cudart_types();
+std::string cudart_to_device_type();
 std::string cudart_probe();
 
 int main() {
@@ -18,10 +18,11 @@ int main() {
       ++failed;
     }
   };
-  const std::string ht = host_types(), ct = cudart_types();
-  check(ht != ct, "pin_stage / to_device_stage are one type in both units", ht, ct);
+  // Without the key both units name the one class sluice::to_device_stage (N6sluice15to_device_stageE).
+  const std::string ht = host_to_device_type(), ct = cudart_to_device_type();
+  check(ht != ct, "to_device_stage is one type in both units", ht, ct);
   check(ht.find("backend_host") != std::string::npos && ct.find("backend_cudart") != std::string::npos,
-        "the stage types do not name their backend", ht, ct);
+        "to_device_stage does not name its backend", ht, ct);
   const std::string hp = host_probe(), cp = cudart_probe();
   const bool host_says_no_runtime = hp.find("built without the CUDA runtime") != std::string::npos;
   const bool cudart_asked_runtime = cp.find("built without the CUDA runtime") == std::string::npos;
