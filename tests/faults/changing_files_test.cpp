@@ -389,3 +389,40 @@ TEST_CASE("a policy that lowers the depth never fails a trainer that holds fewer
   for (auto& b : held) check_batch(b);
   CHECK(loader.stats().depth == 1);
 }
+
+TEST_CASE("a worker's first batch from a file another worker marked fails its samples, it does not pass unchecked") {
+  // Two workers each keep their own batch_file_check. When one marks a file (an overwrite in
+  // place seen after its copy), the other may meet that file for the first time in a batch whose
+  // samples it read before the mark and copied after the new bytes landed. Its check found no
+  // unmarked mapping and counted the file as unmapped: the batch went out with the new bytes
+  // (seen 1 run in 40 in the torn-samples test).
+  sluice_test::temp_dir d;
+  const auto p = write_records(d, "data.bin", 8);
+  auto r = open_records(p);
+  const int fd = ::open(p.c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  std::vector<std::byte> junk(kRecordBytes, std::byte{0xee});
+  REQUIRE(::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
+  ::close(fd);
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {1, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, p.c_str(), ts, 0) == 0);
+  detail::batch_file_check marker;  // the worker that sees the change first
+  const std::string other = d.file("unmapped.bin");
+  const std::string_view first_batch[] = {other, p, p};
+  std::string why;
+  CHECK(marker.first_changed(first_batch, why) == 1);
+  CHECK(why.find("written") != std::string::npos);
+
+  detail::batch_file_check late;  // the other worker, meeting the file for the first time
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    why.clear();
+    CHECK(late.first_changed(first_batch, why) == 1);
+    CHECK(why.find("changed since it was opened") != std::string::npos);
+  }
+  // A dataset opened again is a fresh, live view: its samples pass.
+  auto fresh = open_records(p);
+  why.clear();
+  CHECK(late.first_changed(first_batch, why) == 3);
+  CHECK(why.empty());
+}

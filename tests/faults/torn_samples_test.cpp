@@ -101,6 +101,7 @@ struct bare_sample {
 
 struct outcome {
   std::size_t delivered = 0, wrong = 0, skipped = 0;
+  std::string first_wrong;  // which record, where
   bool raised = false;
   std::string error;
 };
@@ -118,7 +119,8 @@ void check(const batch& b, bool prefix, outcome& o) {
     const std::size_t rec = b.ids()[i];
     bool same = true;
     for (std::size_t j = 0; j < kR && same; ++j) same = p[j] == want(rec, j);
-    if (!same) ++o.wrong;
+    if (!same && o.wrong++ == 0)
+      o.first_wrong = "record " + std::to_string(rec) + " at sample " + std::to_string(o.delivered);
     ++o.delivered;
   }
 }
@@ -184,7 +186,8 @@ TEST_CASE("a file changed under a running loader never delivers a wrong byte: ea
             io::tfrecord_reader r(path, {.index = io::saved_index::ignore});
             o = run_wrapped(r, w, errors, c, path, at);
           }
-          CHECK_MESSAGE(o.wrong == 0, o.wrong << " delivered samples hold bytes that are not their record");
+          CHECK_MESSAGE(o.wrong == 0, o.wrong << " delivered samples hold bytes that are not their record, first "
+                                                   << o.first_wrong);
           if (errors == on_error::raise) {
             CHECK_MESSAGE(o.raised, "the change was never reported");
             CHECK(o.error.find(path) != std::string::npos);

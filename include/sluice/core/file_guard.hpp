@@ -214,15 +214,25 @@ class file_registry {
   // file), so a cache of "not mapped" answers is valid while this count stands still.
   [[nodiscard]] std::uint64_t registrations() const noexcept { return registrations_.load(std::memory_order_acquire); }
 
-  // The identity `path` had when a live, unmarked mapping of it was opened; false if none.
-  bool opened_identity(std::string_view path, file_identity& out) {
+  // What the registry knows of `path` for a batch check that meets it first: `live` (the identity
+  // a live, unmarked mapping of it had at open, in `out`), `marked` (every live mapping of it is
+  // marked: its samples cannot be trusted; the reason in `why`), or `unknown` (not mapped).
+  enum class lookup { unknown, live, marked };
+  lookup opened_identity(std::string_view path, file_identity& out, std::string& why) {
     std::lock_guard lk(m_);
-    bool found = false;
+    lookup found = lookup::unknown;
+    const guarded_mapping* marked = nullptr;
     for_each_locked([&](guarded_mapping& e) {
-      if (found || e.path != path || e.changed.load(std::memory_order_relaxed) != 0) return;
-      out = e.identity;
-      found = true;
+      if (found == lookup::live || e.path != path) return;
+      if (e.changed.load(std::memory_order_relaxed) == 0) {
+        out = e.identity;
+        found = lookup::live;
+      } else if (found == lookup::unknown) {
+        marked = &e;
+        found = lookup::marked;
+      }
     });
+    if (found == lookup::marked) why = reason_locked(*marked);
     return found;
   }
 
@@ -392,8 +402,16 @@ class batch_file_check {
         const std::uint64_t regs = reg.registrations();
         if (!fresh && k.registrations == regs) continue;  // not mapped, and nothing mapped since
         k.registrations = regs;
-        if (!reg.opened_identity(o, k.opened)) continue;
-        k.guarded = true;
+        // A worker whose first batch from this file comes after another worker marked it: the
+        // samples were read from the marked mapping (a fresh one would be live), so they fail
+        // here; before, the file counted as unmapped and the batch went out unchecked.
+        switch (reg.opened_identity(o, k.opened, why)) {
+          case file_registry::lookup::unknown: continue;
+          case file_registry::lookup::marked:
+            k.registrations = 0;  // looked up again next time: a fresh mapping may come
+            return first_of(origins, o, i);
+          case file_registry::lookup::live: k.guarded = true; break;
+        }
       }
       path_.assign(o);
       struct stat st {};
@@ -405,13 +423,17 @@ class batch_file_check {
         k.opened = now;
         continue;
       }
-      for (std::size_t j = 0; j <= i; ++j)
-        if (origins[j] == o) return j;
+      return first_of(origins, o, i);
     }
     return origins.size();
   }
 
  private:
+  static std::size_t first_of(std::span<const std::string_view> origins, std::string_view o, std::size_t i) {
+    std::size_t j = 0;
+    while (j < i && origins[j] != o) ++j;
+    return j;
+  }
   struct known {
     file_identity opened;
     bool guarded = false;
