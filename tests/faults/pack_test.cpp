@@ -39,7 +39,7 @@ std::string pack_exe() {
   if (fs::exists(SLUICE_PACK_EXE)) return SLUICE_PACK_EXE;
   sluice_test::skip(std::string("sluice-pack is not built at ") + SLUICE_PACK_EXE);
 #else
-  sluice_test::skip("this build has no sluice-pack (SLUICE_BUILD_EXAMPLES=OFF)");
+  sluice_test::skip("this build has no sluice-pack (SLUICE_BUILD_TOOLS=OFF)");
 #endif
 }
 
