@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "sluice/sluice.hpp"
+#include "simulated_device.hpp"  // tests/support: the test double of a device decoder
 
 namespace {
 
@@ -75,7 +76,7 @@ void run(benchmark::State& state, Policy policy) {
   const auto workers = static_cast<std::size_t>(state.range(1));
   const records data(768);
   // The device's own codec writes the same bytes without spending host time.
-  const sluice::simulated_device dev(timed_codec{0ns}, {.launch = 300us, .per_image = per_image});
+  const sluice_test::simulated_device dev(timed_codec{0ns}, {.launch = 300us, .per_image = per_image});
   auto split = sluice::split_decode<"img">(timed_codec{}, dev, policy);
   auto loader = sluice::from(sluice::sample::shuffle(data.size(), {.seed = 1})) | sluice::read(data) |
                 sluice::collate({.batch = 32}, split) | sluice::prefetch(2, {.workers = workers});

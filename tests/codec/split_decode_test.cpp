@@ -22,11 +22,13 @@
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/stage/decode.hpp"
 #include "sluice/stage/split_decode.hpp"
+#include "simulated_device.hpp"
 #include "test_util.hpp"
 
 using namespace sluice;
 using namespace sluice::codecs;
 using namespace std::chrono_literals;
+using sluice_test::simulated_device;
 
 namespace {
 
