@@ -35,17 +35,11 @@
 //  * A state made by hand (no fingerprint) is refused; `loader.state(epoch, position)` gives a
 //    state of this loader at any position.
 //
-// Storage: save_state writes a small versioned binary form atomically (a temporary file in the
-// same directory, fsync, rename over the target, fsync of the directory), so a process killed at
-// any moment leaves either the previous state or the new one, never a torn file. load_state and
-// state_from_string refuse an unknown version, a truncated file and a corrupt one (a 64-bit check
-// hash over the contents) with a format_error naming the file. Integers are little-endian.
-//   bytes 0-7  "SLUICEST"   magic
-//   bytes 8-11 u32 version  (1)
-//   bytes 12-15 u32 n       bytes of the body that follows
-//   n bytes    body         the fields of loader_state in declaration order; strings are a u32
-//                           length and the bytes, bools one byte
-//   8 bytes    u64 check    fingerprint_hash of bytes 0 .. 16 + n
+// Storage: save_state writes a small versioned binary form atomically (temporary file, fsync,
+// rename, fsync of the directory): a process killed at any moment leaves the previous state or
+// the new one. load_state and state_from_string refuse an unknown version, a truncated file and a
+// corrupt one (a 64-bit check hash) with a format_error naming the file. The byte layout:
+// docs/formats.md.
 #pragma once
 
 #include <fcntl.h>

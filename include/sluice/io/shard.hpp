@@ -1,51 +1,13 @@
 // sluice/io/shard.hpp — sluice's own indexed record file: a writer and a zero-copy reader.
 //
-// Layout (all integers little-endian):
-//   header, 64 bytes:  magic "SLUICESH" | u32 version (1, 2 or 3) | u32 flags (bit 0: per-record CRC-32C)
-//                      | u64 record_count | u64 index_offset | u64 data_offset (64)
-//                      | u32 CRC-32C of the 40 bytes before it
-//                      | versions 2, 3: u32 meta_bytes | u64 meta_offset | u32 CRC-32C of the 56 bytes
-//                        before it (version 1: zero)
-//                      | zero padding
-//   records:           each starts on a 64-byte boundary (so collate's memcpy runs aligned)
-//   metadata:          versions 2 and 3, when meta_bytes > 0: meta_bytes bytes at meta_offset, after
-//                      the last record and before the index, then u32 CRC-32C of those bytes. The
-//                      bytes are sections, each u32 tag | u32 length | length bytes. Tag 1 holds
-//                      the class names: u32 count, then count × (u32 length | UTF-8 bytes), the
-//                      name of class i i-th. Tag 2 holds the schema of a multi-field shard
-//                      (version 3 only): u32 field count (1..1024), then per field
-//                        u32 name length | UTF-8 name (not empty, unique)
-//                        | u8 dtype (sluice::dtype's value, core/dtype.hpp) | u8 extent (0 fixed,
-//                          1 variable) | u8 ndim (0..6) | u8 zero
-//                        | ndim × i64 per-sample shape: a fixed field's dimensions are all >= 0
-//                          (ndim 0: one element); a variable field has ndim >= 1, its leading
-//                          dimension is -1 (any number of rows) and the others are >= 1.
-//                      Sections with other tags are skipped (room to grow).
-//   index:             record_count entries of 24 bytes: u64 offset | u32 length | u32 crc | i64 label
-//                      then u32 CRC-32C of the whole index
-//   a version-3 record (one with fields): a table of u32 byte lengths, one per schema field, then
-//                      the fields in schema order, each starting at a multiple of 8 bytes from the
-//                      record's start (zero padding between; records start 64-aligned, so a view
-//                      of any dtype is aligned), the last ending at the record's end. A fixed field
-//                      has exactly its shape's bytes; a variable one a whole number of rows (dtype
-//                      size × the dimensions after the first); an empty variable field is 0 bytes.
-// The writer emits version 1 when a shard has no metadata (so older readers still open it),
-// version 2 when it has class names, and version 3 only when it has a schema (so a reader that
-// predates fields refuses it rather than handing out a field table as a record); this reader
-// opens all three.
-// The reader checks everything against the file size before trusting it: the header's CRC, that
-// the index fits in the file (count is bounded by the file size before anything is allocated),
-// the index's CRC, that every record lies between the header and the metadata (or index), and
-// the schema (dtype codes, extents, shapes, names) at open. A record's field table is checked at
-// each access (for_each_field, field_views, io/shard_fields.hpp): lengths inside the record,
-// fixed fields of exactly their size, variable ones whole rows; a format_error names the file,
-// the record, the byte offset and the field.
-// The header, metadata and index are copied out of the mapping before they are checked, and
-// record(i) uses only those checked copies: a shard overwritten in place while mapped can give
-// wrong record bytes (caught by `verify`), never a read outside the mapping. With `verify` the
-// reader also checks record i's CRC on each access (CRC-32C runs at ~20 GB/s with SSE4.2, far
-// above what a trainer consumes). Records themselves are not copied: record(i) points into the
-// mapping. On a version-3 shard record(i) is the whole record (field table and fields).
+// The layout (header, 64-byte-aligned records, metadata with class names and a version-3
+// schema, an index of 24-byte entries, CRC-32C over each) is specified in docs/formats.md.
+// The reader checks the header, index and schema against the file size and their CRCs before it
+// trusts them, and works only from checked copies of them: a shard overwritten in place while
+// mapped can give wrong record bytes (caught by `verify`, which checks record i's CRC on each
+// access), never a read outside the mapping. record(i) points into the mapping (on a version-3
+// shard, the whole record: field table and fields; io/shard_fields.hpp reads the fields). Every
+// error is a format_error naming the file, the record, the byte offset and the field.
 //
 // Writing is two steps, so a tool can check the file before it takes the final name: seal()
 // writes the index and header to "<path>.partial" and fsyncs it; commit() renames it to <path>

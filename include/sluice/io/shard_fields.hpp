@@ -1,7 +1,7 @@
 // sluice/io/shard_fields.hpp — a sluice shard with fields (version 3) as a fields_reader.
 //
 // A shard written with a schema (shard_writer::set_schema, sluice-pack's --fields / --features)
-// stores several fields per record; io/shard.hpp describes the layout. This reader names the
+// stores several fields per record; docs/formats.md describes the layout. This reader names the
 // fields it wants with a compile-time schema and hands out fields_samples whose views point into
 // the mapping (zero copy):
 //
