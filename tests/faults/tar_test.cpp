@@ -128,7 +128,7 @@ std::size_t check_against_python(const temp_dir& dir, const std::string& tar, bo
   for (const auto& m : py.members)
     if (ext_of(m.name) == "jpg") jpgs.push_back(&m);
 
-  const io::wds_options opt{.record_field = "jpg", .label_field = "cls", .index = no_index, .ignore_zeros = ignore_zeros};
+  const io::wds_tar_options opt{.record_field = "jpg", .label_field = "cls", .index = no_index, .ignore_zeros = ignore_zeros};
   io::wds_tar_reader r(tar, opt);
   std::vector<std::string> keys;
   const auto bytes = read_file(tar);
@@ -498,7 +498,7 @@ TEST_CASE("a saved index from an older scan, or from ignore_zeros, does not hide
   end_archive(t);
   const std::string tar = dir.file("idx.tar");
   write_file(tar, t);
-  const io::wds_options plain{.record_field = "jpg", .label_field = "cls"};
+  const io::wds_tar_options plain{.record_field = "jpg", .label_field = "cls"};
 
   // What the first scan saved: it stopped at the first zero block (3 samples) under "wds:jpg:cls".
   std::vector<io::record_entry> old;

@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
   for (const char* label : {"cls", ""}) {
     // The label field alternates with reading through zero blocks, so both scans are fuzzed.
-    sluice::io::wds_options opt{.record_field = "jpg", .label_field = label, .ignore_zeros = *label == '\0'};
+    sluice::io::wds_tar_options opt{.record_field = "jpg", .label_field = label, .ignore_zeros = *label == '\0'};
     try {
       auto idx = sluice::io::detail::scan_wds_tar(in, "fuzz", opt, nullptr);
       for (const auto& e : idx) {

@@ -72,6 +72,19 @@ struct pool_limits {
   double max_waste = 2.0;                // an idle block serves a request of at least capacity / max_waste
 };
 
+// What a stage that owns a pool of blocks (pin's pinned host memory, to_device's device memory)
+// lets its user set; pin_options and to_device_options are this struct.
+struct pool_options {
+  std::size_t cap_bytes = std::size_t{8} << 30;  // bytes the pool may hold
+  std::uint32_t idle_epochs = 1;                 // free an idle block after this many whole epochs unused
+  double headroom = 0.25;                        // keep at most (1 + headroom) x the epoch's peak in-use bytes
+
+  // The pool's limits: blocks in multiples of 64 KiB (a batch's tensors are large).
+  [[nodiscard]] pool_limits limits() const noexcept {
+    return {.cap_bytes = cap_bytes, .granularity_bytes = 64 * 1024, .idle_epochs = idle_epochs, .headroom = headroom};
+  }
+};
+
 struct pool_stats {
   std::size_t held_bytes = 0;        // in use + idle
   std::size_t in_use_bytes = 0;

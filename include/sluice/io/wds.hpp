@@ -108,7 +108,7 @@ struct wds_dataset_options {
   std::vector<std::size_t> sizes{};
   saved_index index = saved_index::use_and_save;
   map_options map{};
-  bool ignore_zeros = false;  // as wds_options::ignore_zeros: read through concatenated archives
+  bool ignore_zeros = false;  // as wds_tar_options::ignore_zeros: read through concatenated archives
   // Field name -> the extensions it takes, chosen at run time ("a;b;c", as a field's name spells
   // them), for a schema fixed at compile time over keys known only at run time (a Python binding,
   // a command line). A field not listed takes its own name's extensions; a name outside the

@@ -61,7 +61,7 @@
 
 namespace sluice::io {
 
-struct wds_options {
+struct wds_tar_options {
   std::string record_field = "jpg";  // extension of the member that is the record
   std::string label_field{};         // extension of the ASCII-integer label member; empty: none
   saved_index index = saved_index::use_and_save;
@@ -194,7 +194,7 @@ inline std::uint64_t first_nonzero(std::span<const std::byte> file, std::uint64_
 inline constexpr int wds_scan_version = 2;
 
 // The `kind` the saved index is keyed by: everything that changes which samples a scan yields.
-inline std::string wds_index_kind(const wds_options& opt) {
+inline std::string wds_index_kind(const wds_tar_options& opt) {
   return "wds:v" + std::to_string(wds_scan_version) + ":" + opt.record_field + ":" + opt.label_field +
          (opt.ignore_zeros ? ":ignore_zeros" : "");
 }
@@ -276,10 +276,10 @@ void walk_tar(std::span<const std::byte> file, const std::string& path, bool ign
           if (zero_blocks == 1)
             throw fail(pos, "a lone zero block in the middle of the archive (a header follows at byte offset " +
                                 std::to_string(next_header) +
-                                "); set wds_options::ignore_zeros = true to read through zero blocks");
+                                "); set wds_tar_options::ignore_zeros = true to read through zero blocks");
           throw fail(pos, "data follows the end-of-archive marker (" + std::to_string(zero_blocks) +
                               " zero blocks, then a header at byte offset " + std::to_string(next_header) +
-                              "): concatenated archives? set wds_options::ignore_zeros = true to read them all");
+                              "): concatenated archives? set wds_tar_options::ignore_zeros = true to read them all");
         }
         no_dangling_ext();
         pos = next_header;
@@ -391,7 +391,7 @@ inline bool split_key(std::string_view name, std::string_view& key, std::string_
 }
 
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
-                                              const wds_options& opt, std::vector<std::string>* keys) {
+                                              const wds_tar_options& opt, std::vector<std::string>* keys) {
   std::vector<record_entry> out;
   tar_sample cur;
   bool have_cur = false;
@@ -442,7 +442,7 @@ class wds_tar_reader {
  public:
   using reader_concept = reader_tag;
 
-  explicit wds_tar_reader(std::string path, wds_options opt = {}) : file_(std::move(path), opt.map) {
+  explicit wds_tar_reader(std::string path, wds_tar_options opt = {}) : file_(std::move(path), opt.map) {
     if (opt.record_field.empty()) throw usage_error("sluice: wds_tar_reader needs a record_field (e.g. \"jpg\")");
     entries_ = detail::indexed(file_.path(), detail::wds_index_kind(opt), opt.index, [&] {
       return detail::scan_wds_tar(file_.bytes(), file_.path(), opt, nullptr);

@@ -57,7 +57,7 @@ enum class rank_source : std::uint8_t { single_process, explicit_values, torchru
 }
 
 // What distributed() needs beyond (rank, world): how to treat the tail and where to start.
-struct shard_options {
+struct rank_split_options {
   sample::tail tail = tail::pad;
   std::uint64_t start = 0;  // global position to start at (resume)
 };
@@ -85,7 +85,7 @@ struct rank_info {
   [[nodiscard]] bool is_main() const noexcept { return rank == 0; }
 
   // Options for sample::distributed for this rank.
-  [[nodiscard]] distributed_options distributed(shard_options o = {}) const noexcept {
+  [[nodiscard]] distributed_options distributed(rank_split_options o = {}) const noexcept {
     return {.rank = rank, .world = world, .tail = o.tail, .start = o.start};
   }
 

@@ -44,11 +44,7 @@
 
 namespace sluice {
 
-struct pin_options {
-  std::size_t cap_bytes = std::size_t{8} << 30;  // pinned bytes the pool may hold
-  std::uint32_t idle_epochs = 1;
-  double headroom = 0.25;
-};
+using pin_options = pool_options;  // core/block_pool.hpp: the pinned bytes the pool may hold, ...
 
 struct pin_stats {
   std::uint64_t batches = 0;          // batches collated into pinned slots
@@ -66,9 +62,7 @@ class basic_pin_stage {
 
   explicit basic_pin_stage(pin_options o = {})
       : state_(std::make_shared<state>(std::make_shared<pool_type>(
-            Backend{}, pool_limits{.cap_bytes = o.cap_bytes, .granularity_bytes = 64 * 1024, .idle_epochs = o.idle_epochs,
-                                   .headroom = o.headroom},
-            "pinned memory pool"))) {}
+            Backend{}, o.limits(), "pinned memory pool"))) {}
   // Shares `pool` (e.g. between the training and the validation loader).
   explicit basic_pin_stage(std::shared_ptr<pool_type> pool) : state_(std::make_shared<state>(std::move(pool))) {
     if (!state_->pool) throw usage_error("sluice: pin(pool): the pool is null");

@@ -57,11 +57,7 @@
 
 namespace sluice {
 
-struct to_device_options {
-  std::size_t cap_bytes = std::size_t{8} << 30;  // device bytes the pool may hold
-  std::uint32_t idle_epochs = 1;
-  double headroom = 0.25;
-};
+using to_device_options = pool_options;  // core/block_pool.hpp: the device bytes the pool may hold, ...
 
 struct to_device_stats {
   std::uint64_t batches = 0;       // copies queued
@@ -71,9 +67,6 @@ struct to_device_stats {
 };
 
 namespace detail {
-inline pool_limits device_pool_limits(const to_device_options& o) {
-  return {.cap_bytes = o.cap_bytes, .granularity_bytes = 64 * 1024, .idle_epochs = o.idle_epochs, .headroom = o.headroom};
-}
 struct transfer_counters {
   std::atomic<std::uint64_t> batches{0}, bytes{0}, slot_waits{0}, epoch{0};
 };
@@ -170,7 +163,7 @@ class to_device_stage {
   }
   struct state {
     state(cudaStream_t c, const to_device_options& o)
-        : consumer(c), pool({}, detail::device_pool_limits(o), "device memory pool") {
+        : consumer(c), pool({}, o.limits(), "device memory pool") {
       cuda::check(cudaGetDevice(&device), "cudaGetDevice");
     }
     ~state() {
@@ -238,7 +231,7 @@ class to_device_stage {
 
  private:
   struct state {
-    explicit state(const to_device_options& o) : pool({}, detail::device_pool_limits(o), "device memory pool (host stand-in)") {}
+    explicit state(const to_device_options& o) : pool({}, o.limits(), "device memory pool (host stand-in)") {}
     detail::transfer_counters counters;
     pool_type pool;
   };
