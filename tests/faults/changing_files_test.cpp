@@ -49,6 +49,18 @@ void check_batch(const batch& b, unsigned salt = 0) {
   }
 }
 
+// Same size, new bytes (0xee over record 0), written through the same inode; the times set
+// forward too, since some filesystems keep a coarse clock.
+void overwrite_in_place(const std::string& p) {
+  const int fd = ::open(p.c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  std::vector<std::byte> junk(kRecordBytes, std::byte{0xee});
+  REQUIRE(::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
+  ::close(fd);
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {1, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, p.c_str(), ts, 0) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("a file truncated under a running loader is an error naming it (raise), not SIGBUS") {
@@ -130,15 +142,7 @@ TEST_CASE("a file overwritten in place or replaced is refused from the next epoc
       const auto q = write_records(d, "new.bin", 32, 7);
       std::filesystem::rename(q, p);
     } else {
-      // Same size, new bytes, written through the same inode.
-      const int fd = ::open(p.c_str(), O_WRONLY);
-      REQUIRE(fd >= 0);
-      std::vector<std::byte> junk(kRecordBytes, std::byte{0xee});
-      REQUIRE(::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
-      ::close(fd);
-      // Some filesystems keep a coarse clock: make sure the times moved.
-      struct timespec ts[2] = {{0, UTIME_OMIT}, {1, 0}};
-      REQUIRE(::utimensat(AT_FDCWD, p.c_str(), ts, 0) == 0);
+      overwrite_in_place(p);
     }
     try {
       for (auto& b : loader.epoch(1)) (void)b;
@@ -399,13 +403,7 @@ TEST_CASE("a worker's first batch from a file another worker marked fails its sa
   sluice_test::temp_dir d;
   const auto p = write_records(d, "data.bin", 8);
   auto r = open_records(p);
-  const int fd = ::open(p.c_str(), O_WRONLY);
-  REQUIRE(fd >= 0);
-  std::vector<std::byte> junk(kRecordBytes, std::byte{0xee});
-  REQUIRE(::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
-  ::close(fd);
-  struct timespec ts[2] = {{0, UTIME_OMIT}, {1, 0}};
-  REQUIRE(::utimensat(AT_FDCWD, p.c_str(), ts, 0) == 0);
+  overwrite_in_place(p);
   detail::batch_file_check marker;  // the worker that sees the change first
   const std::string other = d.file("unmapped.bin");
   const std::string_view first_batch[] = {other, p, p};
