@@ -117,18 +117,19 @@ TEST_CASE("json_fields: typed fields by path, xywh made xyxy, through the loader
                   prefetch(2, {.workers = workers});
     std::uint64_t g0 = 0;
     for (auto& b : loader.epoch(0)) {
-      const auto boxes = b.get<"boxes">().values();
-      const auto off = b.get<"boxes.offsets">().values();
-      const auto cls = b.get<"classes">().values();
-      const auto crowd = b.get<"iscrowd">().values();
       for (std::size_t i = 0; i < b.size(); ++i) {
         const std::uint64_t g = g0 + i;
         const auto want = boxes_xyxy(g);
-        REQUIRE(static_cast<std::size_t>(off[i + 1] - off[i]) == want.size() / 4);
-        for (std::size_t k = 0; k < want.size(); ++k) CHECK(boxes[static_cast<std::size_t>(off[i]) * 4 + k] == doctest::Approx(want[k]));
-        for (std::int64_t r = off[i]; r < off[i + 1]; ++r) {
-          CHECK(cls[static_cast<std::size_t>(r)] == static_cast<std::int64_t>(g) + (r - off[i]));
-          CHECK(crowd[static_cast<std::size_t>(r)] == (r - off[i] == 1 ? 1 : 0));
+        const auto boxes = b.rows_of<"boxes">(i);
+        const auto cls = b.rows_of<"classes">(i);
+        const auto crowd = b.rows_of<"iscrowd">(i);
+        REQUIRE(boxes.size() == want.size());
+        REQUIRE(cls.size() == want.size() / 4);
+        REQUIRE(crowd.size() == want.size() / 4);
+        for (std::size_t k = 0; k < want.size(); ++k) CHECK(boxes[k] == doctest::Approx(want[k]));
+        for (std::size_t r = 0; r < cls.size(); ++r) {
+          CHECK(cls[r] == static_cast<std::int64_t>(g + r));
+          CHECK(crowd[r] == (r == 1 ? 1 : 0));
         }
       }
       g0 += b.size();
