@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -247,7 +248,13 @@ class any_collate {
 
   // `in`: the schema of the samples collate receives; one spec a field to emit (fields no spec
   // names are not emitted). Every check of the header comment is made here.
-  any_collate(batch_options o, const any_schema& in, std::vector<field_collate_spec> fields) : opt_(o) {
+  // A template only so that the parts (every collator for every dtype) are instantiated in the
+  // programs that build a run-time collate, not in every one that includes the header: they were
+  // a third of the compile of a minimal compiled pipeline. Fields is a std::vector of specs (a
+  // braced list of them picks the default).
+  template <class Fields = std::vector<field_collate_spec>>
+    requires std::same_as<Fields, std::vector<field_collate_spec>>
+  any_collate(batch_options o, const any_schema& in, Fields fields) : opt_(o) {
     if (opt_.batch == 0) throw usage_error("sluice: collate({.batch = 0}): a batch needs at least one sample");
     if (fields.empty()) throw usage_error("sluice: collate: no field to collate (give one collator a field)");
     for (std::size_t a = 0; a < fields.size(); ++a)
@@ -298,7 +305,10 @@ class any_collate {
 };
 
 // collate({.batch = 64}, schema, {{"jpg", sluice::stack<>{}}, {"cls", sluice::stack<>{}}})
-inline any_collate collate(batch_options o, const any_schema& in, std::vector<field_collate_spec> fields) {
+// (A template for the reason any_collate's constructor is one.)
+template <class Fields = std::vector<field_collate_spec>>
+  requires std::same_as<Fields, std::vector<field_collate_spec>>
+any_collate collate(batch_options o, const any_schema& in, Fields fields) {
   return any_collate(o, in, std::move(fields));
 }
 
