@@ -24,7 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   for (bool contiguous : {true, false}) {
     try {
-      const auto t = sluice::io::parse_coco(text, "fuzz.json", {.contiguous = contiguous, .crowd = contiguous});
+      // with contiguous = false, segmentation values are read too (codec/instances.hpp's records)
+      const auto t = sluice::io::parse_coco(text, "fuzz.json",
+                                            {.contiguous = contiguous, .crowd = contiguous, .segmentation = !contiguous});
       if (t.first_box.size() != t.image_ids.size() + 1 || t.file_names.size() != t.image_ids.size()) std::abort();
       if (t.first_box.back() != t.classes.size() || t.boxes.size() != 4 * t.classes.size() ||
           t.iscrowd.size() != t.classes.size())
@@ -35,6 +37,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (t.iscrowd[r] > 1) std::abort();
         if (contiguous && (t.classes[r] < 0 || static_cast<std::size_t>(t.classes[r]) >= t.categories.size())) std::abort();
         if (t.boxes[4 * r + 2] < t.boxes[4 * r] || t.boxes[4 * r + 3] < t.boxes[4 * r + 1]) std::abort();
+      }
+      if (t.first_segment.size() != t.first_box.size() || (contiguous && !t.segments.empty())) std::abort();
+      for (std::size_t i = 0; !contiguous && i + 1 < t.first_box.size(); ++i) {
+        // each sample's records, one a box, drawn through a small transform of a 16 x 12 image
+        // when their masks are of that size
+        const std::span<const std::byte> rec(t.segments.data() + t.first_segment[i], t.first_segment[i + 1] - t.first_segment[i]);
+        const std::size_t boxes = t.first_box[i + 1] - t.first_box[i];
+        sluice::codecs::image_transform tr;
+        tr.src_width = 16, tr.src_height = 12, tr.x = 1, tr.y = -2, tr.w = 14, tr.h = 15, tr.out_width = 5, tr.out_height = 4;
+        try {
+          sluice::codecs::check_instances(rec, tr, boxes);
+        } catch (const sluice::format_error&) {
+          continue;  // a mask of another size than 16 x 12
+        }
+        std::vector<std::uint32_t> keep(boxes);
+        for (std::uint32_t k = 0; k < boxes; ++k) keep[k] = k;
+        std::vector<std::byte> out(20 * boxes);
+        sluice::codecs::draw_instances(rec, out, tr, keep);
+        for (const std::byte b : out)
+          if (b != std::byte{0} && b != std::byte{1}) std::abort();
       }
     } catch (const sluice::format_error&) {
     }

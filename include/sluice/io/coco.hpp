@@ -10,13 +10,16 @@
 //                              or as stored with .boxes = box_format::xywh
 //   "classes"  i64, variable   one per box: the category's contiguous class (below)
 //   "iscrowd"  u8, variable    one per box: 0, or 1 for a crowd region
+//   "segmentation"  u8, variable   with .segmentation = true, one instance record per box: its
+//                              polygons or run-length mask (codec/instances.hpp, which draws them
+//                              with instance_masks<"segmentation", "boxes">); else empty
 //
 // Classes: category k of "categories" sorted by id is class k (COCO's 80 ids of 1..90 become
 // 0..79); categories() lists them, so class k is categories()[k] (its id and name). With
 // .contiguous = false a class is the category's id as stored.
 // An image without annotations is a sample with no boxes (.keep_empty = false drops it, as
 // detection trainers often do); .crowd = false drops crowd annotations (a sample whose boxes were
-// all crowd then has none). Segmentation polygons and RLE masks are not read.
+// all crowd then has none). Segmentation polygons and RLE masks are read with .segmentation = true.
 //
 //   sluice::io::coco_dataset coco{"coco/train2017", "coco/annotations/instances_train2017.json"};
 //   auto loader = sluice::from(sluice::sample::shuffle(coco.size(), {.seed = 1})) | sluice::read(coco)
@@ -35,9 +38,17 @@
 // (fields(i)); one that cannot be read is an io_error naming it (skipped and counted under
 // on_error::skip), one that does not decode the decoder's format_error naming it.
 //
+// With .segmentation, an annotation's "segmentation" must be polygons (a list of lists of an even
+// count of finite numbers), a run-length mask ({"counts": [n, ...] or COCO's compressed string,
+// "size": [height, width]}), or absent (an empty mask); anything else is a format_error naming
+// the annotation ("annotations[17].segmentation: ..."). A mask's size is checked against its
+// image when the sample is decoded (the image's header is read then).
+//
 // Memory: the annotation file is read whole and parsed once at open into a tree without its
 // "segmentation" values (each is checked as JSON, then dropped: most of a COCO file is polygons);
 // only the tables above are kept: 4 floats, an int64 and a byte a box, and each image's path.
+// With .segmentation each value is kept as its text until it is converted (the parse then peaks
+// at about twice the file), and the tables keep 8 bytes a vertex and 4 a run.
 // Thread-safety: after construction every member is safe to call concurrently.
 #pragma once
 
@@ -53,6 +64,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/codec/instances.hpp"
 #include "sluice/codec/transform.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
@@ -64,13 +76,15 @@
 namespace sluice::io {
 
 using coco_schema = schema<field<"image", std::uint8_t, variable>, field<"boxes", float, variable>,
-                           field<"classes", std::int64_t, variable>, field<"iscrowd", std::uint8_t, variable>>;
+                           field<"classes", std::int64_t, variable>, field<"iscrowd", std::uint8_t, variable>,
+                           field<"segmentation", std::uint8_t, variable>>;
 
 struct coco_options {
   codecs::box_format boxes = codecs::box_format::xyxy;  // what "boxes" holds (COCO stores xywh)
   bool contiguous = true;   // classes 0..K-1 in category id order; false: the category ids as stored
   bool crowd = true;        // keep crowd annotations (iscrowd 1); false: drop them
   bool keep_empty = true;   // keep images without annotations (no boxes); false: drop them
+  bool segmentation = false;  // read each annotation's polygons or run-length mask into "segmentation"
   std::size_t max_image_bytes = std::size_t{1} << 28;        // an image file larger is an error naming it
   std::size_t max_annotation_bytes = std::size_t{1} << 32;   // the annotation file's limit
 };
@@ -92,6 +106,8 @@ struct coco_tables {
   std::vector<float> boxes;                    // 4 per row
   std::vector<std::int64_t> classes;           // 1 per row
   std::vector<std::uint8_t> iscrowd;           // 1 per row
+  std::vector<std::byte> segments;             // instance records (codec/instances.hpp), in row order
+  std::vector<std::size_t> first_segment{0};   // per sample, then the total: its bytes [first, next)
   std::vector<coco_category> categories;       // sorted by id: class k is categories[k] when contiguous
 };
 
@@ -124,13 +140,69 @@ inline std::int64_t coco_int(const json_value& v, const std::string& file, const
   return static_cast<std::int64_t>(d);
 }
 
+// One annotation's "segmentation" (its JSON text) appended as an instance record.
+inline void coco_segmentation(std::string_view text, codecs::instance_writer& out, const std::string& file,
+                              const std::string& w) {
+  const json_value v = parse_json(text, file);
+  if (v.is_array()) {  // polygons: [[x0, y0, x1, y1, ...], ...]
+    const auto& polys = v.as_array(file, w);
+    std::vector<std::vector<float>> ps(polys.size());
+    for (std::size_t k = 0; k < polys.size(); ++k) {
+      const std::string wk = w + "[" + std::to_string(k) + "]";
+      const auto& xy = polys[k].as_array(file, wk);
+      if (xy.size() % 2 != 0) coco_fail(file, wk, std::to_string(xy.size()) + " numbers; a polygon is x, y pairs");
+      for (std::size_t i = 0; i < xy.size(); ++i) {
+        const double d = xy[i].as_double(file, wk + "[" + std::to_string(i) + "]");
+        if (!std::isfinite(d) || std::abs(d) > 1e9) coco_fail(file, wk, "a vertex that is not a finite number of pixels");
+        ps[k].push_back(static_cast<float>(d));
+      }
+    }
+    out.polygons(ps);
+    return;
+  }
+  if (!v.is_object())
+    coco_fail(file, w, std::string("is ") + json_value::kind_name(v.type()) +
+                           "; a segmentation is polygons [[x, y, ...], ...] or a run-length mask {\"counts\", \"size\"}");
+  const auto& size = v.at("size", file, w).as_array(file, w + ".size");
+  if (size.size() != 2) coco_fail(file, w + ".size", std::to_string(size.size()) + " numbers; a size is [height, width]");
+  std::int64_t hw[2];
+  for (int k = 0; k < 2; ++k) {
+    hw[k] = coco_int(size[static_cast<std::size_t>(k)], file, w + ".size");
+    if (hw[k] <= 0 || hw[k] > (std::int64_t{1} << 16))
+      coco_fail(file, w + ".size", "a side of " + std::to_string(hw[k]) + " pixels (1 to 65536)");
+  }
+  const json_value& c = v.at("counts", file, w);
+  std::vector<std::uint32_t> counts;
+  if (c.is_string()) {
+    try {
+      counts = codecs::coco_rle_counts(c.as_string(file, w + ".counts"));
+    } catch (const format_error& e) {
+      coco_fail(file, w + ".counts", e.cause());
+    }
+  } else {
+    const auto& a = c.as_array(file, w + ".counts");
+    counts.reserve(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::int64_t n = coco_int(a[i], file, w + ".counts[" + std::to_string(i) + "]");
+      if (n < 0 || n > 0xffffffffLL) coco_fail(file, w + ".counts", "a count of " + std::to_string(n) + " (0 or more)");
+      counts.push_back(static_cast<std::uint32_t>(n));
+    }
+  }
+  std::uint64_t sum = 0;
+  for (const auto n : counts) sum += n;
+  if (sum != static_cast<std::uint64_t>(hw[0] * hw[1]))
+    coco_fail(file, w + ".counts", "counts that sum to " + std::to_string(sum) + " pixels where the mask is " +
+                                       std::to_string(hw[1]) + "x" + std::to_string(hw[0]));
+  out.runs(static_cast<std::uint32_t>(hw[0]), static_cast<std::uint32_t>(hw[1]), counts);
+}
+
 }  // namespace detail
 
 // Parses an annotation file's text into the tables; a format_error naming `file` and the entry.
 inline coco_tables parse_coco(std::string_view text, const std::string& file, const coco_options& o = {}) {
   // Polygons and RLE masks are most of a COCO file (and not read): checked, never kept.
-  static constexpr std::string_view not_kept[] = {"segmentation"};
-  const json_value doc = parse_json(text, file, not_kept);
+  static constexpr std::string_view segmentation[] = {"segmentation"};
+  const json_value doc = o.segmentation ? parse_json(text, file, {}, segmentation) : parse_json(text, file, segmentation);
   if (!doc.is_object()) detail::coco_fail(file, "the file", "not a JSON object (a COCO annotation file has \"images\")");
   const auto& images = doc.at("images", file).as_array(file, "images");
   const json_value* anns_v = doc.find("annotations");
@@ -177,7 +249,10 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
     float box[4];
     std::int64_t cls;
     std::uint8_t crowd;
+    std::size_t seg_from, seg_to;  // its instance record in `segs`
   };
+  std::vector<std::byte> segs;
+  codecs::instance_writer seg_out(segs);
   std::vector<row> rows;
   rows.reserve(anns.size());
   for (std::size_t a = 0; a < anns.size(); ++a) {
@@ -206,7 +281,12 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
       detail::coco_fail(file, w + ".bbox", std::string("a negative ") + (v[2] < 0 ? "width" : "height") + " (" +
                                                std::to_string(v[2] < 0 ? v[2] : v[3]) + ")");
     if (crowd != 0 && !o.crowd) continue;
-    row r{im->second, {}, cl->second, crowd};
+    row r{im->second, {}, cl->second, crowd, segs.size(), segs.size()};
+    if (o.segmentation) {
+      if (const json_value* sv = an.find("segmentation")) detail::coco_segmentation(sv->as_string(file, w), seg_out, file, w + ".segmentation");
+      else seg_out.none();
+      r.seg_to = segs.size();
+    }
     if (o.boxes == codecs::box_format::xyxy) v[2] += v[0], v[3] += v[1];
     for (int k = 0; k < 4; ++k) r.box[k] = static_cast<float>(v[k]);
     rows.push_back(r);
@@ -222,7 +302,10 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
       t.boxes.insert(t.boxes.end(), rows[k].box, rows[k].box + 4);
       t.classes.push_back(rows[k].cls);
       t.iscrowd.push_back(rows[k].crowd);
+      t.segments.insert(t.segments.end(), segs.begin() + static_cast<std::ptrdiff_t>(rows[k].seg_from),
+                        segs.begin() + static_cast<std::ptrdiff_t>(rows[k].seg_to));
     }
+    t.first_segment.push_back(t.segments.size());
     t.image_ids.push_back(ids[i]);
     t.file_names.push_back(std::move(names[i]));
     t.first_box.push_back(t.classes.size());
@@ -262,6 +345,8 @@ class coco_dataset {
     s.set<"boxes">(std::span<const float>(t_.boxes.data() + 4 * a, 4 * (b - a)));
     s.set<"classes">(std::span<const std::int64_t>(t_.classes.data() + a, b - a));
     s.set<"iscrowd">(std::span<const std::uint8_t>(t_.iscrowd.data() + a, b - a));
+    const std::size_t sa = t_.first_segment[i], sb = t_.first_segment[i + 1];
+    s.set<"segmentation">(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(t_.segments.data()) + sa, sb - sa));
     return s;
   }
 

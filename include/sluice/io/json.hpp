@@ -115,8 +115,9 @@ namespace detail {
 
 class json_parser {
  public:
-  json_parser(std::string_view text, const std::string& file, std::span<const std::string_view> drop = {})
-      : s_(text), file_(file), drop_(drop) {}
+  json_parser(std::string_view text, const std::string& file, std::span<const std::string_view> drop = {},
+              std::span<const std::string_view> raw = {})
+      : s_(text), file_(file), drop_(drop), raw_(raw) {}
 
   json_value document() {
     json_value v = value(0);
@@ -175,7 +176,11 @@ class json_parser {
       if (p_ >= s_.size() || s_[p_] != '"') fail("expected a string key in an object");
       std::string k = string();
       expect(':', "after an object key");
-      json_value v = value(depth + 1);  // checked whole, kept unless dropped
+      space();
+      const std::size_t start = p_;
+      json_value v = value(depth + 1);  // checked whole, kept unless dropped, or kept as its text
+      if (std::find(raw_.begin(), raw_.end(), std::string_view(k)) != raw_.end())
+        v = json_value(std::string(s_.substr(start, p_ - start)));
       if (std::find(drop_.begin(), drop_.end(), std::string_view(k)) == drop_.end()) out.emplace_back(std::move(k), std::move(v));
       if (eat('}')) return json_value(std::move(out));
       expect(',', "or '}' in an object");
@@ -316,7 +321,7 @@ class json_parser {
 
   std::string_view s_;
   const std::string& file_;
-  std::span<const std::string_view> drop_;
+  std::span<const std::string_view> drop_, raw_;
   std::size_t p_ = 0;
 };
 
@@ -331,6 +336,14 @@ class json_parser {
 [[nodiscard]] inline json_value parse_json(std::string_view text, const std::string& file,
                                            std::span<const std::string_view> drop) {
   return detail::json_parser(text, file, drop).document();
+}
+// The same, with the members named in `raw` (at any depth) checked whole and kept as a string of
+// their JSON text (parse_json it when it is wanted): a large value read one at a time later (a
+// COCO file's polygons) costs its text, not a tree of every number at once.
+[[nodiscard]] inline json_value parse_json(std::string_view text, const std::string& file,
+                                           std::span<const std::string_view> drop,
+                                           std::span<const std::string_view> raw) {
+  return detail::json_parser(text, file, drop, raw).document();
 }
 
 }  // namespace sluice::io

@@ -186,6 +186,13 @@ inline constexpr auto decode_field_name = concat_v<concat_v<"decode<\"", Name>, 
 //     f.output_bytes(t), f.geometry(t)   what f.render writes,
 //     f.render(bytes, out, t)  writes output_bytes(t) bytes (called by the collator, timed and
 //                              reported as the decode stage's work, like the image's decode).
+//                          A rendered follower may draw one thing per row of a row follower (an
+//                          instance's mask per box: codec/instances.hpp). It says so with
+//                          F::instances_of (the row follower's coordinates field) and
+//                          F::field_extent = extent::variable, and its calls take the rows:
+//                          f.check(bytes, t, rows), f.output_bytes(t, kept), f.geometry(t, kept),
+//                          f.render(bytes, out, t, keep) with `keep` the indices of the rows
+//                          that row follower keeps — so a box and its mask go together.
 struct row_follower_tag {};
 struct rendered_follower_tag {};
 
@@ -201,6 +208,9 @@ concept rendered_follower = requires {
 };
 template <class F>
 concept image_follower = row_follower<F> || rendered_follower<F>;
+// A rendered follower drawn per kept row of a row follower (above).
+template <class F>
+concept instance_follower = rendered_follower<F> && requires { F::instances_of; };
 
 // boxes<"boxes", "classes", ...>: field "boxes" holds rows of 4 coordinates (floating point), one
 // row per box; the fields named after it hold one row per box too (a class, a score, a mask id:
@@ -275,11 +285,34 @@ template <class Schema, class F, class... Fs>
 struct followed_schema<Schema, F, Fs...> {
   using type = typename followed_schema<Schema, Fs...>::type;
 };
+template <class F>
+consteval extent rendered_extent() {
+  if constexpr (requires { F::field_extent; }) return F::field_extent;
+  else return extent::fixed;
+}
 template <class Schema, rendered_follower F, class... Fs>
 struct followed_schema<Schema, F, Fs...> {
-  using type =
-      typename followed_schema<replace_field_t<Schema, field<F::field, typename F::value_type>>, Fs...>::type;
+  using type = typename followed_schema<
+      replace_field_t<Schema, field<F::field, typename F::value_type, rendered_extent<F>()>>, Fs...>::type;
 };
+// The index of the row follower in Fs... whose coordinates are field N, or -1.
+template <fixed_string N, class... Fs>
+consteval int row_follower_of() {
+  int i = 0, found = -1;
+  (([&] {
+     if constexpr (row_follower<Fs>) {
+       if (found < 0 && Fs::coordinates == N) found = i;
+     }
+     ++i;
+   }()),
+   ...);
+  return found;
+}
+template <class F, class... Fs>
+consteval bool instances_have_rows() {
+  if constexpr (instance_follower<F>) return row_follower_of<F::instances_of, Fs...>() >= 0;
+  else return true;
+}
 template <fixed_string N, class... Fs>
 consteval bool rendered_field() {
   constexpr int f = follower_of<N, Fs...>();
@@ -309,7 +342,9 @@ struct decoded_field_sample {
       return codec->output_bytes();
     } else if constexpr (constexpr int f = detail::follower_of<N, Follow...>(); f >= 0) {
       const auto& fol = std::get<f>(*follow);
-      if constexpr (rendered_follower<std::remove_cvref_t<decltype(fol)>>) {
+      if constexpr (instance_follower<std::remove_cvref_t<decltype(fol)>>) {
+        return fol.output_bytes(transform, kept_rows(rows_for(fol)));
+      } else if constexpr (rendered_follower<std::remove_cvref_t<decltype(fol)>>) {
         return fol.output_bytes(transform);
       } else {
         const std::size_t n = rows_of(fol), kept = kept_rows(fol);
@@ -353,10 +388,17 @@ struct decoded_field_sample {
     requires((N == Name) || detail::rendered_field<N, Follow...>() ||
              (detail::follower_of<N, Follow...>() < 0 && requires(const Inner& s) { s.template geometry_of<N>(); }))
   [[nodiscard]] field_geometry geometry_of() const {
-    if constexpr (N == Name) return detail::codec_geometry(*codec);
-    else if constexpr (detail::rendered_field<N, Follow...>())
-      return std::get<detail::follower_of<N, Follow...>()>(*follow).geometry(transform);
-    else return inner.template geometry_of<N>();
+    if constexpr (N == Name) {
+      return detail::codec_geometry(*codec);
+    } else if constexpr (detail::rendered_field<N, Follow...>()) {
+      const auto& fol = std::get<detail::follower_of<N, Follow...>()>(*follow);
+      if constexpr (instance_follower<std::remove_cvref_t<decltype(fol)>>)
+        return fol.geometry(transform, kept_rows(rows_for(fol)));
+      else
+        return fol.geometry(transform);
+    } else {
+      return inner.template geometry_of<N>();
+    }
   }
 
   // Called by the stage: plans the transform and checks the followed fields' sizes, so that
@@ -403,7 +445,13 @@ struct decoded_field_sample {
     const detail::deferred_scope timed(stage_name);
     try {
       try {
-        fol.render(encoded<F::field>(ctx), dst, transform);
+        if constexpr (instance_follower<F>) {
+          thread_local std::vector<std::uint32_t> keep;
+          kept_indices(rows_for(fol), keep);
+          fol.render(encoded<F::field>(ctx), dst, transform, std::span<const std::uint32_t>(keep));
+        } else {
+          fol.render(encoded<F::field>(ctx), dst, transform);
+        }
       } catch (const format_error& e) {
         rethrow_followed<F>(e);
       }
@@ -414,7 +462,8 @@ struct decoded_field_sample {
   template <rendered_follower F>
   void check_followed(const F& fol, const sample_context& ctx) const {
     try {
-      fol.check(encoded<F::field>(ctx), transform);
+      if constexpr (instance_follower<F>) fol.check(encoded<F::field>(ctx), transform, rows_of(rows_for(fol)));
+      else fol.check(encoded<F::field>(ctx), transform);
     } catch (const format_error& e) {
       rethrow_followed<F>(e);
     }
@@ -445,6 +494,18 @@ struct decoded_field_sample {
     std::size_t kept = 0;
     for (std::size_t r = 0, n = rows_of(fol); r < n; ++r) kept += keeps(fol, r, out);
     return kept;
+  }
+  template <class F>
+  void kept_indices(const F& fol, std::vector<std::uint32_t>& keep) const {
+    detail::coordinate_t<F, Inner> out[F::row];
+    keep.clear();
+    for (std::size_t r = 0, n = rows_of(fol); r < n; ++r)
+      if (keeps(fol, r, out)) keep.push_back(static_cast<std::uint32_t>(r));
+  }
+  // The row follower whose kept rows instance follower F draws.
+  template <instance_follower F>
+  const auto& rows_for(const F&) const {
+    return std::get<detail::row_follower_of<F::instances_of, Follow...>()>(*follow);
   }
   template <fixed_string N, class F>
   void write_followed(const F& fol, std::span<std::byte> dst) const {
@@ -493,6 +554,9 @@ template <fixed_string Name, codec Codec, image_follower... Follow>
 class decode_field_stage {
   static_assert(((!Follow::template carries<Name>)&&...),
                 "sluice: decode<Name>(codec, follower...): a follower names the decoded field itself");
+  static_assert((detail::instances_have_rows<Follow, Follow...>() && ...),
+                "sluice: instance_masks<Field, Boxes> follows the rows a boxes<Boxes, ...> follower keeps: "
+                "give decode<Name> that boxes follower too");
 
  public:
   using stage_concept = sample_stage_tag;
