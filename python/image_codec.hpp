@@ -5,6 +5,9 @@
 // follow it. Only where TurboJPEG is built in.
 #pragma once
 
+#include <tuple>
+#include <type_traits>
+
 #include "pipelines.hpp"
 
 #if SLUICE_WITH_TURBOJPEG
@@ -33,7 +36,20 @@ inline image_codec codec_of(const options& o) {
                       .layout = o.layout == "chw" ? sluice::image_layout::chw : sluice::image_layout::hwc});
 }
 
-// A source whose image field Img is decoded with `follow` following it, collated as the
+// decode<Img>(codec, follow...): `follow` one follower, or a std::tuple of them.
+template <class T>
+struct is_tuple : std::false_type {};
+template <class... T>
+struct is_tuple<std::tuple<T...>> : std::true_type {};
+template <sluice::fixed_string Img, class Codec, class Follow>
+auto decode_following(const Codec& codec, const Follow& follow) {
+  if constexpr (is_tuple<Follow>::value)
+    return std::apply([&](const auto&... f) { return sluice::decode<Img>(codec, f...); }, follow);
+  else
+    return sluice::decode<Img>(codec, follow);
+}
+
+// A source whose image field Img is decoded with `follow` following it (one follower or a tuple), collated as the
 // keywords say (normalised float32 with mean/std, or uint8 as stored) beside `extra`, the
 // followed fields' collators. `pre` adds the stages between the read and the decode (the
 // chain read so far in, the chain with them out). `what` names the data in a sampler refusal.
@@ -46,7 +62,7 @@ loader_ptr followed_image_loader_after(const options& o, Data data, Pre pre, con
   if (o.output == "float32") {
     return with_order_sampler(o, n, [&](auto s) {
       return sluice::python::wrap(pre(sluice::from(std::move(s)) | sluice::read(std::move(data))) |
-                                  sluice::decode<Img>(codec, follow) |
+                                  decode_following<Img>(codec, follow) |
                                   sluice::collate(bo, sluice::normalized<Img>{.mean = o.mean, .std = o.std}, extra...) |
                                   sluice::prefetch(depth_of(o), loader_opts(o)));
     }, what);
@@ -54,7 +70,7 @@ loader_ptr followed_image_loader_after(const options& o, Data data, Pre pre, con
   if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
   return with_order_sampler(o, n, [&](auto s) {
     return sluice::python::wrap(pre(sluice::from(std::move(s)) | sluice::read(std::move(data))) |
-                                sluice::decode<Img>(codec, follow) |
+                                decode_following<Img>(codec, follow) |
                                 sluice::collate(bo, sluice::stack<Img>{}, extra...) |
                                 sluice::prefetch(depth_of(o), loader_opts(o)));
   }, what);

@@ -93,6 +93,8 @@ struct options {
   std::vector<std::string> paths;
   // COCO (io::coco_options): crowd annotations kept, images without boxes kept, classes 0..K-1.
   bool crowd = true, keep_empty = true, contiguous = true;
+  // COCO: each annotation's polygons or run lengths drawn as its instance mask ("segmentation").
+  bool segmentation = false;
   // YOLO (io::yolo_options): the class count (0: any), polygon lines read as their bounding box.
   std::uint64_t class_count = 0;
   bool polygons = false;

@@ -100,7 +100,7 @@ PYBIND11_MODULE(_sluice, m) {
          double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields,
          std::vector<std::string> paths, bool crowd, bool keep_empty, bool contiguous,
          std::uint64_t class_count, bool polygons, std::string json_boxes, std::string json_classes,
-         std::string json_format, bool split, std::size_t bins) {
+         std::string json_format, bool split, std::size_t bins, bool segmentation) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -128,6 +128,7 @@ PYBIND11_MODULE(_sluice, m) {
         o.json_format = std::move(json_format);
         o.split = split;
         o.bins = bins;
+        o.segmentation = segmentation;
         for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
@@ -151,6 +152,6 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("paths") = std::vector<std::string>{}, py::arg("crowd") = true, py::arg("keep_empty") = true,
       py::arg("contiguous") = true, py::arg("class_count") = 0, py::arg("polygons") = false,
       py::arg("json_boxes") = "", py::arg("json_classes") = "", py::arg("json_format") = "xywh",
-      py::arg("split") = true, py::arg("bins") = 1,
+      py::arg("split") = true, py::arg("bins") = 1, py::arg("segmentation") = false,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

@@ -11,6 +11,7 @@
 #include "image_codec.hpp"
 
 #if SLUICE_WITH_TURBOJPEG
+#include "sluice/codec/instances.hpp"
 #include "sluice/io/coco.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/yolo.hpp"
@@ -91,7 +92,8 @@ loader_ptr make_coco_loader(const options& o) {
   constexpr sluice::fixed_string Crowd = "iscrowd";
   if (o.path.empty() || o.images.empty())
     throw sluice::usage_error("sluice.coco: needs the images folder and the annotation file");
-  sluice::io::coco_options co{.contiguous = o.contiguous, .crowd = o.crowd, .keep_empty = o.keep_empty};
+  sluice::io::coco_options co{.contiguous = o.contiguous, .crowd = o.crowd, .keep_empty = o.keep_empty,
+                              .segmentation = o.segmentation};
   if (o.box_format == "xywh") co.boxes = sluice::codecs::box_format::xywh;
   else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
   sluice::io::coco_dataset data(o.images, o.path, co);
@@ -99,6 +101,14 @@ loader_ptr make_coco_loader(const options& o) {
   follow.format = co.boxes;
   follow.min_size = o.box_min_size;
   follow.min_visible = o.box_min_visible;
+  if (o.segmentation) {  // one instance mask per kept box, {n, H, W} beside the boxes
+    constexpr sluice::fixed_string Seg = "segmentation";
+    (void)codec_of(o);  // checks size= first
+    return followed_image_loader<Img>(o, std::move(data), std::tuple{follow, sluice::instance_masks<Seg, Box>{}},
+                                      kDetection, sluice::ragged<Box>{.row = {4}}, sluice::ragged<Cls>{},
+                                      sluice::ragged<Crowd>{},
+                                      sluice::ragged<Seg>{.row = {o.size[0], o.size[1]}});
+  }
   return followed_image_loader<Img>(o, std::move(data), follow, kDetection, sluice::ragged<Box>{.row = {4}},
                                     sluice::ragged<Cls>{}, sluice::ragged<Crowd>{});
 }

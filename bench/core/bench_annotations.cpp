@@ -4,7 +4,10 @@
 //   - BM_json_annotations: its COCO-style JSON member (7 objects, each a bbox, category, iscrowd,
 //     area, id and a 24-point polygon) read by json_fields into boxes, classes and iscrowd;
 //   - BM_mask: its 640x480 palette PNG mask decoded and resampled nearest-neighbour through the
-//     same transform (codecs::decode_mask, what mask<> does).
+//     same transform (codecs::decode_mask, what mask<> does);
+//   - BM_instance_masks/polygons: the 7 objects' polygons (COCO's, 24 points each) drawn at
+//     640x480 and resampled into 7 masks of 512x512 (codecs::draw_instances, what
+//     instance_masks<> does); /runs: the same 7 objects as run-length masks.
 // Each is timed alone on the same bytes; the ratios are the annotation's share of the image's.
 //
 //   build/bench/core/sluice_bench_annotations --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "sluice/codec/jpeg.hpp"
+#include "sluice/codec/instances.hpp"
 #include "sluice/codec/mask.hpp"
 #include "sluice/sluice.hpp"
 #include "sluice/stage/json_fields.hpp"
@@ -116,6 +120,63 @@ void BM_mask(benchmark::State& st) {
   st.SetItemsProcessed(st.iterations());
 }
 BENCHMARK(BM_mask);
+
+// The 7 objects of annotations() as instance records: their polygons, or (runs) the bitmaps the
+// polygons cover as column-major run lengths.
+std::vector<std::byte> instance_records(bool runs) {
+  std::vector<std::byte> rec;
+  sluice::codecs::instance_writer w(rec);
+  for (int k = 0; k < 7; ++k) {
+    std::vector<float> p;
+    for (int q = 0; q < 24; ++q) {  // a closed outline: out along a slope, back along another
+      const float x = 12.5f + 70 * k + (q < 12 ? 5.0f * q : 5.0f * (23 - q));
+      const float y = 40.25f + (q < 12 ? 9.0f * q : 9.0f * (23 - q) + 40);
+      p.push_back(x), p.push_back(y);
+    }
+    const std::vector<std::vector<float>> polys{p};
+    if (!runs) {
+      w.polygons(polys);
+      continue;
+    }
+    std::vector<std::byte> one, bits(static_cast<std::size_t>(W) * H);
+    sluice::codecs::instance_writer(one).polygons(polys);
+    sluice::codecs::image_transform id;
+    id.src_width = id.out_width = W, id.src_height = id.out_height = H, id.w = W, id.h = H;
+    sluice::codecs::draw_instances(one, bits, id, std::vector<std::uint32_t>{0});
+    std::vector<std::uint32_t> counts;
+    std::byte cur{0};
+    std::uint32_t n = 0;
+    for (int x = 0; x < W; ++x)
+      for (int y = 0; y < H; ++y) {
+        const std::byte b = bits[static_cast<std::size_t>(y) * W + x];
+        if (b != cur) counts.push_back(n), n = 0, cur = b;
+        ++n;
+      }
+    counts.push_back(n);
+    w.runs(H, W, counts);
+  }
+  return rec;
+}
+
+void BM_instance_masks(benchmark::State& st) {
+  const auto jpg = photo();
+  const auto t = transform_of(codec, jpg);
+  const auto rec = instance_records(st.range(0) == 1);
+  sluice::codecs::check_instances(rec, t, 7);
+  const std::vector<std::uint32_t> keep{0, 1, 2, 3, 4, 5, 6};
+  std::vector<std::byte> out(7 * static_cast<std::size_t>(t.out_width) * t.out_height);
+  std::size_t ones = 0;
+  for (auto _ : st) {
+    sluice::codecs::draw_instances(rec, out, t, keep);
+    benchmark::DoNotOptimize(out.data());
+  }
+  for (const std::byte b : out) ones += b == std::byte{1};
+  if (ones == 0) st.SkipWithError("no instance pixel was drawn");
+  st.counters["mask_pixels"] = static_cast<double>(ones);
+  st.SetItemsProcessed(st.iterations());
+  st.SetLabel(st.range(0) == 1 ? "runs" : "polygons");
+}
+BENCHMARK(BM_instance_masks)->Arg(0)->Arg(1);
 
 }  // namespace
 

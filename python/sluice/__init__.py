@@ -893,7 +893,8 @@ def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optio
 
 def coco(images: PathLike, annotations: PathLike, *, decode: Optional[Image] = None, format: str = "xyxy",
          min_size: float = 1.0, min_visible: float = 0.0, crowd: bool = True, keep_empty: bool = True,
-         contiguous: bool = True, output: Optional[str] = None, mean=None, std=None) -> Source:
+         contiguous: bool = True, segmentation: bool = False, output: Optional[str] = None, mean=None,
+         std=None) -> Source:
     """A COCO detection dataset as it is distributed: the image folder ``images`` and its annotation
     file ``annotations`` (``instances_train2017.json``), read without conversion. A sample is an
     entry of the file's ``"images"`` (in the file's order), its image decoded as ``decode=`` says;
@@ -909,19 +910,26 @@ def coco(images: PathLike, annotations: PathLike, *, decode: Optional[Image] = N
                 :func:`coco_categories` lists them); ``False``: the category ids as stored.
     crowd:      ``False`` drops crowd annotations (``iscrowd`` 1).
     keep_empty: ``False`` drops images without annotations (as detection trainers often do).
+    segmentation: ``True`` also gives each kept box its instance mask, drawn from the annotation's
+                polygons or run-length mask (COCO's list or compressed string) through the image's
+                crop and flip: ``"segmentation": (n, H, W) uint8`` (1 inside the object, mask k
+                for box k; ``"segmentation.offsets"`` equal to the boxes'). A pixel is inside a
+                polygon when its centre is; an annotation without one has an empty mask; a
+                run-length mask of another size than its image is a ``FormatError`` naming both.
 
     A bad annotation file is a ``FormatError`` naming the file and the entry
     (``annotations[17].bbox: a negative width``); images it lists that are missing from the folder
     are one error at construction listing the first of them."""
     if format not in ("xyxy", "xywh"):
         raise _usage(f"sluice.coco: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
-    for name, v in (("crowd", crowd), ("keep_empty", keep_empty), ("contiguous", contiguous)):
+    for name, v in (("crowd", crowd), ("keep_empty", keep_empty), ("contiguous", contiguous),
+                    ("segmentation", segmentation)):
         if not isinstance(v, bool):
             raise _usage(f"sluice.coco: {name}={v!r} is not accepted; use True or False")
     b = Boxes("boxes", "classes", format, False, min_size, min_visible)
     kw: Dict[str, Any] = dict(source="coco", images=_path("images", images), path=_path("annotations", annotations),
                               box_format=format, box_min_size=b.min_size, box_min_visible=b.min_visible,
-                              crowd=crowd, keep_empty=keep_empty, contiguous=contiguous)
+                              crowd=crowd, keep_empty=keep_empty, contiguous=contiguous, segmentation=segmentation)
     _image_keywords("coco", decode, output, mean, std, kw)
     return Source("coco", kw, False)
 

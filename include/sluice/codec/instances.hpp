@@ -216,9 +216,18 @@ inline void check_instance(const instance_record& r, int src_w, int src_h) {
   }
 }
 
+// The source rows [y0, y1) and columns [x0, x1) a drawn instance touched (empty: y0 >= y1).
+struct drawn_area {
+  int x0 = 1 << 30, y0 = 1 << 30, x1 = 0, y1 = 0;
+  void add(int xa, int xb, int y) noexcept {
+    x0 = std::min(x0, xa), x1 = std::max(x1, xb), y0 = std::min(y0, y), y1 = std::max(y1, y + 1);
+  }
+};
+
 // Fills the pixels of `bits` (w × h, rows) whose centres lie inside polygon v (x, y pairs) by the
 // even-odd rule, setting them to 1 (so several polygons give their union).
-inline void fill_polygon(std::span<const std::byte> v, std::uint8_t* bits, int w, int h, std::vector<double>& xs) {
+inline void fill_polygon(std::span<const std::byte> v, std::uint8_t* bits, int w, int h, std::vector<double>& xs,
+                         drawn_area& area) {
   const std::size_t n = v.size() / 8;
   if (n < 3) return;
   auto at = [&](std::size_t i, int c) {
@@ -244,18 +253,22 @@ inline void fill_polygon(std::span<const std::byte> v, std::uint8_t* bits, int w
     for (std::size_t k = 0; k + 1 < xs.size(); k += 2) {
       // pixels whose centre x + 0.5 lies in [xs[k], xs[k + 1])
       const double a = std::max(0.0, std::ceil(xs[k] - 0.5)), b = std::min(static_cast<double>(w), std::ceil(xs[k + 1] - 0.5));
-      if (a < b) std::fill(row + static_cast<std::ptrdiff_t>(a), row + static_cast<std::ptrdiff_t>(b), std::uint8_t{1});
+      if (a < b) {
+        std::fill(row + static_cast<std::ptrdiff_t>(a), row + static_cast<std::ptrdiff_t>(b), std::uint8_t{1});
+        area.add(static_cast<int>(a), static_cast<int>(b), y);
+      }
     }
   }
 }
 
-// Draws one checked record at the source size into bits (w × h, zeroed first).
-inline void draw_instance(const instance_record& r, std::uint8_t* bits, int w, int h) {
-  std::fill_n(bits, static_cast<std::size_t>(w) * static_cast<std::size_t>(h), std::uint8_t{0});
+// Draws one checked record at the source size into bits (w × h, all 0), returning what it touched.
+inline drawn_area draw_instance(const instance_record& r, std::uint8_t* bits, int w, int h) {
+  drawn_area area;
   if (r.kind == instance_kind::polygons) {
     thread_local std::vector<double> xs;
     instance_cursor c{r.body};
-    for (std::uint32_t k = 0; k < r.polygons; ++k) fill_polygon(c.take(2 * static_cast<std::size_t>(c.u32())), bits, w, h, xs);
+    for (std::uint32_t k = 0; k < r.polygons; ++k)
+      fill_polygon(c.take(2 * static_cast<std::size_t>(c.u32())), bits, w, h, xs, area);
   } else if (r.kind == instance_kind::runs) {
     // column-major: pixel index i is (x = i / h, y = i % h); runs alternate 0s and 1s, 0s first
     std::size_t i = 0;
@@ -263,13 +276,19 @@ inline void draw_instance(const instance_record& r, std::uint8_t* bits, int w, i
     for (std::size_t k = 0; k < r.body.size(); k += 4, one = !one) {
       std::uint32_t n;
       std::memcpy(&n, r.body.data() + k, 4);
-      if (one)
+      if (one && n > 0) {
+        const int xa = static_cast<int>(i / static_cast<std::size_t>(h));
+        const int xb = static_cast<int>((i + n - 1) / static_cast<std::size_t>(h)) + 1;
+        area.add(xa, xb, xa == xb - 1 ? static_cast<int>(i % static_cast<std::size_t>(h)) : 0);
+        area.add(xa, xb, xa == xb - 1 ? static_cast<int>((i + n - 1) % static_cast<std::size_t>(h)) : h - 1);
         for (std::size_t e = i + n; i < e; ++i)
           bits[(i % static_cast<std::size_t>(h)) * static_cast<std::size_t>(w) + i / static_cast<std::size_t>(h)] = 1;
-      else
+      } else {
         i += n;
+      }
     }
   }
+  return area;
 }
 
 }  // namespace detail
@@ -297,17 +316,23 @@ inline void draw_instances(std::span<const std::byte> in, std::span<std::byte> o
                            std::span<const std::uint32_t> keep) {
   const std::size_t plane = static_cast<std::size_t>(t.out_width) * static_cast<std::size_t>(t.out_height);
   if (out.size() < plane * keep.size()) throw usage_error("sluice: draw_instances destination is smaller than its masks");
+  // All 0 between calls: each instance clears what it drew (rows and columns it touched), so a
+  // small object in a large image costs its own area, not the image's.
   thread_local std::vector<std::uint8_t> bits;
-  const std::size_t area = static_cast<std::size_t>(t.src_width) * static_cast<std::size_t>(t.src_height);
-  if (bits.size() < area) bits.resize(area);
+  const std::size_t w = static_cast<std::size_t>(t.src_width);
+  if (bits.size() < w * static_cast<std::size_t>(t.src_height)) bits.resize(w * static_cast<std::size_t>(t.src_height));
   detail::instance_cursor c{in};
   std::size_t k = 0;
   for (std::uint32_t i = 0; k < keep.size() && c.p < in.size(); ++i) {
     const detail::instance_record r = detail::next_instance(c);
     if (keep[k] != i) continue;
-    detail::draw_instance(r, bits.data(), t.src_width, t.src_height);
-    resample_nearest(bits.data(), t.src_width, t.src_height, static_cast<std::size_t>(t.src_width),
-                     out.subspan(k * plane, plane), t, 0);
+    detail::check_instance(r, t.src_width, t.src_height);  // never draw past the bitmap
+    const detail::drawn_area a = detail::draw_instance(r, bits.data(), t.src_width, t.src_height);
+    resample_nearest(bits.data(), t.src_width, t.src_height, w, out.subspan(k * plane, plane), t, 0, {a.y0, a.y1});
+    for (int y = a.y0; y < a.y1; ++y)
+      std::fill(bits.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(y) * w + static_cast<std::size_t>(a.x0)),
+                bits.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(y) * w + static_cast<std::size_t>(a.x1)),
+                std::uint8_t{0});
     ++k;
   }
   if (k != keep.size()) throw usage_error("sluice: draw_instances asked for an instance the field does not hold");

@@ -50,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
@@ -379,8 +380,11 @@ inline void resample(const std::uint8_t* src, int src_w, int src_h, std::size_t 
 // falls outside the source (a window reaching past the image, as a pad or letterbox fit would
 // make) gets `fill`. Writes out_width × out_height bytes into dst (rows, packed). No allocation
 // after the first call on a thread.
+// `rows` [first, last) may say that only those source rows hold anything but `fill` (the rest
+// are not read, the output rows they feed get `fill`): an instance mask's rows.
 inline void resample_nearest(const std::uint8_t* src, int src_w, int src_h, std::size_t src_pitch,
-                             std::span<std::byte> dst, const image_transform& t, std::uint8_t fill) {
+                             std::span<std::byte> dst, const image_transform& t, std::uint8_t fill,
+                             std::pair<int, int> rows = {0, 1 << 30}) {
   if (t.src_width != src_w || t.src_height != src_h)
     throw usage_error("sluice: resample_nearest given a transform planned for another source size");
   if (t.w <= 0 || t.h <= 0 || t.out_width <= 0 || t.out_height <= 0)
@@ -399,7 +403,7 @@ inline void resample_nearest(const std::uint8_t* src, int src_w, int src_h, std:
   for (int y = 0; y < t.out_height; ++y) {
     std::uint8_t* o = out + static_cast<std::size_t>(y) * ow;
     const double sy = std::floor(t.y + (y + 0.5) * t.h / t.out_height);
-    if (!(sy >= 0 && sy < src_h)) {
+    if (!(sy >= 0 && sy < src_h && sy >= rows.first && sy < rows.second)) {
       std::fill_n(o, ow, fill);
       continue;
     }
