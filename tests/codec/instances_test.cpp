@@ -421,9 +421,13 @@ TEST_CASE("instances: bad segmentation values are named at open, a mask of anoth
   }
 }
 
-TEST_CASE("instances: parse_json keeps a raw member as its text, checked") {
+TEST_CASE("instances: parse_json keeps a raw member as where its text lies, checked") {
   static constexpr std::string_view raw[] = {"segmentation"};
-  const auto doc = io::parse_json(R"({"a": [{"segmentation": [[1, 2.5, 3]] , "bbox": 1}]})", "x.json", {}, raw);
-  CHECK(doc.at("a", "x.json").items()[0].at("segmentation", "x.json").as_string("x.json", "s") == "[[1, 2.5, 3]]");
+  const std::string text = R"({"a": [{"segmentation":  [[1, 2.5, 3]] , "bbox": 1}]})";
+  const auto doc = io::parse_json(text, "x.json", {}, raw);
+  const auto& span = doc.at("a", "x.json").items()[0].at("segmentation", "x.json").items();
+  REQUIRE(span.size() == 2);
+  CHECK(text.substr(static_cast<std::size_t>(span[0].as_int("x.json", "o")),
+                    static_cast<std::size_t>(span[1].as_int("x.json", "n"))) == "[[1, 2.5, 3]]");
   CHECK_THROWS_AS((void)io::parse_json(R"({"segmentation": [1,]})", "x.json", {}, raw), format_error);
 }

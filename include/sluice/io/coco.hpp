@@ -47,8 +47,8 @@
 // Memory: the annotation file is read whole and parsed once at open into a tree without its
 // "segmentation" values (each is checked as JSON, then dropped: most of a COCO file is polygons);
 // only the tables above are kept: 4 floats, an int64 and a byte a box, and each image's path.
-// With .segmentation each value is kept as its text until it is converted (the parse then peaks
-// at about twice the file), and the tables keep 8 bytes a vertex and 4 a run.
+// With .segmentation each value is kept as where its text lies until it is converted, and the
+// tables keep 8 bytes a vertex and 4 a run (bench/formats/coco_open.py measures the peak).
 // Thread-safety: after construction every member is safe to call concurrently.
 #pragma once
 
@@ -249,10 +249,8 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
     float box[4];
     std::int64_t cls;
     std::uint8_t crowd;
-    std::size_t seg_from, seg_to;  // its instance record in `segs`
+    std::size_t annotation;  // its index in "annotations"
   };
-  std::vector<std::byte> segs;
-  codecs::instance_writer seg_out(segs);
   std::vector<row> rows;
   rows.reserve(anns.size());
   for (std::size_t a = 0; a < anns.size(); ++a) {
@@ -281,18 +279,14 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
       detail::coco_fail(file, w + ".bbox", std::string("a negative ") + (v[2] < 0 ? "width" : "height") + " (" +
                                                std::to_string(v[2] < 0 ? v[2] : v[3]) + ")");
     if (crowd != 0 && !o.crowd) continue;
-    row r{im->second, {}, cl->second, crowd, segs.size(), segs.size()};
-    if (o.segmentation) {
-      if (const json_value* sv = an.find("segmentation")) detail::coco_segmentation(sv->as_string(file, w), seg_out, file, w + ".segmentation");
-      else seg_out.none();
-      r.seg_to = segs.size();
-    }
+    row r{im->second, {}, cl->second, crowd, a};
     if (o.boxes == codecs::box_format::xyxy) v[2] += v[0], v[3] += v[1];
     for (int k = 0; k < 4; ++k) r.box[k] = static_cast<float>(v[k]);
     rows.push_back(r);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const row& x, const row& y) { return x.image < y.image; });
 
+  codecs::instance_writer seg_out(t.segments);
   std::size_t r = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::size_t from = r;
@@ -302,8 +296,17 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
       t.boxes.insert(t.boxes.end(), rows[k].box, rows[k].box + 4);
       t.classes.push_back(rows[k].cls);
       t.iscrowd.push_back(rows[k].crowd);
-      t.segments.insert(t.segments.end(), segs.begin() + static_cast<std::ptrdiff_t>(rows[k].seg_from),
-                        segs.begin() + static_cast<std::ptrdiff_t>(rows[k].seg_to));
+      if (o.segmentation) {  // converted in the rows' order, straight into the table
+        const std::string w = "annotations[" + std::to_string(rows[k].annotation) + "].segmentation";
+        if (const json_value* at = anns[rows[k].annotation].find("segmentation")) {
+          const auto& span = at->as_array(file, w);  // [offset, length] of its text (parse_json's raw members)
+          detail::coco_segmentation(text.substr(static_cast<std::size_t>(span[0].as_int(file, w)),
+                                                static_cast<std::size_t>(span[1].as_int(file, w))),
+                                    seg_out, file, w);
+        } else {
+          seg_out.none();
+        }
+      }
     }
     t.first_segment.push_back(t.segments.size());
     t.image_ids.push_back(ids[i]);

@@ -180,7 +180,8 @@ class json_parser {
       const std::size_t start = p_;
       json_value v = value(depth + 1);  // checked whole, kept unless dropped, or kept as its text
       if (std::find(raw_.begin(), raw_.end(), std::string_view(k)) != raw_.end())
-        v = json_value(std::string(s_.substr(start, p_ - start)));
+        v = json_value(json_value::array{json_value(static_cast<std::int64_t>(start)),
+                                         json_value(static_cast<std::int64_t>(p_ - start))});
       if (std::find(drop_.begin(), drop_.end(), std::string_view(k)) == drop_.end()) out.emplace_back(std::move(k), std::move(v));
       if (eat('}')) return json_value(std::move(out));
       expect(',', "or '}' in an object");
@@ -337,9 +338,10 @@ class json_parser {
                                            std::span<const std::string_view> drop) {
   return detail::json_parser(text, file, drop).document();
 }
-// The same, with the members named in `raw` (at any depth) checked whole and kept as a string of
-// their JSON text (parse_json it when it is wanted): a large value read one at a time later (a
-// COCO file's polygons) costs its text, not a tree of every number at once.
+// The same, with the members named in `raw` (at any depth) checked whole and kept as where their
+// JSON text lies in `text`: an array [offset, length] (parse_json that part when it is wanted). A
+// large value read one at a time later (a COCO file's polygons) then costs two numbers until it is
+// read, not a tree of every number at once.
 [[nodiscard]] inline json_value parse_json(std::string_view text, const std::string& file,
                                            std::span<const std::string_view> drop,
                                            std::span<const std::string_view> raw) {
