@@ -10,6 +10,7 @@ set(expect_MISSPELT_BATCH_FIELD "batch has no field of this name" "no_such_field
 set(expect_MISSPELT_COLLATE_FIELD "no field of this name in the sample's schema" "schema_has_no_field<.*lable")
 set(expect_WRONG_FIELD_DTYPE "element type is not the field's" "image")
 set(expect_VARIABLE_FIELD_STACKED "has a variable-length field" "pad<")
+set(expect_INSTANCE_MASKS_WITHOUT_BOXES "instance_masks<Field, Boxes> follows the rows a boxes<Boxes")
 execute_process(
   COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} -D${CASE} ${SRC}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

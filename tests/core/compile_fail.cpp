@@ -2,6 +2,8 @@
 // and checks the diagnostics name both stages. With no -D it must compile (the control).
 #include <sluice/sluice.hpp>
 
+#include "sluice/codec/instances.hpp"
+
 namespace {
 struct mem_reader {
   using reader_concept = sluice::reader_tag;
@@ -24,6 +26,14 @@ struct field_reader {
   std::size_t size() const { return 1; }
   std::string_view path() const { return "mem"; }
   sluice::fields_sample<img_schema> fields(std::size_t) const { return {}; }
+};
+// A stand-in image codec that can plan a transform (what followers need).
+struct plan_codec {
+  using codec_concept = sluice::codec_tag;
+  std::size_t output_bytes() const { return 1; }
+  void decode(std::span<const std::byte>, std::span<std::byte>, const sluice::sample_context&) const {}
+  sluice::codecs::image_transform plan(std::span<const std::byte>, const sluice::sample_context&) const { return {}; }
+  void decode_with(std::span<const std::byte>, std::span<std::byte>, const sluice::codecs::image_transform&) const {}
 };
 struct pin_stage {
   using stage_concept = sluice::batch_stage_tag;
@@ -60,6 +70,9 @@ int main() {
   std::vector<float> px(3);
   smp.set<"image">(px);
   int p = 0;
+#elif defined(INSTANCE_MASKS_WITHOUT_BOXES)
+  // instance masks follow the rows a boxes follower keeps: without that follower there are none
+  auto p = sluice::decode<"image">(plan_codec{}, sluice::instance_masks<"segmentation", "boxes">{});
 #elif defined(VARIABLE_FIELD_STACKED)
   field_reader fr;
   auto l = sluice::from(s) | sluice::read(fr) | sluice::collate({.batch = 1}) | sluice::prefetch(2);
@@ -71,6 +84,9 @@ int main() {
   for (auto& b : l.epoch(0)) (void)b.get<"image">();
   auto p = sluice::from(s) | sluice::read(r) | decode_stage{} | sluice::collate({.batch = 1}) | pin_stage{} |
            sluice::prefetch(2);
+  auto d = sluice::decode<"image">(plan_codec{}, sluice::boxes<"boxes">{},
+                                   sluice::instance_masks<"segmentation", "boxes">{});
+  (void)d;
 #endif
   (void)p;
 }
