@@ -29,7 +29,7 @@
 //          the steady state after one sequential read() of the file has filled the page cache.
 //
 // Nothing here is a test: the figures depend on the machine, its load and its disk.
-// Measured figures, plots and what they mean: bench/README.md, "bench/storage"; raw output in
+// Measured figures, plots and what they mean: bench/storage/README.md; raw output in
 // bench/results/storage/.
 #include <fcntl.h>
 #include <sys/mman.h>

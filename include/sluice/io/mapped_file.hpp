@@ -47,7 +47,7 @@ namespace sluice::io {
 
 // automatic: normal (the kernel reads around a fault) when the file fits in half the memory this
 // process may still fill (io/page_warmer.hpp's memory_available: MemAvailable, or less under a
-// memory cgroup), random otherwise. Measured (bench/README.md, bench/storage): a cold first pass
+// memory cgroup), random otherwise. Measured (bench/storage/README.md): a cold first pass
 // over a shard that fits runs 12-38x faster with normal than with random at 256 KiB-1 MiB
 // records, while past the memory limit random keeps 7-24k random 4 KiB reads/s where read-around
 // falls to 0.1-1.9k. The readers default to it.
