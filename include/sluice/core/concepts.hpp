@@ -20,6 +20,25 @@
 //                  has the classic one, stage/field_collate.hpp the per-field ones (stack,
 //                  normalized, pad, pack, ragged); the core knows only this concept, so a user
 //                  may write their own.
+//
+// Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
+// time (a stage defines only what it needs):
+//   using slot_state = T;                       per-slot state, default-constructed with the ring
+//   void* allocate(std::size_t bytes);          slot storage (e.g. pinned); the first stage that
+//   void deallocate(void* p, std::size_t bytes);  provides it owns every slot's host memory
+//   void before_fill(detail::slot_base&, T&);   worker thread, before the slot's storage is
+//                                               (re)allocated and written (e.g. wait for the
+//                                               previous async copy out of it); may throw -> the
+//                                               batch fails, as does a throwing allocate()
+//   void on_filled(detail::slot_base&, T&);     worker thread, after collate filled the slot
+//                                               (e.g. issue the async copy); may throw -> the
+//                                               batch fails like a stage error
+//   void on_deliver(detail::slot_base&, T&);    consumer thread, before the batch is handed out
+//   void on_release(detail::slot_base&, T&);    the thread dropping the batch, before the slot
+//                                               is reused (e.g. record an event)
+//   void on_destroy(detail::slot_base&, T&);    when the ring is destroyed (free device memory)
+// slot_base carries device_data and ready_event for a device copy; batch::device_data() and
+// batch::ready_event() expose them to the trainer.
 #pragma once
 
 #include <concepts>

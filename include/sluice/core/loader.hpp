@@ -1,105 +1,21 @@
 // sluice/core/loader.hpp — the running pipeline: workers, the ring of batch slots, the consumer.
 //
-// How it runs (the shape every guarantee below follows from):
-//  * A batch is a ticket. Batch k of an epoch covers positions [start + k*B, start + (k+1)*B) of
-//    the sampler's order, and the sampler maps a position to a sample id by a pure function of
-//    (seed, epoch, position). Whichever worker claims ticket k computes exactly the same batch.
-//  * Workers claim tickets in order (under the ring's mutex, once per batch) and fill any free slot:
-//    the fused per-sample function runs for each sample of the batch (sample views, nothing
-//    copied yet), the collator checks each and plans the batch's tensors (shapes, offsets; a
-//    variable-length field makes the batch as large as its samples need), the slot's storage
-//    grows if this batch is the largest it has held, and the collator writes each sample once,
-//    straight into its place (a deferred sample, e.g. a decoder, writes itself there).
-//  * A batch's write (where decoders and conversions run) may be shared: its owner opens it in
-//    chunks of samples, and workers with nothing to claim (the epoch's tail, a full ring) help
-//    write it, each with its own copy of the collator's plan; while the trainer waits for batch k,
-//    every worker that reaches a chunk boundary helps batch k first, so the first batch and the
-//    batch a trainer stalls on arrive about `workers` times sooner. Samples land in the same
-//    places whoever writes them: the batch is bit-identical. A collator opts in
-//    (core/concepts.hpp: concurrent_write; all of sluice's do); loader_options::split_batches
-//    turns it off.
-//  * The consumer takes batches k = 0, 1, 2, ... in order; the batch handle returns its slot when
-//    dropped. The ring has C = max_depth + max_workers slots; a worker may start batch k only
-//    while fewer than depth + workers batches are being filled or wait for the consumer, and a
-//    slot is free. A slow consumer therefore stops the workers; memory never grows past C slots.
-//  * Keeping batches. The trainer may keep any batches (batch 0 for a whole epoch, the last batch
-//    across an epoch boundary, every batch of an evaluation pass): a kept batch keeps its slot.
-//    When the trainer waits for a batch while the batches it keeps leave fewer than depth + workers
-//    slots to fill, the ring adds a slot per kept batch (in chunks of slot objects; storage comes
-//    with the slot's first batch), as long as the added slots, each counted at the largest batch
-//    so far, fit in loader_options::hold_budget (1 GiB by default; stats().slots_grown). A Python
-//    loop keeps its previous batch while it asks for the next, so its ring grows by one slot on
-//    its first wait. Grown slots stay for later epochs, but a grown slot gives its storage back
-//    when the trainer lets its batch go and the ring has more sized slots than the batches still
-//    kept plus depth + workers need: a list(loader) that is dropped returns its memory (where no
-//    batch stage holds slot storage: with pin or to_device the grown slots keep theirs). Holding
-//    every slot with no budget left and asking for another is the one usage_error (nothing could
-//    ever be filled); it names the budget and how to raise it.
-//  * In the calling thread (loader_options::workers = 0): no worker thread is started; next()
-//    claims the ticket and fills the batch itself, through the same code a worker runs, so the
-//    batches are those of any worker count. The ring has two slots of its own (the batch being
-//    filled, and the one the trainer still has while it asks for the next), slot warming is off, and set_workers() has no threads to move. The set_interrupt
-//    check runs between samples while the trainer's thread fills (Ctrl-C from Python arrives within
-//    about 50 ms); it cancels the fill, and the next call fills the same batch again.
+// A batch is a ticket: batch k covers positions [start + k*B, start + (k+1)*B) of the sampler's
+// order, a pure function of (seed, epoch, position), so whichever worker fills it, it is the same
+// batch. Workers claim tickets in order and fill free slots of a ring (C = max_depth + max_workers
+// slots; a kept batch keeps its slot, and the ring grows within loader_options::hold_budget); the
+// consumer takes batches in order, and a dropped batch returns its slot. workers = 0 fills in the
+// calling thread through the same code.
 //
-// Guarantees:
-//  * Determinism: same sampler, seed and epoch -> bit-identical batches for any worker count.
-//  * Bounded memory: batches being filled or waiting <= depth + workers <= C; the batches the trainer
-//    keeps add at most hold_budget bytes of grown slots; bytes in flight are reported.
-//  * No allocation in steady state: slots, their id arrays and the workers' sample lists are
-//    allocated on first use; a slot's storage grows to the largest batch it held, then is reused.
-//  * A fresh loader's first epoch does not pay for the ring's memory on the workers' path: as soon
-//    as the first batch is planned (its size known), a short-lived thread allocates storage for
-//    the other slots the run may fill at once (depth + active workers, at most the epoch's
-//    batches) and touches every page, while the worker writes batch 0; workers take a sized slot
-//    before an unsized one. A later epoch that needs more slots than the first starts it again. Without it each slot's first batch took one page
-//    fault per 4 KiB (on a 2-vCPU VM ~1.3 ms per 3 MiB slot, a tenth of a 16k-record epoch; see
-//    bench/core BM_first_epoch). Only the loader's own storage is warmed (a stage that provides
-//    slot storage, e.g. pin's pool, keeps its own); loader_options::warm_slots = false turns it
-//    off. The thread checks for a stop every MiB, so destroying the loader stays prompt.
-//  * Errors reach the consumer: a stage's exception is stored in the slot and rethrown by the
-//    consumer's next() for that batch, as stage_error(stage, sample id, cause) with the original
-//    nested. Batches before it are delivered normally. With on_error::skip the sample is dropped
-//    from its batch (which is then smaller), counted, and its error kept in stats().skip_causes
-//    (the first 16); a batch whose every sample was skipped is not delivered (its ticket still
-//    counts, so positions, determinism and resume are unchanged). Every error is a stage_error
-//    with the cause nested (std::rethrow_if_nested works on all of them), naming the stage that
-//    failed: a decode that runs inside collate (a deferred sample) is reported as decode, in
-//    errors and in per-stage busy time.
-//  * Files that change under the loader (core/file_guard.hpp): a sample whose reading touched a
-//    page of a file truncated meanwhile fails with a format_error naming the file (stage "read")
-//    instead of killing the process with SIGBUS; at each epoch's start every mapped file's
-//    identity is compared with its identity at open, and a changed file's samples fail the same
-//    way. A throwing batch-stage hook (on_deliver, on_release) never leaks its slot: the error
-//    reaches the trainer from next().
-//  * Clean stop: destroying the loader (or starting another epoch) cancels the running epoch;
-//    workers check between samples, so the destructor returns within about one sample's work.
-//    Batches the trainer still holds stay valid: the ring's memory is reference-counted.
-//
-// Measurements (core/stats.hpp): per-stage busy time for the per-sample stages (sampled), collate
-// and the batch stages' worker-side hooks (per batch), where each runs, on the worker threads.
-// stats() is cumulative; epoch_stats(e) is one epoch run's share
-// (a snapshot of the counters at each epoch's start, the last epoch_stats_kept = 16 runs kept in
-// a fixed ring, the running one included), and bottleneck() names an epoch's limiting stage.
-//
-// Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
-// time (a stage defines only what it needs):
-//   using slot_state = T;                       per-slot state, default-constructed with the ring
-//   void* allocate(std::size_t bytes);          slot storage (e.g. pinned); the first stage that
-//   void deallocate(void* p, std::size_t bytes);  provides it owns every slot's host memory
-//   void before_fill(detail::slot_base&, T&);   worker thread, before the slot's storage is
-//                                               (re)allocated and written (e.g. wait for the
-//                                               previous async copy out of it); may throw -> the
-//                                               batch fails, as does a throwing allocate()
-//   void on_filled(detail::slot_base&, T&);     worker thread, after collate filled the slot
-//                                               (e.g. issue the async copy); may throw -> the
-//                                               batch fails like a stage error
-//   void on_deliver(detail::slot_base&, T&);    consumer thread, before the batch is handed out
-//   void on_release(detail::slot_base&, T&);    the thread dropping the batch, before the slot
-//                                               is reused (e.g. record an event)
-//   void on_destroy(detail::slot_base&, T&);    when the ring is destroyed (free device memory)
-// slot_base carries device_data and ready_event for a device copy; batch::device_data() and
-// batch::ready_event() expose them to the trainer.
+// Guarantees: bit-identical batches for any worker count; memory bounded by the ring and the hold
+// budget; no allocation in steady state; a stage's error reaches the consumer as a stage_error
+// naming the stage and the sample (on_error::skip drops and counts it); files changed under the
+// loader fail their samples instead of delivering wrong bytes (core/file_guard.hpp); destroying
+// the loader mid-epoch returns within about one sample's work.
+// Threads: the workers are the loader's own; the trainer takes batches on its own thread.
+// The whole state machine, each guarantee's reasons and the measurements: docs/loader.md. The
+// batch-stage hooks (allocate, before_fill, on_filled, on_deliver, on_release, on_destroy):
+// core/concepts.hpp.
 #pragma once
 
 #include <algorithm>
@@ -140,22 +56,22 @@ struct loader_options {
   std::size_t workers = 2;       // worker threads at the start; 0: no worker thread, the trainer's
                                  // own call for a batch fills it (as DataLoader's num_workers=0:
                                  // nothing runs ahead, no thread is started; see "In the calling
-                                 // thread" above)
+                                 // thread" in docs/loader.md)
   std::size_t max_workers = 0;   // threads spawned (0: = workers); set_workers() moves within it
   std::uint64_t seed = 0;        // for augmentation: sample_context.seed
   on_error errors = on_error::raise;
   bool stage_timing = true;      // sampled per-stage busy time (core/stats.hpp); off only to
                                  // measure what it costs
-  bool split_batches = true;     // idle workers help write another worker's batch (see above)
+  bool split_batches = true;     // idle workers help write another worker's batch (docs/loader.md)
   bool warm_slots = true;        // once the first batch's size is known, a short-lived thread
-                                 // allocates and touches the ring's other slots (see above)
+                                 // allocates and touches the ring's other slots (docs/loader.md)
   std::vector<int> cpus{};       // pin worker w to cpus[w % size] (core/affinity.hpp); empty: no
                                  // pinning (the default)
   std::size_t hold_budget = std::size_t{1} << 30;  // bytes of batches the trainer may keep beyond
                                  // what the ring's own slots leave to the pipeline: the ring grows
                                  // by whole slots while the extra slots' bytes (counted at the
                                  // largest batch so far) stay within it (see "Keeping batches"
-                                 // above; stats().slots_grown). 0: the ring never grows, and holding
+                                 // in docs/loader.md; stats().slots_grown). 0: the ring never grows, and holding
                                  // every slot is a usage_error. Default 1 GiB.
   bool check_files = true;       // after each batch is written, stat every file it read and fail
                                  // its samples from a file that changed (core/file_guard.hpp:

@@ -1,89 +1,18 @@
 // sluice/diag/advisor.hpp — turns measurements into what to change, with the numbers that say why.
 //
 // The advisor reads one `epoch_observation` per epoch (pipeline stats, the trainer's validation
-// loss, the class-balance, memory and drift monitors) and applies the rules below. Each rule is a
-// plain function, tested on traces recorded from real runs (tests/data/diag/). A recommendation
-// carries the rule's id, a severity and a message that quotes the measured numbers.
-//
-// R1 loader-speed   The consumer waits w = wait / step time. If w < 15 %, a faster loader cannot
-//                   save more than w of the step: say so (info). Otherwise the loader is the
-//                   bottleneck (warning).
-// R2 prefetch-depth Consumer utilisation u (fraction of its wall time spent computing; 1 - w when
-//                   not given). u > 85 % -> depth 1 (the loader keeps up; deeper only costs memory),
-//                   u < 60 % -> depth 3 (absorb the loader's jitter), otherwise depth 2.
-// R3 balance-or-workers
-//                   If the validation loss has flattened (|d loss / d epoch| < 0.001, least-squares
-//                   slope over the last three epochs: it needs three epochs with a validation loss,
-//                   two are not a trend) and the class distribution across batches is skewed
-//                   (class_std > 1.5 samples per batch, see class_balance.hpp), recommend
-//                   class-balanced sampling with per-sample weights 1/log(1+n) for a class of n
-//                   samples (sample::inverse_log, the seed's rule for a long tail: rare classes up,
-//                   softly), naming the alternatives sample/class_weights.hpp knows
-//                   (inverse_frequency 1/n, effective_number (1-b^n)/(1-b), power n^(q-1) and its
-//                   schedule): more epochs of the same feed will not move the tail. The soft rule is
-//                   the start, not the answer: on the demo's steep tail (imbalance 100) 1/n gained
-//                   +6.0 points of balanced accuracy and 1/log(1+n) +1.3 (examples/demo/README.md),
-//                   so the message says to choose between them on a validation split.
-//                   Otherwise, if u is outside 85-92 %, recommend the worker count that brings it in:
-//                   starved (u < 85 %): the loader delivers one batch per step time T with w workers,
-//                   so w' = ceil(w * u_target / u) with u_target = 88.5 %; over-fed (u > 92 %) and
-//                   the workers' busy fraction b known: w' = max(1, ceil(w * b / 0.885)) still keeps
-//                   up, the rest are spare cores. Never a setting below 1: with one worker there is
-//                   nothing fewer to suggest, and the rule says nothing.
-// R4a memory-growth RSS grows across epochs (least-squares slope > 2 % of the first epoch's RSS per
-//                   epoch over >= 3 epochs, and more than 8 MiB in total): a leak or an unbounded
-//                   cache.
-// R4b page-faults   Major faults in an epoch after the first (data re-read from disk: the page cache
-//                   does not hold the dataset), or minor faults per epoch climbing (each of the last
-//                   two epochs > 1.5x the one before, and > 1000): memory is being re-mapped.
-// R4c drift         The data-side mean of a channel moved more than 0.1 standard deviations between
-//                   windows (epochs): BatchNorm running statistics learnt before the shift are stale —
-//                   recompute them or keep the sampler fixed.
-// R5 limiting-stage When the loader stalls the trainer (w >= 15 %, as R1) and the epoch's per-stage
-//                   attribution is known (loader.epoch_stats(e), bottleneck() in core/stats.hpp):
-//                   name the stage with the largest share of worker busy time and what lowers it,
-//                   e.g. "decode is 83 % of worker time: add workers, lower the decode size, or move
-//                   decode to the GPU". Value: the share (0..1).
-// R6 straggler-rank Data-parallel training (diag/ranks.hpp: one rank_summary per rank, gathered by
-//                   the trainer). Each rank's lag per step is the time before it can join the
-//                   step's synchronisation: its data wait, plus its compute (step - wait - comm)
-//                   when every rank measured its communication. The rank with the largest lag is
-//                   the straggler when its lag exceeds the median of the other ranks' by more than
-//                   10 % of the mean step time: the others wait that long for it at every step.
-//                   The cause is the larger of its excess data wait and its excess compute over
-//                   the others' medians: data -> its loader (its limiting stage and R5's remedy,
-//                   more workers on that rank, or another process or slower storage on its node);
-//                   compute -> its device or its share of the work, not the loader. A data
-//                   straggler must also make batches slower than the others (worker busy time per
-//                   batch and worker, rank_summary::produce_per_batch_s, by the same 10 % of the
-//                   step): when every loader is about as slow, the rank that falls behind first
-//                   waits while the others' loaders run ahead, and mending it alone gains little;
-//                   that is R1/R5's case, and R6 says nothing. Without comm_ns only a data
-//                   straggler can be seen (a slow compute rank hides inside the others' all-reduce).
-//                   Value: the straggler's rank.
-// R7 slowdown-cause The step time of the latest epoch against the fastest earlier epoch of the
-//                   history: when it grew by more than 10 %, the growth dT is split into the change
-//                   of the data stall per step (wait_fraction x step time) and, where measured, of
-//                   the communication per step (comm_time_s). Data stall >= half of dT -> the loader
-//                   (R1 and R5 say what to change). Otherwise communication >= half of dT ->
-//                   communication, not the loader: the stall fraction falls because the step grew
-//                   around an unchanged wait, or the wait itself falls (a loader that stalled a
-//                   short step keeps up with a longer one); overlap the all-reduce with the backward
-//                   pass, use larger gradient buckets or compression, or look at the network.
-//                   Otherwise compute, or, with communication unmeasured, "outside the loader".
-//                   Only past the noise: the growth must also exceed the step jitter (the pooled
-//                   step_time_std_s of the two epochs: a mean that moved by less than one step's
-//                   typical scatter is how a shared machine looks), three standard errors of the
-//                   difference of the two means (with steps), and, with two or more earlier
-//                   epochs, three robust deviations of their step times above their median
-//                   (1.4826 x the median absolute deviation). A noise-only history gives no
-//                   warning; a slowdown that persists keeps being reported.
-//                   Severity warning; value: the growth (0.25 = 25 %).
+// loss, the class-balance, memory and drift monitors) and applies its rules: R1 loader-speed
+// (a loader that stalls under 15 % of the step is not the bottleneck), R2 prefetch-depth,
+// R3 balance-or-workers (class-balanced sampling when the loss has flattened on a skewed feed,
+// else the worker count that brings utilisation into 85-92 %), R4a memory-growth, R4b page-faults,
+// R4c drift, R5 limiting-stage, R6 straggler-rank, R7 slowdown-cause. Each rule is a plain
+// function, tested on traces recorded from real runs (tests/data/diag/); a recommendation carries
+// the rule's id, a severity and a message that quotes the measured numbers. Every rule's exact
+// thresholds and reasons: docs/advisor.md.
 //
 // `observe(epoch_stats, workers)` fills an observation's loader fields from one epoch's stats;
-// `observe(ranks)` makes the job's observation from all ranks' summaries of an epoch: the mean step
-// time, and the data stall, communication, workers and limiting stage of the rank the others wait
-// for (critical_rank_index in ranks.hpp) — the rank whose loader a faster one would help.
+// `observe(ranks)` makes the job's observation from all ranks' summaries of an epoch.
+// Threads: the advisor and its rules are plain functions of their inputs.
 #pragma once
 
 #include <algorithm>

@@ -1,89 +1,20 @@
 // sluice/stage/decode.hpp — `decode(codec)`: record view -> a sample that decodes itself in place;
 // `decode<"f">(codec)`: a sample with fields -> the same sample with field "f" decoded in place.
 //
-// The stage does no work when it is called: it returns a deferred sample (id, label,
-// size_bytes() = codec.output_bytes(), write_into(dst, ctx)), and collate calls write_into with
-// the sample's slot in the batch. So the decoded pixels are written exactly once, straight into
-// the batch (pinned memory when a transfer follows) — no intermediate image buffer per sample.
-// The loader still reports the decode's time and errors as the decode stage's: the deferred
-// sample times itself (core/stats.hpp, deferred_scope) and raises stage_error("decode", id) with
-// the codec's error nested, which collate passes on unchanged.
-//
-//   auto loader = sluice::from(sluice::sample::shuffle(r.size(), {.seed = 1}))
-//               | sluice::read(r)
-//               | sluice::decode(sluice::codecs::jpeg{{.width = 64, .height = 64}})
-//               | sluice::collate({.batch = 256})
-//               | sluice::prefetch(2, {.workers = 2});
-//
-// The image codecs are codecs::jpeg, codecs::png and codecs::image (either, by the first bytes:
-// for datasets that mix them), in include/sluice/codec/.
-// A codec that states what it writes (`geometry()`: shape and image_layout, as those codecs do)
-// has it passed on: the decoded sample's geometry() forwards to it, so collate normalises each
-// channel in the layout the codec wrote, and a `.layout` that contradicts it is an error (a
-// stage_error whose nested cause is a usage_error), never a silent reinterpretation. A codec
-// without geometry() works as before (geometry() then says nothing: layout none, no shape).
-//
-// For samples with fields (core/schema.hpp), decode<"jpg">(codec) decodes one field: the sample
-// it hands on has the schema of its input with "jpg" replaced by a fixed u8 field of
-// codec.output_bytes() bytes, written by the codec straight into the batch when a collator asks
-// (write<"jpg">), with geometry_of<"jpg">() = the codec's geometry(); every other field is the
-// input's, untouched. The decoded field has no bytes_of (nothing exists to view until it is
-// written), which tells collators the work is deferred.
-//
-//   auto loader = sluice::from(sampler) | sluice::read(wds)          // fields "jpg", "label"
-//               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 224, .height = 224,
-//                                                             .layout = sluice::image_layout::chw}})
-//               | sluice::collate({.batch = 64},
-//                                 sluice::normalized<"jpg">{.mean = {0.485f, 0.456f, 0.406f},
-//                                                          .std = {0.229f, 0.224f, 0.225f}},
-//                                 sluice::stack<"label">{})
-//               | sluice::prefetch(2);          // b.get<"jpg">(): float {64, 3, 224, 224}
-//
-// Fields that follow the image: decode<"jpg">(codec, boxes<"boxes", "classes">{...}, points<"kp">{})
-// plans the sample's geometry when the stage runs (codec.plan: the header is read, the transform
-// drawn from (seed, epoch, id)), keeps that codecs::image_transform in the sample, decodes the
-// image with it, and maps field "boxes" (rows of 4 floating-point coordinates) by the same value
-// (codec/transform.hpp: clipped; dropped per .drop_outside / .min_size / .min_visible). The fields
-// named after it ("classes": one row per box, any type) lose the rows of dropped boxes. A box
-// field that is not whole rows, a per-box field whose size is not one row per box, or an image
-// whose header cannot be read is a format_error naming the file, the record and the field, raised
-// when the stage runs (so on_error::skip skips the sample).
-//
-//   auto loader = sluice::from(sampler) | sluice::read(wds)   // "jpg", "boxes.npy", "classes.npy"
-//               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 224, .height = 224,
-//                                           .mode = sluice::codecs::fit::random_resized_crop,
-//                                           .random_flip = true}},
-//                                       sluice::boxes<"boxes.npy", "classes.npy">{})
-//               | sluice::collate({.batch = 32}, sluice::stack<"jpg">{},
-//                                 sluice::ragged<"boxes.npy">{.row = {4}}, sluice::ragged<"classes.npy">{})
-//               | sluice::prefetch(2);
-//
-// A segmentation mask follows the same way: mask<"seg.png">{.ignore_index = 255} (codec/mask.hpp,
-// which needs libpng; include it explicitly) takes a PNG of class ids (grey, or palette indices)
-// the size of the image's source. The stage reads the mask's header and checks its kind and size
-// (a format_error naming the file, the record, the field and both sizes); when a collator writes
-// the field, the mask is decoded to its ids and resampled nearest-neighbour through the image's
-// transform (the same window, output size and flip; ignore_index where the window leaves the
-// image), so ids are never blended. The field becomes a fixed u8 field {out_h, out_w}
-// (geometry_of says so): stack<"seg.png"> collates {B, H, W}. A mask is a rendered follower (it is
-// decoded when written, as the image is), boxes and points are row followers (mapped when the
-// stage runs); the protocols are below, and any mix may follow one image.
-//
-//   auto loader = sluice::from(sampler) | sluice::read(wds)   // "jpg", "seg.png", "boxes.npy", "classes.npy"
-//               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 512, .height = 512,
-//                                           .mode = sluice::codecs::fit::random_resized_crop,
-//                                           .random_flip = true}},
-//                                       sluice::mask<"seg.png">{.ignore_index = 255},
-//                                       sluice::boxes<"boxes.npy", "classes.npy">{})
-//               | sluice::collate({.batch = 16}, sluice::stack<"jpg">{}, sluice::stack<"seg.png">{},
-//                                 sluice::ragged<"boxes.npy">{.row = {4}}, sluice::ragged<"classes.npy">{})
-//               | sluice::prefetch(2);          // b.get<"seg.png">(): u8 {16, 512, 512}
-//
-// Random augmentation inside the codec draws from counter_rng(ctx.seed, ctx.epoch, ctx.id), so
-// the batch is bit-identical for any worker count. A record the codec cannot decode raises
-// sluice::format_error naming the record's file (the reader's path), the record id and the cause
-// (and, for decode<"f">, the field). The codec is held by value in the stage and must be
-// const-callable from several threads.
+// The stage does no work when it is called: it returns a deferred sample, and collate calls
+// write_into with the sample's slot in the batch, so decoded pixels are written once, straight
+// into the batch. The decode's time and errors are still reported as the decode stage's. A codec
+// that states what it writes (geometry(): shape and layout) has it passed on to collate.
+// decode<"f">(codec, followers...) also moves fields with the image's geometry: boxes<> and
+// points<> (rows mapped when the stage runs, their companions losing dropped rows), mask<> (a
+// PNG of class ids, codec/mask.hpp) and instance_masks<> (one mask per kept box,
+// codec/instances.hpp), all by the one transform planned per sample from (seed, epoch, id), so
+// batches are bit-identical for any worker count.
+// Errors: a record the codec cannot decode is a format_error naming the file, the record and the
+// cause (and the field); a followed field that does not fit is one too, raised when the stage
+// runs, so on_error::skip skips the sample.
+// Threads: the codec is held by value and must be const-callable from several threads.
+// Examples and every rule: docs/decode.md.
 #pragma once
 
 #include <cstddef>
