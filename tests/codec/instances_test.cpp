@@ -431,3 +431,75 @@ TEST_CASE("instances: parse_json keeps a raw member as where its text lies, chec
                     static_cast<std::size_t>(span[1].as_int("x.json", "n"))) == "[[1, 2.5, 3]]");
   CHECK_THROWS_AS((void)io::parse_json(R"({"segmentation": [1,]})", "x.json", {}, raw), format_error);
 }
+
+TEST_CASE("instances: a polygon's huge vertices are clamped, not cast (the whole image stays covered)") {
+  for (const float big : {1e9f, 1e10f, 1e30f}) {
+    CAPTURE(big);
+    std::vector<std::byte> rec;
+    instance_writer(rec).polygons(std::vector<std::vector<float>>{{-big, -big, big, -big, 0, big}});
+    std::vector<std::byte> out(8 * 6);
+    check_instances(rec, identity(8, 6), 1);
+    draw_instances(rec, out, identity(8, 6), std::vector<std::uint32_t>{0});
+    CHECK(std::count(out.begin(), out.end(), std::byte{1}) == 48);
+  }
+}
+
+TEST_CASE("instances: a polygon of many vertices (a 20,000-point circle with a notch) against ray casting") {
+  std::vector<float> p;
+  for (int k = 0; k < 20000; ++k) {
+    const double a = 6.283185307179586 * k / 20000, r = (k > 100 && k < 2000) ? 9.0 : 27.0;  // a notch
+    p.push_back(static_cast<float>(40.3 + r * std::cos(a))), p.push_back(static_cast<float>(30.7 + r * std::sin(a)));
+  }
+  std::vector<std::byte> rec;
+  instance_writer(rec).polygons(std::vector<std::vector<float>>{p});
+  std::vector<std::byte> out(80 * 60);
+  draw_instances(rec, out, identity(80, 60), std::vector<std::uint32_t>{0});
+  std::size_t wrong = 0, ones = 0;
+  for (int y = 0; y < 60; ++y)
+    for (int x = 0; x < 80; ++x) {
+      const bool g = out[static_cast<std::size_t>(y) * 80 + x] == std::byte{1};
+      wrong += g != inside(p, x + 0.5, y + 0.5);
+      ones += g;
+    }
+  CHECK(wrong == 0);
+  CHECK(ones > 1500);
+}
+
+namespace {
+using boxed = schema<field<"image", std::uint8_t, variable>, field<"boxes", float, variable>,
+                     field<"segmentation", std::uint8_t, variable>>;
+struct boxed_reader {
+  using reader_concept = reader_tag;
+  std::vector<std::byte> png_bytes, segs;
+  std::vector<float> boxes;
+  [[nodiscard]] std::size_t size() const { return 1; }
+  [[nodiscard]] std::string_view path() const { return "boxed"; }
+  [[nodiscard]] fields_sample<boxed> fields(std::size_t i) const {
+    fields_sample<boxed> s{.id = i, .origin = path()};
+    s.set<"image">(png_bytes);
+    s.set<"boxes">(boxes);
+    s.set<"segmentation">(std::span<const std::byte>(segs));
+    return s;
+  }
+};
+}  // namespace
+
+TEST_CASE("instances: a boxes field of broken rows is named as the boxes' error, whichever follower is listed first") {
+  boxed_reader r;
+  r.png_bytes = sluice_test::write_png(sluice_test::make_png_spec(PNG_COLOR_TYPE_RGB, 8, false, 20, 10));
+  r.boxes = {1, 1, 5, 5, 2};  // 20 bytes: not a whole row of 4 floats
+  instance_writer(r.segs).none();
+  instance_writer(r.segs).none();
+  auto loader = from(sample::sequential(1)) | read(r) |
+                decode<"image">(png({.width = 8, .height = 8}), instance_masks<"segmentation", "boxes">{},
+                                boxes<"boxes">{}) |
+                collate({.batch = 1}, ragged<"segmentation">{.row = {8, 8}}) | prefetch(1);
+  try {
+    for (auto& b : loader.epoch(0)) (void)b;
+    FAIL("no error");
+  } catch (const std::exception& e) {
+    const std::string text = sluice_test::nested_text(e);
+    INFO(text);
+    CHECK(text.find("field 'boxes': 20 bytes is not a whole number of rows of 4") != std::string::npos);
+  }
+}

@@ -57,6 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         sluice::codecs::draw_instances(rec, out, tr, keep);
         for (const std::byte b : out)
           if (b != std::byte{0} && b != std::byte{1}) std::abort();
+        for (const std::uint8_t b : sluice::codecs::detail::instance_bits())  // left all 0 for the next draw
+          if (b != 0) std::abort();
       }
     } catch (const sluice::format_error&) {
     }

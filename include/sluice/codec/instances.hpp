@@ -101,7 +101,7 @@ class instance_writer {
 
 // COCO's compressed run-length string (pycocotools' "counts" of an RLE object) as its counts: each
 // count is a little-endian run of 5-bit groups in characters from '0' (48), 0x20 set on every
-// group but the last, the last group's 0x10 its sign; from the third count on, a count is stored
+// group but the last, the last group's 0x10 its sign; from the fourth count on, a count is stored
 // as its difference from the count two before. A character outside '0'..'o', a string that ends
 // inside a count, or a count below 0 is a format_error (named by the caller).
 inline std::vector<std::uint32_t> coco_rle_counts(std::string_view s) {
@@ -225,9 +225,14 @@ struct drawn_area {
 };
 
 // Fills the pixels of `bits` (w × h, rows) whose centres lie inside polygon v (x, y pairs) by the
-// even-odd rule, setting them to 1 (so several polygons give their union).
+// even-odd rule, setting them to 1 (so several polygons give their union). Edges are swept by row
+// (each enters the active list at its top row and leaves after its bottom one), so a polygon of
+// many vertices costs its edges once plus the crossings of each row, not edges × rows.
+struct polygon_edge {
+  double ylo, yhi, ax, ay, bx, by;
+};
 inline void fill_polygon(std::span<const std::byte> v, std::uint8_t* bits, int w, int h, std::vector<double>& xs,
-                         drawn_area& area) {
+                         std::vector<polygon_edge>& edges, std::vector<std::size_t>& active, drawn_area& area) {
   const std::size_t n = v.size() / 8;
   if (n < 3) return;
   auto at = [&](std::size_t i, int c) {
@@ -235,18 +240,32 @@ inline void fill_polygon(std::span<const std::byte> v, std::uint8_t* bits, int w
     std::memcpy(&f, v.data() + 8 * i + 4 * static_cast<std::size_t>(c), 4);
     return static_cast<double>(f);
   };
-  double lo = at(0, 1), hi = lo;
-  for (std::size_t i = 1; i < n; ++i) lo = std::min(lo, at(i, 1)), hi = std::max(hi, at(i, 1));
-  const int y0 = std::max(0, static_cast<int>(std::ceil(lo - 0.5)));
-  const int y1 = std::min(h - 1, static_cast<int>(std::floor(hi - 0.5)));
-  for (int y = y0; y <= y1; ++y) {
+  edges.clear();
+  for (std::size_t i = 0, j = n - 1; i < n; j = i++) {
+    const double ay = at(j, 1), by = at(i, 1);
+    if (ay == by) continue;  // horizontal: crosses no row's centre line
+    edges.push_back({std::min(ay, by), std::max(ay, by), at(j, 0), ay, at(i, 0), by});
+  }
+  if (edges.empty()) return;
+  std::sort(edges.begin(), edges.end(), [](const polygon_edge& a, const polygon_edge& b) { return a.ylo < b.ylo; });
+  double hi = edges[0].yhi;
+  for (const auto& e : edges) hi = std::max(hi, e.yhi);
+  // Rows whose centre y + 0.5 lies in [ylo, hi), clamped as doubles first (a vertex may be huge).
+  const double first = std::max(0.0, std::ceil(edges[0].ylo - 0.5));
+  const double last = std::min(static_cast<double>(h) - 1, std::ceil(hi - 0.5) - 1);
+  if (!(first <= last)) return;
+  active.clear();
+  std::size_t next = 0;
+  for (int y = static_cast<int>(first), y1 = static_cast<int>(last); y <= y1; ++y) {
     const double yc = y + 0.5;
+    while (next < edges.size() && edges[next].ylo <= yc) active.push_back(next++);
+    // an edge crosses this row's centre line when ylo <= yc < yhi
+    active.erase(std::remove_if(active.begin(), active.end(), [&](std::size_t e) { return edges[e].yhi <= yc; }),
+                 active.end());
     xs.clear();
-    for (std::size_t i = 0, j = n - 1; i < n; j = i++) {
-      const double ay = at(j, 1), by = at(i, 1);
-      if ((ay <= yc) == (by <= yc)) continue;  // the edge does not cross this row's centre line
-      const double ax = at(j, 0), bx = at(i, 0);
-      xs.push_back(ax + (yc - ay) * (bx - ax) / (by - ay));
+    for (const std::size_t k : active) {
+      const polygon_edge& e = edges[k];
+      xs.push_back(e.ax + (yc - e.ay) * (e.bx - e.ax) / (e.by - e.ay));
     }
     std::sort(xs.begin(), xs.end());
     std::uint8_t* row = bits + static_cast<std::size_t>(y) * static_cast<std::size_t>(w);
@@ -261,16 +280,17 @@ inline void fill_polygon(std::span<const std::byte> v, std::uint8_t* bits, int w
   }
 }
 
-// Draws one checked record at the source size into bits (w × h, all 0), returning what it touched.
-inline drawn_area draw_instance(const instance_record& r, std::uint8_t* bits, int w, int h) {
-  drawn_area area;
+// Draws one checked record at the source size into bits (w × h, all 0), widening `area` by what it
+// touched (so a caller that clears `area` afterwards leaves bits all 0, even if this throws).
+inline void draw_instance(const instance_record& r, std::uint8_t* bits, int w, int h, drawn_area& area) {
   if (r.kind == instance_kind::polygons) {
     thread_local std::vector<double> xs;
+    thread_local std::vector<polygon_edge> edges;
+    thread_local std::vector<std::size_t> active;
     instance_cursor c{r.body};
     for (std::uint32_t k = 0; k < r.polygons; ++k)
-      fill_polygon(c.take(2 * static_cast<std::size_t>(c.u32())), bits, w, h, xs, area);
-  } else if (r.kind == instance_kind::runs) {
-    // column-major: pixel index i is (x = i / h, y = i % h); runs alternate 0s and 1s, 0s first
+      fill_polygon(c.take(2 * static_cast<std::size_t>(c.u32())), bits, w, h, xs, edges, active, area);
+  } else if (r.kind == instance_kind::runs) {    // column-major: pixel index i is (x = i / h, y = i % h); runs alternate 0s and 1s, 0s first
     std::size_t i = 0;
     bool one = false;
     for (std::size_t k = 0; k < r.body.size(); k += 4, one = !one) {
@@ -288,7 +308,12 @@ inline drawn_area draw_instance(const instance_record& r, std::uint8_t* bits, in
       }
     }
   }
-  return area;
+}
+
+// The thread's drawing bitmap: all 0 between draws (draw_instances clears what each instance drew).
+inline std::vector<std::uint8_t>& instance_bits() {
+  thread_local std::vector<std::uint8_t> bits;
+  return bits;
 }
 
 }  // namespace detail
@@ -302,7 +327,11 @@ inline void check_instances(std::span<const std::byte> in, const image_transform
   detail::instance_cursor c{in};
   std::size_t n = 0;
   while (c.p < in.size()) {
-    detail::check_instance(detail::next_instance(c), t.src_width, t.src_height);
+    try {
+      detail::check_instance(detail::next_instance(c), t.src_width, t.src_height);
+    } catch (const format_error& e) {
+      detail::instances_fail("instance " + std::to_string(n) + ": " + e.cause());
+    }
     ++n;
   }
   if (n != boxes)
@@ -318,7 +347,7 @@ inline void draw_instances(std::span<const std::byte> in, std::span<std::byte> o
   if (out.size() < plane * keep.size()) throw usage_error("sluice: draw_instances destination is smaller than its masks");
   // All 0 between calls: each instance clears what it drew (rows and columns it touched), so a
   // small object in a large image costs its own area, not the image's.
-  thread_local std::vector<std::uint8_t> bits;
+  std::vector<std::uint8_t>& bits = detail::instance_bits();
   const std::size_t w = static_cast<std::size_t>(t.src_width);
   if (bits.size() < w * static_cast<std::size_t>(t.src_height)) bits.resize(w * static_cast<std::size_t>(t.src_height));
   detail::instance_cursor c{in};
@@ -327,12 +356,19 @@ inline void draw_instances(std::span<const std::byte> in, std::span<std::byte> o
     const detail::instance_record r = detail::next_instance(c);
     if (keep[k] != i) continue;
     detail::check_instance(r, t.src_width, t.src_height);  // never draw past the bitmap
-    const detail::drawn_area a = detail::draw_instance(r, bits.data(), t.src_width, t.src_height);
+    detail::drawn_area a;
+    struct clear_after {  // what was drawn is cleared on every way out, an exception included
+      std::vector<std::uint8_t>& bits;
+      const detail::drawn_area& a;
+      std::size_t w;
+      ~clear_after() {
+        for (int y = a.y0; y < a.y1; ++y)
+          std::fill_n(bits.data() + static_cast<std::size_t>(y) * w + static_cast<std::size_t>(a.x0),
+                      static_cast<std::size_t>(a.x1 - a.x0), std::uint8_t{0});
+      }
+    } clear{bits, a, w};
+    detail::draw_instance(r, bits.data(), t.src_width, t.src_height, a);
     resample_nearest(bits.data(), t.src_width, t.src_height, w, out.subspan(k * plane, plane), t, 0, {a.y0, a.y1});
-    for (int y = a.y0; y < a.y1; ++y)
-      std::fill(bits.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(y) * w + static_cast<std::size_t>(a.x0)),
-                bits.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(y) * w + static_cast<std::size_t>(a.x1)),
-                std::uint8_t{0});
     ++k;
   }
   if (k != keep.size()) throw usage_error("sluice: draw_instances asked for an instance the field does not hold");

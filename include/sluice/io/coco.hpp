@@ -200,7 +200,8 @@ inline void coco_segmentation(std::string_view text, codecs::instance_writer& ou
 
 // Parses an annotation file's text into the tables; a format_error naming `file` and the entry.
 inline coco_tables parse_coco(std::string_view text, const std::string& file, const coco_options& o = {}) {
-  // Polygons and RLE masks are most of a COCO file (and not read): checked, never kept.
+  // Polygons and RLE masks are most of a COCO file: without .segmentation checked and dropped;
+  // with it kept as where their text lies, converted below one at a time.
   static constexpr std::string_view segmentation[] = {"segmentation"};
   const json_value doc = o.segmentation ? parse_json(text, file, {}, segmentation) : parse_json(text, file, segmentation);
   if (!doc.is_object()) detail::coco_fail(file, "the file", "not a JSON object (a COCO annotation file has \"images\")");

@@ -341,7 +341,11 @@ struct decoded_field_sample {
       } catch (const format_error& e) {
         throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
       }
-      std::apply([&](const auto&... fol) { (check_followed(fol, ctx), ...); }, *follow);
+      // Row followers first: an instance follower counts their rows, so theirs is the error to name.
+      std::apply([&](const auto&... fol) {
+        ([&] { if constexpr (row_follower<std::remove_cvref_t<decltype(fol)>>) check_followed(fol, ctx); }(), ...);
+        ([&] { if constexpr (!row_follower<std::remove_cvref_t<decltype(fol)>>) check_followed(fol, ctx); }(), ...);
+      }, *follow);
     } catch (...) {
       detail::throw_stage_error(stage_name, id);
     }
