@@ -10,6 +10,9 @@ set(expect_MISSPELT_BATCH_FIELD "batch has no field of this name" "no_such_field
 set(expect_MISSPELT_COLLATE_FIELD "no field of this name in the sample's schema" "schema_has_no_field<.*lable")
 set(expect_WRONG_FIELD_DTYPE "element type is not the field's" "image")
 set(expect_VARIABLE_FIELD_STACKED "has a variable-length field" "pad<")
+set(expect_MISSPELT_HOOK "hook::on_filled: declared but not callable" "misspelt_hook")
+set(expect_HOOK_WRONG_SIGNATURE "hook::on_release: declared but not callable" "wrong_signature_hook")
+set(expect_UNDECLARED_HOOKS "a batch stage declares the hooks it implements" "undeclared_hooks")
 set(expect_INSTANCE_MASKS_WITHOUT_BOXES "instance_masks<Field, Boxes> follows the rows a boxes<Boxes")
 execute_process(
   COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} -D${CASE} ${SRC}

@@ -38,6 +38,25 @@ struct plan_codec {
 struct pin_stage {
   using stage_concept = sluice::batch_stage_tag;
   static constexpr std::string_view name = "pin";
+  static constexpr sluice::hook hooks = sluice::hook::none;
+};
+// Batch stages whose hooks do not match what they declare (core/concepts.hpp: batch_stage).
+struct misspelt_hook {  // declares on_filled, implements on_fill
+  using stage_concept = sluice::batch_stage_tag;
+  static constexpr std::string_view name = "misspelt";
+  static constexpr sluice::hook hooks = sluice::hook::on_filled;
+  void on_fill(sluice::batch_slot&, sluice::detail::empty_state&) {}
+};
+struct wrong_signature_hook {  // on_release without the slot state
+  using stage_concept = sluice::batch_stage_tag;
+  static constexpr std::string_view name = "wrong";
+  static constexpr sluice::hook hooks = sluice::hook::on_release;
+  void on_release(sluice::batch_slot&) {}
+};
+struct undeclared_hooks {  // no hooks declaration at all
+  using stage_concept = sluice::batch_stage_tag;
+  static constexpr std::string_view name = "undeclared";
+  void on_filled(sluice::batch_slot&, sluice::detail::empty_state&) {}
 };
 }  // namespace
 
@@ -73,6 +92,12 @@ int main() {
 #elif defined(INSTANCE_MASKS_WITHOUT_BOXES)
   // instance masks follow the rows a boxes follower keeps: without that follower there are none
   auto p = sluice::decode<"image">(plan_codec{}, sluice::instance_masks<"segmentation", "boxes">{});
+#elif defined(MISSPELT_HOOK)
+  auto p = sluice::from(s) | sluice::read(r) | sluice::collate({.batch = 1}) | misspelt_hook{} | sluice::prefetch(2);
+#elif defined(HOOK_WRONG_SIGNATURE)
+  auto p = sluice::from(s) | sluice::read(r) | sluice::collate({.batch = 1}) | wrong_signature_hook{} | sluice::prefetch(2);
+#elif defined(UNDECLARED_HOOKS)
+  auto p = sluice::from(s) | sluice::read(r) | sluice::collate({.batch = 1}) | undeclared_hooks{} | sluice::prefetch(2);
 #elif defined(VARIABLE_FIELD_STACKED)
   field_reader fr;
   auto l = sluice::from(s) | sluice::read(fr) | sluice::collate({.batch = 1}) | sluice::prefetch(2);

@@ -59,7 +59,48 @@ struct lifecycle_sample {
   ~lifecycle_sample() { ++g_life.destroyed; }
   std::span<const std::byte> bytes() const { return data; }
 };
+
+// A user's batch stage as docs/cpp.md writes it: declared hooks, per-slot state.
+struct count_bytes {
+  using stage_concept = batch_stage_tag;
+  static constexpr std::string_view name = "count_bytes";
+  static constexpr hook hooks = hook::on_filled | hook::on_release;
+  struct slot_state {
+    std::uint64_t filled = 0;  // batches this slot has held
+  };
+  std::shared_ptr<std::atomic<std::uint64_t>> bytes = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<std::atomic<std::uint64_t>> released = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<std::atomic<std::uint64_t>> filled = std::make_shared<std::atomic<std::uint64_t>>(0);
+  void on_filled(batch_slot& s, slot_state& st) const {
+    *bytes += s.used_bytes;
+    ++*filled;
+    ++st.filled;
+  }
+  void on_release(batch_slot&, slot_state& st) const {
+    if (st.filled > 0) ++*released;
+  }
+};
 }  // namespace
+
+TEST_CASE("a user's batch stage with declared hooks sees every batch, on_filled with its bytes, on_release once each") {
+  mem_reader r(100, 64);
+  for (std::size_t workers : {0, 1, 2}) {
+    CAPTURE(workers);
+    count_bytes counter;
+    auto loader = from(sample::shuffle(r.size(), {.seed = 3})) | read(r) | collate({.batch = 16}) | counter |
+                  prefetch(2, {.workers = workers});
+    std::uint64_t seen = 0, batches = 0;
+    for (auto& b : loader.epoch(0)) {
+      seen += b.bytes().size();
+      ++batches;
+    }
+    CHECK(batches == 7);
+    CHECK(seen == 100 * 64);
+    CHECK(counter.filled->load() == 7);
+    CHECK(counter.bytes->load() >= 100 * 64);  // the records, and the labels and ids beside them
+    CHECK(counter.released->load() == 7);
+  }
+}
 
 TEST_CASE("collate writes each sample once, in order, with labels and ids") {
   mem_reader r(1000, 16);

@@ -272,4 +272,8 @@ class typed_batch : public batch {
   }
 };
 
+// The slot a batch-stage hook is given (core/concepts.hpp lists the hooks): the batch's storage,
+// layout, ids and count, and where a device copy goes.
+using batch_slot = detail::slot_base;
+
 }  // namespace sluice

@@ -21,24 +21,31 @@
 //                  normalized, pad, pack, ragged); the core knows only this concept, so a user
 //                  may write their own.
 //
-// Batch stages (pin, to_device, ...) plug in through optional members, all detected at compile
-// time (a stage defines only what it needs):
-//   using slot_state = T;                       per-slot state, default-constructed with the ring
-//   void* allocate(std::size_t bytes);          slot storage (e.g. pinned); the first stage that
-//   void deallocate(void* p, std::size_t bytes);  provides it owns every slot's host memory
-//   void before_fill(detail::slot_base&, T&);   worker thread, before the slot's storage is
-//                                               (re)allocated and written (e.g. wait for the
-//                                               previous async copy out of it); may throw -> the
-//                                               batch fails, as does a throwing allocate()
-//   void on_filled(detail::slot_base&, T&);     worker thread, after collate filled the slot
-//                                               (e.g. issue the async copy); may throw -> the
-//                                               batch fails like a stage error
-//   void on_deliver(detail::slot_base&, T&);    consumer thread, before the batch is handed out
-//   void on_release(detail::slot_base&, T&);    the thread dropping the batch, before the slot
-//                                               is reused (e.g. record an event)
-//   void on_destroy(detail::slot_base&, T&);    when the ring is destroyed (free device memory)
-// slot_base carries device_data and ready_event for a device copy; batch::device_data() and
-// batch::ready_event() expose them to the trainer.
+// batch_stage    a per-batch stage (pin, to_device, a user's): `name`, and the hooks it
+//                  implements, declared: `static constexpr sluice::hook hooks = sluice::hook::on_filled
+//                  | sluice::hook::on_release;` (sluice::hook::none for none). The loader checks the
+//                  declaration against the members at compile time: a hook declared but misspelt or
+//                  of another signature, or implemented but not declared, fails to compile naming
+//                  the hook. The hooks (T: the stage's `using slot_state = T;`, default-constructed
+//                  with the ring per slot; an empty struct when it has none):
+//   hook::storage      void* allocate(std::size_t bytes);  void deallocate(void* p, std::size_t bytes);
+//                      slot storage (e.g. pinned); the first stage that provides it owns every
+//                      slot's host memory
+//   hook::before_fill  void before_fill(sluice::batch_slot&, T&);  worker thread, before the slot's
+//                      storage is (re)allocated and written (e.g. wait for the previous async copy
+//                      out of it); may throw -> the batch fails, as does a throwing allocate()
+//   hook::on_filled    void on_filled(sluice::batch_slot&, T&);  worker thread, after collate filled
+//                      the slot (e.g. issue the async copy); may throw -> the batch fails like a
+//                      stage error
+//   hook::on_deliver   void on_deliver(sluice::batch_slot&, T&);  consumer thread, before the batch
+//                      is handed out
+//   hook::on_release   void on_release(sluice::batch_slot&, T&);  the thread dropping the batch,
+//                      before the slot is reused (e.g. record an event)
+//   hook::on_destroy   void on_destroy(sluice::batch_slot&, T&);  when the ring is destroyed (free
+//                      device memory)
+// sluice::batch_slot (core/batch.hpp) is the slot: its storage, the batch's layout, ids and count,
+// and device_data / ready_event for a device copy (batch::device_data() and batch::ready_event()
+// expose them to the trainer).
 #pragma once
 
 #include <concepts>
@@ -148,6 +155,24 @@ concept batch_stage = requires {
   requires std::same_as<typename T::stage_concept, batch_stage_tag>;
   { T::name } -> std::convertible_to<std::string_view>;
 };
+
+// The hooks of a batch stage (above), as a set: hook::on_filled | hook::on_release.
+enum class hook : std::uint8_t {
+  none = 0,
+  storage = 1,
+  before_fill = 2,
+  on_filled = 4,
+  on_deliver = 8,
+  on_release = 16,
+  on_destroy = 32,
+};
+constexpr hook operator|(hook a, hook b) noexcept {
+  return static_cast<hook>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+}
+// Whether set `s` holds hook `h`.
+constexpr bool has_hook(hook s, hook h) noexcept {
+  return (static_cast<std::uint8_t>(s) & static_cast<std::uint8_t>(h)) != 0;
+}
 
 // A collator writes the samples of one batch into the tensors of one block of slot storage. The
 // loader calls it on a worker thread, per batch, in this order:

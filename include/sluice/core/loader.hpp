@@ -110,6 +110,40 @@ concept holds_slot_storage =
     requires(S& st, Slot& s, typename slot_state_of<S>::type& state) { st.before_fill(s, state); } ||
     requires(S& st, Slot& s, typename slot_state_of<S>::type& state) { st.on_release(s, state); };
 
+// A batch stage's declared hooks (S::hooks, core/concepts.hpp) against its members, on the ring's
+// slot type: each hook declared must be callable as the loader calls it, and each one callable must
+// be declared, so a misspelt hook or one of another signature fails to compile instead of never
+// being called. A member named as a hook that cannot be called as one fails too.
+template <class S, class Slot>
+consteval bool check_hooks() {
+  static_assert(requires { { S::hooks } -> std::convertible_to<hook>; },
+                "sluice: a batch stage declares the hooks it implements: static constexpr sluice::hook hooks = "
+                "sluice::hook::on_filled | ...; (sluice::hook::none for none; the hooks: core/concepts.hpp)");
+  if constexpr (requires { { S::hooks } -> std::convertible_to<hook>; }) {
+    using State = typename slot_state_of<S>::type;
+    constexpr hook h = S::hooks;
+    static_assert(has_hook(h, hook::storage) == provides_storage<S>,
+                  "sluice: batch stage hook::storage: declared but no void* allocate(std::size_t) and "
+                  "void deallocate(void*, std::size_t), or those members are there and hook::storage is not declared");
+    static_assert(has_hook(h, hook::before_fill) == requires(S& st, Slot& sl, State& x) { st.before_fill(sl, x); },
+                  "sluice: batch stage hook::before_fill: declared but not callable as "
+                  "before_fill(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
+    static_assert(has_hook(h, hook::on_filled) == requires(S& st, Slot& sl, State& x) { st.on_filled(sl, x); },
+                  "sluice: batch stage hook::on_filled: declared but not callable as "
+                  "on_filled(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
+    static_assert(has_hook(h, hook::on_deliver) == requires(S& st, Slot& sl, State& x) { st.on_deliver(sl, x); },
+                  "sluice: batch stage hook::on_deliver: declared but not callable as "
+                  "on_deliver(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
+    static_assert(has_hook(h, hook::on_release) == requires(S& st, Slot& sl, State& x) { st.on_release(sl, x); },
+                  "sluice: batch stage hook::on_release: declared but not callable as "
+                  "on_release(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
+    static_assert(has_hook(h, hook::on_destroy) == requires(S& st, Slot& sl, State& x) { st.on_destroy(sl, x); },
+                  "sluice: batch stage hook::on_destroy: declared but not callable as "
+                  "on_destroy(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
+  }
+  return true;
+}
+
 // warming: an unsized slot the warming thread is allocating and touching (counted in live_, not
 // claimable, not a batch).
 enum class slot_status : std::uint8_t { free, filling, ready, failed, held, warming };
@@ -146,6 +180,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     : public ring_base,
       public std::enable_shared_from_this<ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth>> {
   using slot_type = slot<BatchStages...>;
+  static_assert((check_hooks<BatchStages, slot_type>() && ...));
   using sample_type = typename SampleChain::output_type;
   using scratch_type = worker_scratch<sample_type, Collate>;
   static constexpr std::size_t n_stages = SampleChain::stage_count;

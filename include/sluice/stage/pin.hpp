@@ -58,6 +58,7 @@ class basic_pin_stage {
  public:
   using stage_concept = batch_stage_tag;
   static constexpr std::string_view name = "pin";
+  static constexpr hook hooks = hook::storage | hook::on_filled;
   using pool_type = block_pool<Backend>;
 
   explicit basic_pin_stage(pin_options o = {})
@@ -83,7 +84,7 @@ class basic_pin_stage {
     auto it = std::find_if(v.begin(), v.end(), [&](const auto& l) { return l.data() == p; });
     if (it != v.end()) v.erase(it);
   }
-  void on_filled(detail::slot_base& s, auto& /*no per-slot state*/) {
+  void on_filled(batch_slot& s, auto& /*no per-slot state*/) {
     state_->batches.fetch_add(1, std::memory_order_relaxed);
     state_->bytes.fetch_add(s.used_bytes, std::memory_order_relaxed);
     // The first batch of a new epoch applies the pool's shrink rule to the epoch before.

@@ -79,6 +79,8 @@ class to_device_stage {
  public:
   using stage_concept = batch_stage_tag;
   static constexpr std::string_view name = "to_device";
+  static constexpr hook hooks =
+      hook::before_fill | hook::on_filled | hook::on_deliver | hook::on_release | hook::on_destroy;
   using pool_type = cuda::device_pool;
 
   struct slot_state {
@@ -92,7 +94,7 @@ class to_device_stage {
 
   // --- hooks called by the loader ------------------------------------------------------------
   // Worker, before collate writes the slot again: the previous copy out of it must be done.
-  void before_fill(detail::slot_base&, slot_state& st) {
+  void before_fill(batch_slot&, slot_state& st) {
     st.block.reset();  // a batch that was never delivered (cancelled epoch) still holds one
     if (st.copy_queued) {
       if (cudaEventQuery(st.copied) == cudaErrorNotReady) state_->counters.slot_waits.fetch_add(1, std::memory_order_relaxed);
@@ -101,7 +103,7 @@ class to_device_stage {
     }
   }
   // Worker, after collate: queue the copy.
-  void on_filled(detail::slot_base& s, slot_state& st) {
+  void on_filled(batch_slot& s, slot_state& st) {
     const std::size_t bytes = s.used_bytes;
     if (bytes == 0) return;
     cuda::check(cudaSetDevice(state_->device), "cudaSetDevice");
@@ -122,18 +124,18 @@ class to_device_stage {
     state_->counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
   // Consumer, in next(): its stream waits for the copy on the device.
-  void on_deliver(detail::slot_base&, slot_state& st) {
+  void on_deliver(batch_slot&, slot_state& st) {
     if (st.copy_queued) cuda::check(cudaStreamWaitEvent(state_->consumer, st.copied, 0), "cudaStreamWaitEvent");
   }
   // Consumer, when the batch is dropped: the block returns once the consumer's queued work is done.
-  void on_release(detail::slot_base& s, slot_state& st) noexcept {
+  void on_release(batch_slot& s, slot_state& st) noexcept {
     if (st.block) (void)cudaEventRecord(st.block.fence(), state_->consumer);
     st.block.reset();
     s.device_data = nullptr;
     s.device_id = -1;
     s.ready_event = nullptr;
   }
-  void on_destroy(detail::slot_base&, slot_state& st) noexcept {
+  void on_destroy(batch_slot&, slot_state& st) noexcept {
     if (st.copied != nullptr) {
       (void)cudaEventSynchronize(st.copied);  // the pinned slot memory is freed next
       (void)cudaEventDestroy(st.copied);
@@ -189,6 +191,7 @@ class to_device_stage {
  public:
   using stage_concept = batch_stage_tag;
   static constexpr std::string_view name = "to_device";
+  static constexpr hook hooks = hook::before_fill | hook::on_filled | hook::on_release | hook::on_destroy;
   using pool_type = block_pool<host_block_backend>;
 
   struct slot_state {
@@ -197,8 +200,8 @@ class to_device_stage {
 
   explicit to_device_stage(to_device_options o = {}) : state_(std::make_shared<state>(o)) {}
 
-  void before_fill(detail::slot_base&, slot_state& st) { st.block.reset(); }
-  void on_filled(detail::slot_base& s, slot_state& st) {
+  void before_fill(batch_slot&, slot_state& st) { st.block.reset(); }
+  void on_filled(batch_slot& s, slot_state& st) {
     const std::size_t bytes = s.used_bytes;
     if (bytes == 0) return;
     std::uint64_t seen = state_->counters.epoch.load(std::memory_order_relaxed);
@@ -215,12 +218,12 @@ class to_device_stage {
     state_->counters.batches.fetch_add(1, std::memory_order_relaxed);
     state_->counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
-  void on_release(detail::slot_base& s, slot_state& st) noexcept {
+  void on_release(batch_slot& s, slot_state& st) noexcept {
     st.block.reset();
     s.device_data = nullptr;
     s.device_id = -1;
   }
-  void on_destroy(detail::slot_base&, slot_state& st) noexcept { st.block.reset(); }
+  void on_destroy(batch_slot&, slot_state& st) noexcept { st.block.reset(); }
 
   [[nodiscard]] to_device_stats stats() const {
     const auto& c = state_->counters;
