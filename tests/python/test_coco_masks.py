@@ -147,10 +147,10 @@ def test_coco_instance_masks_follow_the_crop_and_flip(tmp_path):
     assert zero == two
 
 
-def test_coco_instance_masks_are_exact_for_run_lengths_and_close_for_polygons(tmp_path):
-    # Images of the output size with a centre crop: the transform is the identity, so each mask is
-    # compared with the object PIL drew, pixel for pixel.
-    path, images, anns, truth = write_coco(tmp_path, n=6, size=(96, 80))
+def identity_masks(tmp_path, seed):
+    """Images of the output size with a centre crop, so the transform is the identity: each mask,
+    with its annotation and image, comes out as (annotation, image, mask), masks in box order."""
+    path, images, anns, truth = write_coco(tmp_path, n=6, size=(96, 80), seed=seed)
     src = sluice.coco(tmp_path / "train", path, decode=sluice.image((80, 96)), segmentation=True)
     with sluice.Loader(src, batch_size=len(images), sampler=sluice.sample.sequential(), workers=1) as ld:
         b = next(iter(ld))
@@ -158,47 +158,46 @@ def test_coco_instance_masks_are_exact_for_run_lengths_and_close_for_polygons(tm
     by_image = {}
     for a in anns:  # the file's order within an image is the boxes' order
         by_image.setdefault(a["image_id"], []).append(a)
-    disagree = total = 0
+    out = []
     for i, im in enumerate(images):
         mine = by_image.get(im["id"], [])
         assert off[i + 1] - off[i] == len(mine)
-        for j, a in enumerate(mine):
-            got, want = seg[off[i] + j], truth[a["id"]]
-            if isinstance(a["segmentation"], dict):
-                assert (got == want).all()  # run lengths: exact
-            else:
-                disagree += int((got != want).sum())
-                total += int(want.sum())
+        out += [(a, im, seg[off[i] + j]) for j, a in enumerate(mine)]
+    return out, truth
+
+
+def test_coco_instance_masks_are_exact_for_run_lengths_and_close_for_polygons(tmp_path):
+    # each mask against the object PIL drew, pixel for pixel
+    masks, truth = identity_masks(tmp_path, seed=7)
+    disagree = total = 0
+    for a, _, got in masks:
+        want = truth[a["id"]]
+        if isinstance(a["segmentation"], dict):
+            assert (got == want).all()  # run lengths: exact
+        else:
+            disagree += int((got != want).sum())
+            total += int(want.sum())
     assert total > 0 and disagree <= 0.1 * total  # polygons: PIL and the centre rule differ on the outline
 
 
 def test_coco_instance_masks_agree_with_pycocotools(tmp_path):
     mask_api = pytest.importorskip("pycocotools.mask")
-    path, images, anns, truth = write_coco(tmp_path, n=6, size=(96, 80), seed=11)
-    src = sluice.coco(tmp_path / "train", path, decode=sluice.image((80, 96)), segmentation=True)
-    with sluice.Loader(src, batch_size=len(images), sampler=sluice.sample.sequential(), workers=1) as ld:
-        b = next(iter(ld))
-    seg, off = np.from_dlpack(b["segmentation"]), np.from_dlpack(b["segmentation.offsets"])
-    by_image = {}
-    for a in anns:  # the file's order within an image is the boxes' order
-        by_image.setdefault(a["image_id"], []).append(a)
+    masks, _ = identity_masks(tmp_path, seed=11)
     disagree = total = 0
-    for i, im in enumerate(images):
-        for j, a in enumerate(by_image.get(im["id"], [])):
-            s = a["segmentation"]
-            if isinstance(s, list):  # polygons: pycocotools' rasterisation, merged
-                rle = mask_api.merge(mask_api.frPyObjects(s, im["height"], im["width"]))
-            elif isinstance(s["counts"], list):  # uncompressed run lengths
-                rle = mask_api.frPyObjects(s, im["height"], im["width"])
-            else:  # compressed: pycocotools reads the string the test wrote
-                rle = {"size": s["size"], "counts": s["counts"].encode()}
-            want = mask_api.decode(rle)
-            got = seg[off[i] + j]
-            if isinstance(s, dict):
-                assert (got == want).all()
-            else:
-                disagree += int((got != want).sum())
-                total += int(want.sum())
+    for a, im, got in masks:
+        s = a["segmentation"]
+        if isinstance(s, list):  # polygons: pycocotools' rasterisation, merged
+            rle = mask_api.merge(mask_api.frPyObjects(s, im["height"], im["width"]))
+        elif isinstance(s["counts"], list):  # uncompressed run lengths
+            rle = mask_api.frPyObjects(s, im["height"], im["width"])
+        else:  # compressed: pycocotools reads the string the test wrote
+            rle = {"size": s["size"], "counts": s["counts"].encode()}
+        want = mask_api.decode(rle)
+        if isinstance(s, dict):
+            assert (got == want).all()
+        else:
+            disagree += int((got != want).sum())
+            total += int(want.sum())
     # pycocotools draws a polygon along its outline, sluice by pixel centres: about 1 % of the area
     # differs (0.94 % on 40 images), all of it on the outline
     assert total > 0 and disagree <= 0.03 * total
