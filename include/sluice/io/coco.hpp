@@ -1,55 +1,20 @@
 // sluice/io/coco.hpp — a COCO detection dataset as it is distributed: an image folder and one
 // annotation file (instances_train2017.json), read as samples with fields. No conversion.
 //
-// A sample is one entry of the file's "images" (in the file's order): the image file's bytes
-// (images folder / file_name), its boxes, their classes and their iscrowd flags, one row per
-// annotation of that image (in the file's order):
-//
-//   "image"    u8, variable    the encoded file as stored (decode it with decode<"image">)
-//   "boxes"    f32, variable   rows of 4: xyxy pixels (COCO's [x, y, width, height] converted),
-//                              or as stored with .boxes = box_format::xywh
-//   "classes"  i64, variable   one per box: the category's contiguous class (below)
-//   "iscrowd"  u8, variable    one per box: 0, or 1 for a crowd region
-//   "segmentation"  u8, variable   with .segmentation = true, one instance record per box: its
-//                              polygons or run-length mask (codec/instances.hpp, which draws them
-//                              with instance_masks<"segmentation", "boxes">); else empty
-//
-// Classes: category k of "categories" sorted by id is class k (COCO's 80 ids of 1..90 become
-// 0..79); categories() lists them, so class k is categories()[k] (its id and name). With
-// .contiguous = false a class is the category's id as stored.
-// An image without annotations is a sample with no boxes (.keep_empty = false drops it, as
-// detection trainers often do); .crowd = false drops crowd annotations (a sample whose boxes were
-// all crowd then has none). Segmentation polygons and RLE masks are read with .segmentation = true.
-//
-//   sluice::io::coco_dataset coco{"coco/train2017", "coco/annotations/instances_train2017.json"};
-//   auto loader = sluice::from(sluice::sample::shuffle(coco.size(), {.seed = 1})) | sluice::read(coco)
-//               | sluice::decode<"image">(jpeg, sluice::boxes<"boxes", "classes", "iscrowd">{})
-//               | sluice::collate({.batch = 32}, sluice::stack<"image">{}, sluice::ragged<"boxes">{.row = {4}},
-//                                 sluice::ragged<"classes">{}, sluice::ragged<"iscrowd">{})
-//               | sluice::prefetch(2);
-//
-// Checked at open, each a format_error naming the annotation file and what is wrong, with its
-// index ("annotations[17].bbox: a width of -3"): not valid JSON (json.hpp: depth and size
-// limited), an image without an integer id or a file_name, an id given twice, a file_name that is
-// absolute or climbs out of the folder with "..", an annotation whose image_id is not an image's,
-// a bbox that is not 4 finite numbers or has a negative width or height, a category_id not in
-// "categories", an iscrowd other than 0 or 1. Images listed but missing from the folder are one
-// error at open listing the first of them and how many. An image file is read when its sample is
-// (fields(i)); one that cannot be read is an io_error naming it (skipped and counted under
-// on_error::skip), one that does not decode the decoder's format_error naming it.
-//
-// With .segmentation, an annotation's "segmentation" must be polygons (a list of lists of an even
-// count of finite numbers), a run-length mask ({"counts": [n, ...] or COCO's compressed string,
-// "size": [height, width]}), or absent (an empty mask); anything else is a format_error naming
-// the annotation ("annotations[17].segmentation: ..."). A mask's size is checked against its
-// image when the sample is decoded (the image's header is read then).
-//
-// Memory: the annotation file is read whole and parsed once at open into a tree without its
-// "segmentation" values (each is checked as JSON, then dropped: most of a COCO file is polygons);
-// only the tables above are kept: 4 floats, an int64 and a byte a box, and each image's path.
-// With .segmentation each value is kept as where its text lies until it is converted, and the
-// tables keep 8 bytes a vertex and 4 a run (bench/formats/coco_open.py measures the peak).
-// Thread-safety: after construction every member is safe to call concurrently.
+// coco_dataset is a fields_reader: sample i is entry i of the file's "images", with fields
+// "image" (the file's bytes), "boxes" (f32 rows of 4: xyxy pixels, or xywh as stored),
+// "classes" (i64: category k in id order is class k; categories() lists them), "iscrowd" (u8) and,
+// with .segmentation = true, "segmentation" (one instance record per box: polygons or run lengths,
+// which instance_masks<> draws, codec/instances.hpp). Images without annotations are kept with no
+// boxes (.keep_empty = false drops them); .crowd = false drops crowd annotations.
+// Errors: the annotation file is parsed and checked at open (depth and size limited); a bad entry
+// is a format_error naming the file and the entry ("annotations[17].bbox: a negative width"), and
+// images missing from the folder are one error listing the first of them. An image that cannot be
+// read is an io_error naming it, when its sample is read (on_error::skip skips and counts it).
+// Memory: the file is read whole and parsed once; only the tables are kept (4 floats, an int64 and
+// a byte a box, and 8 bytes a polygon vertex with .segmentation).
+// Threads: after construction every member is safe to call concurrently. Every rule:
+// docs/readers.md.
 #pragma once
 
 #include <algorithm>

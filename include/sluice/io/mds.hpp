@@ -1,56 +1,18 @@
 // sluice/io/mds.hpp — datasets written by MosaicML Streaming's MDSWriter, read without conversion.
 //
-// An MDS dataset is a directory: `index.json` (the shards, their sample counts, sizes and columns)
-// and shard files `shard.NNNNN.mds`. mds_dataset<Schema> is a fields_reader (stage/read.hpp) over
-// it: the schema names the columns it wants, by column name, and sample i of the dataset is sample
-// i of the shards in the index's order (Streaming's global sample index).
-//
-//   using mds = sluice::schema<sluice::field<"image", std::uint8_t, sluice::variable>,   // jpeg
-//                              sluice::field<"label", std::int64_t>>;                     // int
-//   sluice::io::mds_dataset<mds> data{"/data/imagenet-mds/train"};     // or ".../index.json"
-//   auto loader = sluice::from(sluice::sample::shard_split{data, {.rank = r, .world = w, .seed = 7}})
-//               | sluice::read(data)
-//               | sluice::decode<"image">(sluice::codecs::jpeg{{.width = 224, .height = 224}})
-//               | sluice::collate({.batch = 256}, sluice::stack<"image">{}, sluice::stack<"label">{})
-//               | sluice::prefetch(2, {.workers = 4});
-// Remote datasets (http://, through the node disk tier): remote_mds in io/remote.hpp. mds_any
-// (below) reads the same datasets with fields chosen at run time, each column with its own type.
-//
-// Columns to fields. Columns the schema does not name are never read. A named column's encoding
-// decides the field's element type; a mismatch is a format_error at construction naming
-// index.json, the shard, the column and both types:
-//   bytes, str, json, jpeg[:q], png, pil, str_int, str_float, str_decimal
-//                          -> a u8 field (variable, as a rule): the column's bytes as written
-//                             (text as UTF-8, images encoded: decode<"name"> decodes jpeg and png)
-//   int                    -> int64;  int8 ... int64, uint8 ... uint64, float16/32/64 -> that type
-//   ndarray[:dtype[:shape]]-> a field of the array's element type: its values (C order). The shape
-//                             is not kept (fields_sample carries bytes); a dynamic dtype is checked
-//                             against the field's type per sample.
-//   pkl                    -> refused: unpickling runs code from the file.
-//   anything else          -> refused, naming the encoding.
-// All views point into the shard's mapping: nothing is copied until collate writes the batch.
-//
-// What is checked, and when:
-//   - at construction: index.json (valid JSON, version 2, every shard's format "mds", columns with
-//     names, encodings and sizes of one length, a sample count, a raw_data basename that stays
-//     inside the directory) and the schema against every shard's columns.
-//   - when a shard is first read: the file's size against index.json's raw_data.bytes, its sample
-//     count against the index, and its offset table (in bounds, non-decreasing). A shard that fails
-//     fails every sample read from it with the same error (it is not opened again), at the batch
-//     that needed it: under on_error::skip its samples are skipped and counted.
-//   - per sample, when read: the column sizes against the sample's bytes, and each ndarray's header
-//     (dtype code, shape) against its values. A format_error names the shard, the sample (its record
-//     number in the shard and byte offset), the column and the cause.
-// Not checked: the per-shard hashes (sha1, xxh64, ...) index.json may list; sizes and offsets
-// catch truncation and most corruption, the decoders the rest.
-// Compressed shards (index.json's `compression`, e.g. "zstd"): sluice does not decompress MDS
-// shards. A shard whose decompressed file (raw_data.basename) is in the directory — Streaming
-// leaves it there in its local cache — is read from it; otherwise the constructor fails, naming
-// the shard and saying to write with compression=None (or decompress the shards).
-//
-// Thread-safety: fields(i) may be called from several threads; a shard is opened once (under its
-// own lock) and read-only after. fields(i) allocates nothing once its shard is open. Both readers
-// are detail::mds_core with the fields given as a list: one index parse, one set of checks.
+// mds_dataset<Schema> is a fields_reader over an MDS directory (`index.json` and its shard files):
+// the schema names the columns it wants, and sample i is Streaming's global sample i. A column's
+// encoding decides the field's type (bytes, str, json, jpeg, png: u8; int: int64; the sized ints
+// and floats; ndarray: its element type); pkl is refused (unpickling runs code). Views point into
+// the shard's mapping. mds_any is the same with fields chosen at run time; remote_mds
+// (io/remote.hpp) reads one over http through the node disk tier.
+// Errors: index.json and the schema are checked at construction; a shard's size, count and
+// offsets when it is first read (a bad shard fails every sample read from it); each sample's
+// sizes and ndarray headers when it is read: format_errors naming the shard, the sample, the
+// column and the cause. Compressed shards are read only from their decompressed file in the
+// directory, else refused at construction, saying so.
+// Threads: fields(i) may be called from several threads; it allocates nothing once its shard is
+// open. Every rule: docs/readers.md.
 #pragma once
 
 #include <sys/stat.h>

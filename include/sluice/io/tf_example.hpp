@@ -1,64 +1,18 @@
 // sluice/io/tf_example.hpp — TFRecord files of tf.train.Example messages as a fields_reader.
 //
-// Most TFRecord files hold tf.train.Example protobufs: a map from feature name to one list of
-// bytes, floats or int64s. This header parses that one fixed message from its wire format (no
-// protobuf library) straight out of the mapping, and maps the features to the fields of a schema
-// by name:
-//
-//   using ex = sluice::schema<sluice::field<"image/encoded", std::uint8_t, sluice::variable>,
-//                             sluice::field<"image/class/label", std::int64_t>,
-//                             sluice::field<"bbox/xmin", float, sluice::variable>>;
-//   sluice::io::tf_example_reader<ex> r{"train.tfrecord"};
-//   auto loader = sluice::from(sluice::sample::shuffle(r.size(), {.seed = 1})) | sluice::read(r)
-//               | sluice::collate({.batch = 64}, sluice::ragged<"image/encoded">{},
-//                                 sluice::stack<"image/class/label">{}, sluice::ragged<"bbox/xmin">{})
-//               | sluice::prefetch(2);
-//   for (auto& b : loader.epoch(0)) use(b.get<"image/class/label">());   // int64 {64}
-//
-// For a class-balanced sampler, `r.labels<"image/class/label">()` reads every record's one label.
-// Several files read as one: a brace pattern ("train-{00000..01023}-of-01024") or a
-// tfrecord_reader of a list of paths (io/tfrecord.hpp); errors name the file and its record.
-// tf_example_any (below) reads the same files with the fields chosen at run time, each typed as
-// record 0's list says unless told: the same parse, rules and errors (detail::pb::parse_fields).
-//
-// Field types and the lists they take:
-//   u8 / i8 / std::byte    bytes_list: the values concatenated (usually one: an encoded image);
-//                          or int64_list, each value range-checked into the type
-//   other integers, bool   int64_list, each value range-checked (bool: 0 or 1)
-//   float / double         float_list (double: widened at collate)
-// Extent: a `variable` field takes any count. A fixed field takes the count given for it in
-// `.counts` ({"image/class/label", 1}), else the count it has in record 0 (read once at open, so
-// a record 0 that does not parse or lacks the feature is an error at open: give .counts then).
-//
-// Zero copy: fields(i) parses record i into views (the bytes value, the packed floats, the packed
-// varints, wherever they lie; floats may be unaligned in the record) plus each field's count, and
-// allocates nothing. Collate then writes each field once into the batch: a memcpy for bytes and
-// floats, a varint decode for integers. Lists split over several pieces (unpacked, or a list
-// message repeated: protobuf merges those) are walked again at write time. A sample has no
-// bytes_of (a bytes_list may be split), so decode<"image/encoded">(codecs::jpeg{...}) copies the
-// encoded image once into its per-thread buffer before decoding it (tests/tf_example/jpeg_test.cpp).
-//
-// What is checked, per record in fields(i), a format_error naming the file, the record, the byte
-// offset in the file and the feature (so under on_error::skip the loader drops that sample):
-//   - the structure of Example, Features, each map entry and each Feature the schema names:
-//     varints of at most 10 bytes that fit 64 bits, lengths inside their enclosing message, tags
-//     with a field number >= 1, no group (wire types 3, 4) and no wire types 6, 7 anywhere;
-//   - packed floats a whole number of 4 bytes; packed varints ending on a varint;
-//   - a known field (a list, a list's values) with a wire type it cannot have (stricter than
-//     protobuf, which would keep it as an unknown field: here it is taken for corruption);
-//   - a feature missing, holding no list, holding another list type than its field takes, a value
-//     outside a narrower integer type, or a fixed field with another count than expected.
-// Semantics where protobuf has them: unknown fields of valid wire types are skipped; a feature
-// name given twice: the last one wins (map semantics); Example.features given twice: merged
-// entry by entry; a Feature with two list types: the last one wins (oneof), the same list type
-// twice: concatenated (message merge). A map entry holding its value twice is refused (protobuf
-// would merge the two Features; no writer does that); an unknown field inside a map entry is
-// skipped (Python's upb-based protobuf 7.36 drops the whole entry: tests/tf_example shows it).
-// These rules are cross-checked against Python's protobuf where it is installed. Features the
-// schema does not name are skipped by their length, not parsed. Feature names are compared as
-// bytes (no UTF-8 check).
-//
-// Thread-safety: after construction every member is const and safe to call concurrently.
+// tf_example_reader<Schema> parses the one fixed message tf.train.Example from its wire format
+// (no protobuf library) straight out of the mapping, and maps features to the schema's fields by
+// name: u8 fields take a bytes_list (or an int64_list, range-checked), other integers and bool an
+// int64_list, float and double a float_list. A variable field takes any count; a fixed one the
+// count `.counts` gives, else record 0's. fields(i) hands out views and allocates nothing; collate
+// writes each field once. tf_example_any is the same with the fields chosen at run time. Several
+// files read as one through a brace pattern or a list.
+// Errors: each record's structure and each named feature are checked in fields(i); a violation is
+// a format_error naming the file, the record, the byte offset and the feature (on_error::skip
+// skips it). Protobuf's own semantics are kept where they exist (unknown fields skipped, the last
+// of a repeated feature name wins).
+// Threads: after construction every member is const and safe to call concurrently. Every rule:
+// docs/readers.md.
 #pragma once
 
 #include <algorithm>

@@ -1,70 +1,19 @@
 // sluice/io/wds.hpp — WebDataset as users have it: many tar shards, every member of a key.
 //
-// A WebDataset sample is every tar member sharing a key ("train/000123.jpg", ".json", ".cls").
-// wds_dataset<Schema> is a fields_reader (stage/read.hpp) over a list of shards or a brace
-// pattern; the schema names its fields by extension, and sample i of the dataset is sample i of
-// the shards concatenated in the order given:
-//
-//   using wds = sluice::schema<sluice::field<"jpg;jpeg;png", std::uint8_t, sluice::variable>,
-//                              sluice::field<"json", std::uint8_t, sluice::variable>,
-//                              sluice::field<"cls", std::int64_t>>;
-//   sluice::io::wds_dataset<wds> data{"train-{000000..000127}.tar"};
-//   auto loader = sluice::from(sluice::sample::shuffle(data.size(), {.seed = 7}))
-//               | sluice::read(data)
-//               | sluice::decode<"jpg;jpeg;png">(sluice::codecs::jpeg{{.width = 224, .height = 224}})
-//               | sluice::collate({.batch = 64}, sluice::stack<"jpg;jpeg;png">{},
-//                                 sluice::ragged<"json">{}, sluice::stack<"cls">{})
-//               | sluice::prefetch(2, {.workers = 4});
-//
-// wds_any (at the end) is the same dataset with its fields chosen at run time (a list of
-// field_spec), handing out run-time samples (core/any_sample.hpp) for any_collate.
-//
-// Members to fields (a field name "a;b;c" takes a member with any of those extensions; the
-// extension is everything after the first dot of the basename, e.g. "seg.png"):
-//   - `.npy` members (extension "npy" or ending ".npy"): the header is parsed and checked: its
-//     dtype must be the field's element type (i1..i8, u1..u8, f2/f4/f8, b1), C order, and the
-//     shape must account for every data byte; the field is the array's data (zero copy).
-//   - a fixed-extent field of any element type but u8 (`field<"cls", std::int64_t>`), or a fixed
-//     u8 field whose member is text (`field<"cls", std::uint8_t>`: a class id, not the character
-//     code of its first digit), takes an ASCII number: surrounding whitespace is trimmed and the
-//     rest must be one integer (a float for f16/bf16/f32/f64 fields) that fits the type. Parsed
-//     once at the scan.
-//   - everything else, e.g. a u8 variable field (`.jpg`, `.json`, `.txt` kept as text, `.cls`
-//     kept as bytes): the member's bytes, as a view into the mapping.
-//   Members whose extension no field names are ignored; members with no key (no dot) too.
-//
-// Bad samples are reported when they are read, not when the shard is scanned, so
-// `loader_options::errors = on_error::skip` skips and counts them and on_error::raise hands the
-// trainer the error: a format_error naming the shard, the sample's key and the field, for a
-// missing member (with a hint when the sample is the first or last of its shard: a sample whose
-// members are split across shards is two incomplete samples), a second member for one field, a
-// number that does not parse or fit, or an .npy of the wrong dtype or a bad header. A shard that
-// is not a tar (or is truncated) fails as wds_tar.hpp describes, when it is opened.
-//
-// Shards and ranks. A shard is opened (mapped, and scanned or its saved index `<shard>.sidx`
-// loaded) when it is first touched. The global index needs every shard's sample count; two ways:
-//   - `.sizes` empty (default): every shard is opened in the constructor to count it. Simple and
-//     exact, but every rank reads every shard's index (the first run scans every shard once:
-//     reading every header of every file; later runs load `.sidx` files, 24 bytes x (fields + 1)
-//     a sample).
-//   - `.sizes = {n0, n1, ...}` (one per shard, e.g. saved from `sizes()` of an earlier run, or
-//     all equal for shards written with a fixed count): nothing is opened until read, so a rank
-//     that reads only its shards never maps or scans the others. A shard whose count differs
-//     from what was given is a format_error naming it when it is opened.
-// shard_of(i), shard_range(s) and shard_size(s) let a sampler give whole shards to ranks;
-// sample::shard_split (sample/shard_split.hpp) does. A shard that fails to open (missing, not a
-// tar, truncated, a count other than .sizes says) fails every sample read from it, each time
-// (under on_error::skip: all of them skipped and counted); the others are served.
-// The saved index shares `<shard>.sidx` with wds_tar_reader; its kind string (the schema's names
-// and types) keeps one from being mistaken for the other (the last reader to scan rewrites it).
-//
-// Patterns: io/shard_pattern.hpp (`{a,b}` lists, zero-padded `{000..127}` ranges, nesting; a
-// bad pattern is a usage_error). The constructors take one pattern, a braced list of patterns
-// (`{"train-{0..3}.tar", "extra.tar"}`, expanded in order), or a std::vector of plain paths (not
-// expanded). A shard that does not exist is an io_error naming it, when it is opened.
-//
-// Thread-safety: fields(i) may be called from several threads; a shard is opened once (under its
-// own lock) and read-only after. fields(i) allocates nothing once its shard is open.
+// wds_dataset<Schema> is a fields_reader over a list of shards or a brace pattern
+// ("train-{000000..000127}.tar"): a sample is every tar member sharing a key, its fields named by
+// extension ("jpg;jpeg;png", "json", "cls"), and sample i of the dataset is sample i of the shards
+// concatenated in order. `.npy` members are checked against the field's dtype and read zero-copy;
+// a fixed non-u8 field (or a fixed u8 field of a text member) takes an ASCII number parsed once;
+// everything else is the member's bytes, a view into the mapping. wds_any is the same with its
+// fields chosen at run time. Shards open when first touched (or all at once to count them, unless
+// `.sizes` gives the counts); shard_of / shard_range / shard_size let a sampler give whole shards
+// to ranks.
+// Errors: a bad sample (a missing or doubled member, a number that does not parse or fit, an .npy
+// of another dtype) is a format_error naming the shard, the key and the field, raised when it is
+// read, so on_error::skip skips and counts it; a shard that cannot be opened fails its samples.
+// Threads: fields(i) may be called from several threads; it allocates nothing once its shard is
+// open. Every rule, the saved index and the patterns: docs/readers.md.
 #pragma once
 
 #include <algorithm>
