@@ -3,48 +3,17 @@
 // fields(i) is O(1), allocates nothing, and hands out views into the mapping (zero copy).
 //
 // The token file is what GPT-2-style preparation scripts write with numpy `tofile`: token ids
-// back to back, little-endian, uint16 (vocabularies up to 65536) or uint32, no header.
-//
-// 1. token_windows<T>: next-token training windows.
-//
-//   sluice::io::token_windows<std::uint16_t> w{"train.bin", {.length = 1024, .vocab = 50257}};
-//   auto loader = sluice::from(sluice::sample::shuffle(w.size(), {.seed = 1}))   // random windows
-//               | sluice::read(w)
-//               | sluice::collate({.batch = 8}, sluice::stack<"input">{}, sluice::stack<"target">{})
-//               | sluice::prefetch(2);
-//   // b.get<"input">(): u16 {8, 1024}; b.get<"target">(): the same tokens shifted by one
-//
-//   Window k covers tokens [k*stride, k*stride + L] (L + 1 tokens): field "input" is the first L,
-//   "target" the last L, both views into the mapping. With the default stride (= L) windows do not
-//   overlap and size() = (n_tokens - 1) / L; with another stride, size() =
-//   (n_tokens - 1 - L) / stride + 1. The tail that fills no whole window is not served.
-//   Random windows: the reader serves windows in whatever order the sampler asks, so
-//   sample::shuffle(w.size()) gives a fresh permutation of the windows each epoch (a random window
-//   start within the file at stride granularity; a smaller stride gives finer starts).
-//
-// 2. token_documents<T>: one sample per document, field "tokens" (variable length), for
-//    pad<"tokens"> or pack<"tokens"> (stage/field_collate.hpp).
-//
-//   sluice::io::token_documents<std::uint16_t> d{"docs.bin", "docs.idx"};
-//   ... | sluice::read(d) | sluice::collate({.batch = 16}, sluice::pack<"tokens">{.length = 2048})
-//
-//   The offsets file holds n_docs + 1 little-endian uint64: document i is tokens
-//   [off[i], off[i+1]). write_token_documents(tokens_path, offsets_path, docs) writes such a pair.
-//
-// Checked at open (format_error naming the file, the record and the cause; io_error "not a
-// regular file" for a FIFO, directory or device, found by stat() before any open so it never blocks):
-//   - the token file's size is a whole number of sizeof(T) tokens;
-//   - windows: the file holds at least L + 1 tokens;
-//   - documents: the offsets file is a whole number of uint64, at least one, the first is 0, none
-//     is past the end of the token file (record = the document whose range it bounds), they never
-//     decrease (record = the document whose end is before its start), the last == n_tokens.
-// Vocabulary (`.vocab = V`, 0 = no check): a token >= V is a format_error naming the file, the
-// record (window or document) and the token's position in the file. `.vocab_check` says when:
-//   vocab_check::lazy  (default) in fields(i), over that sample's tokens only: opening a file of
-//                      billions of tokens stays instant; fields(i) is then O(L), reading the pages
-//                      collate copies next anyway. In a pipeline the error reaches the consumer
-//                      as a stage_error whose text contains the format_error's.
-//   vocab_check::open  once, over the whole file, in the constructor: fields(i) stays O(1).
+// back to back, little-endian, uint16 or uint32, no header. token_windows<T> serves next-token
+// windows ("input", and "target" shifted by one) at a stride; token_documents<T> serves one
+// sample a document ("tokens"), the offsets file holding n_docs + 1 little-endian uint64
+// (write_token_documents writes such a pair).
+// Errors: the files' sizes and the offsets (a whole number, starting at 0, never decreasing,
+// ending at the token count) are checked at open, each a format_error naming the file, the record
+// and the cause; a file that is not regular is an io_error found before any open. With `.vocab`,
+// a token at or above it is a format_error naming the file, the record and the token's position,
+// checked per sample (lazy, the default) or over the whole file at open.
+// Threads: after construction every member is safe to call concurrently. Every rule:
+// docs/tokens.md.
 #pragma once
 
 #include <sys/stat.h>

@@ -1,59 +1,19 @@
 // sluice/stage/pack_rows.hpp — a fixed token budget a step: documents streamed into rows of L
 // tokens, R rows a batch, static shapes, deterministic and resumable at any row.
 //
-// collate's pack<"tokens"> packs the documents *of one batch* into as many rows as they fill, so
-// the row count changes from step to step. Pretraining wants the other way round: every step
-// R x L tokens. packed_rows turns a document dataset and a document order into a dataset of rows:
-// row r of epoch e is tokens [r L, (r + 1) L) of the documents laid end to end in the order's
-// epoch-e sequence. A document cut at a row's end (and so at a batch's end) continues at the start
-// of the next row. The last row of an epoch is padded with `.pad`.
-//
-//   io::token_documents<std::uint16_t> docs(tokens_path, offsets_path, {.vocab = 50257});
-//   auto rows = sluice::packed_rows(docs, sluice::sample::shuffle(docs.size(), {.seed = 1}), {.length = 2048});
-//   auto loader = sluice::from(rows.sampler()) | rows
-//               | sluice::collate({.batch = 8, .drop_last = true}, sluice::stack<"tokens">{},
-//                                 sluice::stack<"doc_ids">{}, sluice::stack<"position_ids">{},
-//                                 sluice::stack<"cu_seqlens">{})
-//               | sluice::prefetch(2, {.workers = 2});
-//   // every batch: "tokens" u16 {8, 2048}, "doc_ids" i32 {8, 2048}, "position_ids" i32 {8, 2048},
-//   // "cu_seqlens" i32 {8, 2049}; a field not collated is never written
-//
-// One batch, L = 8, R = 2, documents 41 (5 tokens), 7 (6), 12 (3) in the epoch's order:
-//
-//   tokens        a a a a a b b b | b b b c c c . .     (a = doc 41, b = doc 7, c = doc 12, . pad)
-//   doc_ids       41 .. 41 7 7 7  | 7 7 7 12 12 12 -1 -1
-//   position_ids  0 1 2 3 4 0 1 2 | 3 4 5 0 1 2 0 0
-//   cu_seqlens    0 5 8 8 8 8 8 8 8 | 0 3 6 8 8 8 8 8 8  (per row, L + 1 values)
-//   flat_cu_seqlens: {0, 5, 8, 11, 14, 16}, max_seqlen 5
-//
-// - doc_ids: the document's index in the dataset (global, the same in every batch and epoch; int32,
-//   as pack<>'s and attention kernels' ids are: a dataset of 2^31 documents or more is refused); -1
-//   on padding. A trainer keeps attention and the loss inside one document with them.
-// - position_ids: the token's position in its document, restarting at 0 where each document
-//   starts, continuing across a row (and batch) boundary; 0 on padding.
-// - cu_seqlens: int32 {L + 1} a row: where each segment of the row starts (a document's piece or
-//   a run of padding; a segment never crosses a row), then L, repeated to L + 1 values so the
-//   shape is static (the repeats are empty segments). flat_cu_seqlens(batch "cu_seqlens", L)
-//   turns a batch's rows into the one sequence of boundaries and max_seqlen that variable-length
-//   attention kernels (flash_attn_varlen_func) take for the flattened R x L tokens.
-// - `.split = false`: a document never crosses a row: one that does not fit the rest of the row
-//   starts the next row (the rest is padding), and one longer than L is a format_error naming the
-//   tokens file and the document, raised for the row that would hold it (skip counts that row).
-// - `.split = false, .bins = k` (k > 1): best-fit over k open rows. Documents come in the order's
-//   sequence; each goes into the open row whose free space it fills most closely (ties: the row
-//   opened first); when none has room and k rows are open, the fullest (ties: the oldest) is
-//   closed and becomes the next row of the epoch, and a new row opens. At the end the rows still
-//   open follow, oldest first. A document moves at most k - 1 rows from where next-fit would put
-//   it, so the order's shuffle stays; the padding falls (bench/README.md has the figures).
-//
-// Rows a epoch: ceil(tokens / L) with split (the same every epoch); with .split = false it
-// depends on the order and is planned per epoch (the sampler's size(epoch)). The plan of an epoch
-// (where each document starts in the stream: one pass over the order, 8 bytes a document) is made
-// once, by the first worker that needs it, and kept for the two most recent epochs.
-//
-// Determinism and resume: a row's tokens depend only on (order, epoch, row), so batches are
-// bit-identical for any worker count, and a loader_state resumes at its row. The sampler's
-// fingerprint covers the order's fingerprint, L, split and the dataset's size and token count.
+// packed_rows(docs, order, {.length = L}) turns a document dataset and a document order into a
+// dataset of rows: row r of epoch e is tokens [r L, (r + 1) L) of the documents laid end to end in
+// the order's epoch-e sequence (a document cut at a row's end continues in the next row), or, with
+// `.split = false`, whole documents a row (next-fit, or best-fit over `.bins` open rows). Each row
+// has "tokens", and on demand "doc_ids" (the document's global index, -1 on padding),
+// "position_ids" (restarting in each document) and "cu_seqlens" (int32 {L + 1}: the row's segment
+// boundaries, static shape); flat_cu_seqlens joins a batch's rows for variable-length attention.
+// A field not collated is never written.
+// Errors: with `.split = false`, a document longer than L is a format_error naming the tokens file
+// and the document, raised for the row that would hold it.
+// Determinism: a row depends only on (order, epoch, row): bit-identical batches for any worker
+// count, and a loader_state resumes at its row. The epoch's plan is made once, by the first worker
+// that needs it. A picture of one batch and every rule: docs/tokens.md.
 #pragma once
 
 #include <algorithm>
