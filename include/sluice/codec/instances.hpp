@@ -1,50 +1,19 @@
 // sluice/codec/instances.hpp — instance masks that follow an image: COCO's polygons and
 // run-length masks, drawn through the image's transform, one mask for each box that survives it.
 //
-// An instance segmentation sample is an image, its boxes and, per box, the region of that object.
-// io::coco_dataset with .segmentation = true reads each annotation's "segmentation" into field
-// "segmentation" (the layout below). instance_masks<"segmentation", "boxes"> follows the image of
-// decode<"image">(codec, boxes<"boxes", ...>{}, instance_masks<"segmentation", "boxes">{}): when
-// a collator writes the sample, each instance whose box the boxes follower keeps is drawn at the
-// image's source size and resampled nearest-neighbour through the very transform the image was
-// decoded with (codecs::resample_nearest: the same window, output size and flip), so mask k is
-// the region of box k of the batch — the boxes, their classes and their masks can never disagree,
-// because one decision (the boxes follower's) drops a box and its mask. The field becomes u8
-// {kept, out_h, out_w} of 0 and 1 (1 inside the object; 0 where the window leaves the image):
-// ragged<"segmentation">{.row = {H, W}} collates it to {n, H, W} with offsets {B + 1}, where n
-// and the offsets are those of ragged<"boxes">.
-//
-//   sluice::io::coco_dataset coco{"coco/train2017", "coco/annotations/instances_train2017.json",
-//                                 {.segmentation = true}};
-//   auto loader = sluice::from(sluice::sample::shuffle(coco.size(), {.seed = 1})) | sluice::read(coco)
-//               | sluice::decode<"image">(jpeg, sluice::boxes<"boxes", "classes">{},
-//                                         sluice::instance_masks<"segmentation", "boxes">{})
-//               | sluice::collate({.batch = 8}, sluice::stack<"image">{}, sluice::ragged<"boxes">{.row = {4}},
-//                                 sluice::ragged<"classes">{}, sluice::ragged<"segmentation">{.row = {H, W}})
-//               | sluice::prefetch(2);
-//
-// Drawing (what pixels an instance covers, at the source size):
-//   polygons   pixel (x, y) is inside when its centre (x + 0.5, y + 0.5) is inside a polygon by
-//              the even-odd rule; an instance of several polygons is their union. (pycocotools
-//              rasterises along the outline instead, so pixels on an edge may differ: the Python
-//              tests measure the agreement.) A polygon of fewer than 3 vertices covers nothing.
-//   runs       COCO's run-length encoding: counts in column-major order starting with a run of
-//              0s, as a list of numbers or as COCO's compressed string; its size must be the
-//              image's (a format_error naming both sizes) and its counts must sum to it.
-//   none       an annotation without "segmentation": an empty mask.
-//
-// The field's layout (all values 4 bytes, native byte order; io/coco.hpp writes it, and a reader
-// of another format may too): per instance, in the order of the boxes,
-//   u32 kind                   0 none, 1 polygons, 2 runs
-//   kind 1: u32 count, then per polygon: u32 vertices, then 2 × vertices f32 (x, y, source pixels)
-//   kind 2: u32 height, u32 width, u32 count, then count × u32 (the counts)
-// Checked when the decode stage runs (so on_error::skip drops the sample before collate), each a
-// format_error naming the file, the record and the field: bytes that are not whole records, a
-// count of instances that is not the count of boxes, a kind not above, a vertex that is not
-// finite, runs of another size than the image or not summing to it.
-//
-// Threads and memory: the drawing uses one thread_local bitmap of the source size (grown to the
-// largest source seen); nothing is allocated per instance once warm.
+// instance_masks<"segmentation", "boxes"> follows the image of decode<"image">(codec,
+// boxes<"boxes", ...>{}, instance_masks<"segmentation", "boxes">{}): each instance whose box the
+// boxes follower keeps is drawn at the source size (a pixel is in a polygon when its centre is;
+// run lengths column-major, as COCO stores them) and resampled nearest-neighbour through the
+// image's transform. The field becomes u8 {kept, out_h, out_w} of 0 and 1, mask k for box k:
+// one decision drops a box and its mask. The field it reads holds instance records
+// (docs/formats.md), which io::coco_dataset writes with .segmentation = true.
+// Errors: records that are not whole, a count other than the boxes', a vertex that is not finite,
+// or runs of another size than the image are a format_error when the stage runs, naming the file,
+// the record, the field and the instance. A decode without the boxes follower named does not
+// compile.
+// Threads and memory: one thread_local bitmap of the source size, cleared over each instance's own
+// area; nothing allocated per instance once warm. Every rule: docs/decode.md.
 #pragma once
 
 #include <algorithm>

@@ -3,41 +3,17 @@
 //
 // Needs the sluice::png CMake target (libpng; defines SLUICE_WITH_PNG=1), as codec/png.hpp.
 //
-// A segmentation sample is an image and a mask of class ids of the same size. Decoding the mask
-// as a second image would blend ids at region edges (bilinear) and draw its own crop. Instead,
-// mask<"seg.png"> follows the image in decode<"jpg">(codec, mask<"seg.png">{...}) (stage/decode.hpp):
-// when a collator writes the sample, the mask's PNG is decoded to its raw ids at source size and
-// resampled nearest-neighbour (codecs::resample_nearest, codec/transform.hpp) through the very
-// image_transform the image was decoded with — same source window, output size and flip — so
-// every output id is an id of the source, or `ignore_index` where the window reaches past the
-// image (a pad or letterbox fit; random_resized_crop and crop windows never do). The field becomes
-// u8 {out_h, out_w} (geometry() says so): stack<"seg.png"> collates it to {B, H, W}. It uses the
-// transform value only, so it is deterministic and bit-identical for any worker count.
-//
-//   auto loader = sluice::from(sampler) | sluice::read(wds)        // "jpg", "seg.png", ...
-//               | sluice::decode<"jpg">(sluice::codecs::jpeg{{.width = 512, .height = 512,
-//                                           .mode = sluice::codecs::fit::random_resized_crop,
-//                                           .random_flip = true}},
-//                                       sluice::mask<"seg.png">{.ignore_index = 255})
-//               | sluice::collate({.batch = 16}, sluice::stack<"jpg">{}, sluice::stack<"seg.png">{})
-//               | sluice::prefetch(2);   // b.get<"seg.png">(): u8 {16, 512, 512}
-//
-// What a mask PNG may be: grey of 1, 2, 4 or 8 bits, or palette (1–8 bits); the stored values are
-// the ids — for a palette, the palette *indices* (the colours are never looked at: no
-// palette-to-RGB expansion), and sub-8-bit values are unpacked, not scaled (a 2-bit id 3 stays 3).
-// 16-bit grey is accepted when every value fits u8 (an id above 255 is a format_error naming the
-// value and pixel); RGB, RGBA and grey + alpha are refused (a colour-coded mask needs a colour ->
-// id map, which this does not do). tRNS, gamma and every ancillary chunk are ignored.
-//
-// Errors (format_error, named by the decode stage with the file, the record, the field and the
-// image field it follows): a mask whose size is not the image's source size (both sizes in the
-// message), a kind of PNG refused above, and a header that cannot be read are found when the
-// stage runs (it reads the mask's header, as it reads the image's), so on_error::skip drops the
-// sample before collate; a corrupt body (bad CRC, zlib error, truncated) is found when the mask is
-// decoded, in collate, where on_error::skip drops the sample too and re-plans the batch.
-//
-// Threads and memory: as codecs::png — libpng's memory from the thread's arena, the ids in a
-// thread_local scratch grown to the largest mask seen; nothing allocated per mask once warm.
+// mask<"seg.png">{.ignore_index = 255} follows the image of decode<"jpg">(codec, mask<...>{}): when
+// a collator writes the sample, the mask's PNG (grey or palette; the stored values are the ids,
+// never colours) is decoded at source size and resampled nearest-neighbour through the very
+// transform the image was decoded with, so every output id is an id of the source, or
+// ignore_index where the window leaves the image. The field becomes u8 {out_h, out_w}. any_mask is
+// the same for run-time samples.
+// Errors: a mask of another size than its image (both sizes named), a colour PNG, or a header that
+// does not read is a format_error found when the stage runs; a corrupt body when collate decodes
+// it; both name the file, the record and the field, and on_error::skip skips the sample.
+// Threads and memory: libpng's memory from the thread's arena, the ids in a thread_local scratch;
+// nothing allocated per mask once warm. Every rule: docs/decode.md.
 #pragma once
 
 #include <png.h>

@@ -1,51 +1,18 @@
 // sluice/stage/any_decode.hpp — decode one field of a run-time sample, in place.
 //
 // decode_field(schema, "jpg", codec) is decode<"jpg">(codec) (stage/decode.hpp) for run-time
-// samples (core/any_sample.hpp): the field's encoded bytes stay a view, and the codec writes the
-// decoded image straight into the batch when collate asks (one indirect call a sample). The stage
-// hands on the schema with the field made a fixed u8 field (schema()), which is what collate is
-// built with; the field's geometry is the codec's (shape and layout), so normalized<> normalises
-// each channel in the layout the codec wrote.
-//
-//   sluice::io::wds_any data{"train-{0..3}.tar", {{"jpg;png"}, {"cls", sluice::dtype::i64}}};
-//   auto dec = sluice::decode_field(data.schema(), "jpg;png", sluice::codecs::jpeg{{.width = 224, .height = 224}});
-//   auto loader = sluice::from(sampler) | sluice::read(data) | dec
-//               | sluice::collate({.batch = 64}, dec.schema(), {{"jpg;png", sluice::stack<>{}}, {"cls", sluice::stack<>{}}})
-//               | sluice::prefetch(2);
-//
-// Several fields, each with its codec: any_decode_stage(schema).add("jpg", a).add("depth.png", b).
-// A field the samples do not have, one that is not u8 (encoded bytes), or one decoded twice is a
-// usage_error at construction naming it. A record the codec cannot decode is a format_error naming the file,
-// the record and the field, raised (as the compiled stage does) as the decode stage's error when
-// the field is written.
-//
-// Fields that follow the image (the run-time boxes<> and points<> of stage/decode.hpp):
-// add(field, codec, {any_boxes({"boxes"}, {"classes"}, {.min_size = 2})}) plans each sample's
-// transform when the stage runs (codec.plan: the header read, the crop and flip drawn from
-// (seed, epoch, id)), keeps it in the sample (any_sample::set_plan), decodes the image with it
-// and maps the boxes by it when collate writes them; the fields named with them ("classes": one
-// row per box, any type) lose the rows of dropped boxes. The coordinates are one field of rows
-// (4 numbers a box, 2 a point: f32 or f64), or one field a coordinate, as the TF Object Detection
-// API stores xmin, ymin, xmax, ymax: each column is then mapped in place and stays a column.
-// Followed fields become variable fields of their type (collate them with ragged<> or pad<>).
-// A mask follows as codec/mask.hpp's mask<> does (any_mask("seg.png"), or any_rendered with
-// another rendered follower): decoded when written, resampled nearest-neighbour through the same
-// transform, a fixed u8 field {H, W}; its header is checked against the image's size when the
-// stage runs.
-// At construction, each a usage_error naming the field: a follower field the samples do not
-// have, coordinates that are not f32 or f64, a field that follows twice or is the image, a
-// second image with followers (a sample keeps one plan). When the stage runs, each a
-// format_error naming the file, the record and the field: coordinates that are not whole rows,
-// columns of different lengths, a field with followers that is not one row per box. A followed
-// field the reader writes itself (a tf.train.Example int64 list: varints) is read through its
-// producer into a per-thread buffer.
-//
-//   sluice::io::wds_any data{"train-{0..3}.tar", {{"jpg"}, {"boxes", sluice::dtype::f32}, {"classes", sluice::dtype::i64}},
-//                            {.extensions = {{"boxes", "boxes.npy"}, {"classes", "classes.npy"}}}};
-//   sluice::any_decode_stage dec(data.schema());
-//   dec.add("jpg", codec, {sluice::any_boxes({"boxes"}, {"classes"})});
-//   ... | dec | sluice::collate({.batch = 32}, dec.schema(), {{"jpg", sluice::stack<>{}},
-//             {"boxes", sluice::ragged<>{.row = {4}}}, {"classes", sluice::ragged<>{}}}) | ...
+// samples (core/any_sample.hpp): the codec writes the decoded image straight into the batch when
+// collate asks (one indirect call a sample), and schema() is the schema collate is built with.
+// any_decode_stage(schema).add(field, codec, {followers}) decodes several fields, each with its
+// codec, and may move fields with an image's geometry as the compiled followers do: any_boxes and
+// any_points (rows, or one field a coordinate as the TF Object Detection API stores them; the
+// fields named with them lose the rows of dropped boxes) and any_mask.
+// Errors: a field the samples do not have, one that is not u8, one decoded or followed twice, or a
+// second image with followers is a usage_error at construction naming it; a record the codec
+// cannot decode, or followed fields that do not fit (rows not whole, columns of different lengths,
+// not one row per box), is a format_error naming the file, the record and the field, as the
+// compiled stage raises it.
+// Threads: as stage/decode.hpp. Examples and every rule: docs/decode.md.
 #pragma once
 
 #include <array>
