@@ -1,42 +1,16 @@
 // sluice/io/node_tier.hpp — a node-local disk tier: whole files in one directory, within a byte
 // budget, shared by every process of the node.
 //
-// Remote shards (io/remote.hpp) are downloaded here and then read through the same mmap readers
-// as local ones. The tier itself knows nothing of HTTP: acquire(name, fill, check) returns the
-// file `name` of the tier, calling `fill` to produce it when it is absent. Its guarantees:
-//   - One fill per file per node. Each file has two lock files: `.locks/<name>.lock`, which every
-//     user holds with flock(LOCK_SH) for as long as its tier_file lives (the file is not evicted
-//     while anyone holds it), and `.locks/<name>.fill`, which the filler holds with LOCK_EX while
-//     it fills; a process that finds the file absent waits for the fill lock, then finds it
-//     there (a hit) or fills it. Waiting on a lock that only fills hold means a late process is
-//     never stuck behind readers that keep the file for their whole run (as every rank of a node
-//     does). flock is released by the kernel when a process dies, so a process killed
-//     mid-download never wedges the others: the next one takes the fill lock, deletes the dead
-//     one's partial file and fetches.
-//   - Nothing partial is ever published. `fill` writes into `<name>.partial.<pid>.<n>` in the tier
-//     directory; the tier fsyncs it, runs `check` on it (io/remote.hpp verifies the shard's CRCs
-//     and a whole-file CRC-32C there), then renames it to `<name>` and fsyncs the directory. A
-//     failed fill or check removes the partial file.
-//   - The budget is kept by LRU eviction after each fill (and before it, when the size is known),
-//     under a tier-wide lock (`.locks/.tier.lock`). A file is "used" when it was last acquired:
-//     its lock file's mtime is set then (not the data file's: a mapped file whose times change
-//     is reported as changed by core/file_guard.hpp). A file some process holds (its lock taken
-//     shared) is never evicted: eviction takes LOCK_EX|LOCK_NB and skips what it cannot lock; the
-//     file being acquired is never evicted. If everything else is held the tier runs over budget
-//     rather than fail (counted in over_budget).
-//   - A full file system (ENOSPC while filling) first evicts every file not in use and tries once
-//     more; if it is still full, an io_error names the tier directory, the file and the budget.
-// stats() counts this process's acquires: hits (present already, or filled by another process
-// while this one waited for the lock), misses (filled here), bytes fetched, files and bytes
-// evicted. Lock files are never deleted (a few bytes each; deleting one races with its users).
-//
-//   sluice::io::node_tier tier{"/local/ssd/sluice-tier", {.budget_bytes = 200ull << 30}};
-//   sluice::io::tier_file f = tier.acquire("shard-000.sluice", [&](int fd, const std::string& tmp) {
-//     /* write the whole file into fd */ });
-//   sluice::io::shard_reader r{f.path()};   // keep f alive while r is used: f stops its eviction
-//
-// Thread-safety: acquire() and stats() may be called from any thread; threads of one process
-// coordinate through the same flocks as processes do (each acquire opens its own descriptor).
+// acquire(name, fill, check) returns file `name` of the tier, calling `fill` to produce it when
+// it is absent: one fill per file per node (flock-coordinated; a process killed mid-fill never
+// wedges the others), nothing partial ever published (written to a partial file, fsynced,
+// checked, then renamed), LRU eviction within the budget of files no process holds (a held file is
+// never evicted; the tier runs over budget rather than fail). The returned tier_file keeps its
+// file from eviction while it lives. stats() counts hits, misses, bytes fetched and evicted.
+// Errors: a full file system first evicts what is not in use and retries; then an io_error names
+// the tier directory, the file and the budget. A failed fill or check removes the partial file.
+// Threads: acquire() and stats() may be called from any thread; threads coordinate through the
+// same locks as processes. Every rule: docs/remote.md.
 #pragma once
 
 #include <dirent.h>

@@ -1,53 +1,19 @@
-// sluice/io/remote.hpp — sluice shards by http:// URL, fetched into a node-local disk tier and
-// read through the same mmap reader as local shards. Needs libcurl: link sluice::curl (CMake's
-// find_package(CURL); Debian: libcurl4-openssl-dev). Not in the umbrella header for that reason.
+// sluice/io/remote.hpp — sluice shards by http(s):// or s3:// URL, fetched into a node-local disk
+// tier and read through the same mmap reader as local shards. Needs libcurl: link sluice::curl
+// (Debian: libcurl4-openssl-dev). Not in the umbrella header for that reason.
 //
-//   sluice::io::node_tier tier{"/local/ssd/sluice-tier", {.budget_bytes = 100ull << 30}};
-//   sluice::io::remote_shards data{sluice::io::expand_braces("http://store:8080/train-{000..127}.sluice"),
-//                                  tier, {.sizes = sizes}};       // records per shard, if known
-//   // or from an index beside the shards (io/shard_index.hpp: sizes, record counts, CRC-32Cs):
-//   auto data = sluice::io::remote_shards_from_index("http://store:8080/train/index.txt", tier);
-//   auto loader = sluice::from(sluice::sample::shard_split{data, {.rank = r, .world = w, .seed = 7}})
-//               | sluice::read(data) | sluice::collate({.batch = 256}) | sluice::prefetch(2);
-//
-// remote_shards is a record_reader over the shards concatenated in the order given (record i is
-// record i of that concatenation), with shard_count()/shard_range(s) so sample::shard_split hands
-// whole shards to ranks. With `.sizes` given, a shard is fetched when its first record is read —
-// by the worker preparing the batch that needs it — so a rank fetches only its own shards; without
-// it, every shard is fetched in the constructor to count its records. A shard that cannot be
-// fetched fails every record read from it with the same error (kept, not fetched again), at the
-// batch that needed it: under on_error::skip those samples are skipped and counted.
-// A shard once opened stays open (mapped, and held in the tier so it is not evicted) until the
-// remote_shards is destroyed: the tier's budget must hold the shards one reader opens in its life
-// (a rank's share, with shard_split) or until release_all(). prefetch(s) fetches a shard on a
-// background thread; sample::fetch_ahead (sample/fetch_ahead.hpp) calls it for the windows of
-// sample::shard_shuffle ahead of the loader, and release_all() between epochs, so a rank holds at
-// most one epoch's shards. Releasing shards behind the windows in flight within an epoch is not
-// here yet (a rank's share of one epoch must fit the tier); neither are ranged fetches of one file.
-//
-// What a fetch guarantees (http_get and fetch_shard below):
-//   - Retries with exponential backoff and jitter (a wait drawn from [d/2, d], d doubling from
-//     `backoff` up to `max_backoff`) on connection failures, timeouts and stalls, dropped
-//     connections, 408/429/5xx and a body shorter than its Content-Length. A transfer cut after
-//     some bytes continues with a Range request (`resume`); a server that answers it with the whole
-//     file (200) is read from the start again. 404, 403 and other 4xx are not retried: an
-//     http_error (an io_error) names the URL and the status. After the last attempt the error
-//     names the URL, the attempts and the last cause.
-//   - The download is written to a partial file in the tier, fsynced, then checked: the whole
-//     shard through shard_reader (header, metadata, index and every record's CRC-32C) and, when
-//     given (from an index), the whole file's CRC-32C. Only then is it renamed into place. A file
-//     that fails a check is deleted and fetched once more (`downloads`); if it fails again, a
-//     format_error names the URL and the mismatch. Nothing partial or unchecked is ever read.
-//   - One download per shard per node, LRU within the tier's byte budget, hit rate and bytes
-//     fetched/evicted: io/node_tier.hpp.
-// MDS datasets (MosaicML Streaming's format, io/mds.hpp) by URL: remote_mds<Schema>(url, tier) at
-// the end of this file, each shard fetched the same way and checked against index.json.
-// s3://bucket/key URLs (S3 or an S3-compatible server) go through the same client, signed with
-// SigV4 by libcurl; endpoint, region and credentials come from the usual AWS environment variables
-// and files (resolve_s3 below). A 403 names the URL, the status and S3's error code
-// (SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied); a missing object is a 404 (NoSuchKey).
-// Traffic: http://, https:// and s3:// only (other schemes are refused by URL); redirects are
-// followed (at most 5) within http(s), never for a signed S3 request.
+// remote_shards is a record_reader over the shards concatenated in order, with whole shards for
+// ranks (sample::shard_split). With `.sizes` (or an index beside the shards) a shard is fetched
+// when its first record is read, so a rank fetches only its own; prefetch(s) and
+// sample::fetch_ahead fetch ahead of the loader. remote_mds reads an MDS dataset the same way.
+// A fetch retries with backoff on transient failures (resuming a cut transfer with a Range
+// request), writes a partial file, checks the whole shard (every record's CRC-32C, and the file's
+// when an index gives it), and only then publishes it: nothing partial or unchecked is ever read.
+// Errors: a 4xx is an http_error naming the URL and the status (S3's error code too); after the
+// last attempt the error names the URL, the attempts and the cause; a shard that cannot be fetched
+// fails every record read from it (on_error::skip skips and counts them).
+// Threads: records may be read from several threads; a shard is fetched once. Every rule, S3
+// credentials and redirects: docs/remote.md.
 #pragma once
 
 #include <curl/curl.h>
