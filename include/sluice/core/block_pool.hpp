@@ -1,52 +1,18 @@
 // sluice/core/block_pool.hpp — a pool of byte blocks that is reused across batches, bounded by a
 // cap, and shrinks when its memory stops being used.
 //
-// Why: pinned host memory (cudaHostAlloc) and device memory (cudaMalloc) are slow to allocate and,
-// for pinned memory, slow the whole machine when overused. A pipeline must therefore reuse its
-// buffers — but a pool that only grows is the most common complaint about data loaders: one large
-// batch (or a burst of prefetch) and the memory is gone until the process exits. So this pool
-//   - reuses: acquire(bytes) hands out the smallest idle block that fits (and is not more than
-//     `max_waste` times the request), allocating only when none fits;
-//   - is bounded: the bytes it holds (in use + idle) never exceed `cap_bytes`; to stay under it,
-//     idle blocks that cannot serve the request are freed before a new one is allocated (a block
-//     that fits is reused, never freed to allocate its like); a request that still does not fit
-//     throws sluice::usage_error naming the pool, the cap and what is in use (never a hang);
-//   - shrinks: end_epoch() frees idle blocks that were not used for `idle_epochs` whole epochs,
-//     then frees idle blocks while the pool holds more than (1 + headroom) x the epoch's peak
-//     demand. Demand is what could not be handed out at an acquire: blocks in use plus idle blocks
-//     whose fence is still pending (asynchronous work queued on them). acquire allocates rather
-//     than reuse a pending block while under the cap, so a steady workload whose device work lags
-//     a few batches behind needs those blocks too; counting only the blocks in use would free them
-//     at every epoch end and allocate them again in the next epoch (churn, and cudaFree may
-//     synchronise the device).
-//
-// The memory itself comes from a Backend, so the same logic serves pinned host memory, device
-// memory and plain host memory (the stand-in on machines without CUDA, and in the tests):
-//
-//   struct backend {
-//     using fence_type = ...;                     // per-block completion marker (a cudaEvent_t)
-//     void* allocate(std::size_t bytes);          // throws on failure
-//     void deallocate(void* p, std::size_t bytes, fence_type& f) noexcept;  // waits for f first
-//     fence_type make_fence();                    // created with each block
-//     void destroy_fence(fence_type& f) noexcept;
-//     bool fence_ready(const fence_type& f) noexcept;  // has the work it marks finished?
-//   };
-//
-// Fences: asynchronous users (a copy engine reading a pinned block, a kernel reading a device
-// block) record the block's fence before they drop the lease. The pool prefers idle blocks whose
-// fence is ready, never frees a block whose fence is not (freeing would synchronise), and hands a
-// pending block out only when nothing else fits under the cap; the caller must then wait on
-// lease.fence() (on the host, or on a stream with cudaStreamWaitEvent) before writing.
-//
-// Thread-safety: every member is safe to call from any thread (one mutex; acquire and release are
-// per batch, not per sample). Leases keep the pool's state alive, so a lease may outlive its pool.
-// Allocation: none in steady state (blocks are reused; the bookkeeping vector only changes when a
-// block is allocated or freed).
-//
-//   sluice::block_pool<sluice::host_block_backend> pool{{}, {.cap_bytes = 256 << 20}};
-//   auto block = pool.acquire(batch_bytes);       // block.data(), block.capacity()
-//   ...                                           // the block returns to the pool with `block`
-//   pool.end_epoch();                             // frees what the last epoch did not need
+// Pinned and device memory are slow to allocate, and a pool that only grows keeps one large
+// batch's memory until the process exits. block_pool<Backend> reuses (acquire hands out the
+// smallest idle block that fits), is bounded (held bytes never exceed `cap_bytes`; idle blocks
+// that cannot serve a request are freed first), and shrinks (end_epoch() frees blocks idle for
+// `idle_epochs` epochs, then down to (1 + headroom) x the epoch's peak demand). The memory comes
+// from a Backend (pinned host, device, or plain host memory), and each block has a fence that
+// asynchronous users record before dropping their lease: a block whose fence is pending is never
+// freed, and handed out only when nothing else fits (the caller then waits on lease.fence()).
+// Errors: a request that does not fit under the cap is a usage_error naming the pool, the cap and
+// what is in use, never a hang.
+// Threads: every member is safe from any thread (one mutex, per batch); a lease may outlive its
+// pool. No allocation in steady state. The backend's interface and every rule: docs/device.md.
 #pragma once
 
 #include <algorithm>

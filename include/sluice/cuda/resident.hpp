@@ -1,55 +1,18 @@
 // sluice/cuda/resident.hpp — a small dataset held in device memory, shuffled and batched there.
 //
-// For MNIST- or CIFAR-sized data (N fixed-size records + int64 labels, a few hundred MiB at most)
-// the fastest loader copies nothing per epoch: the records go to the device once, each epoch's
-// sample order is computed on the device from the same counter-based keys as the host samplers,
-// and each batch is gathered there into the batch's device buffers. No host thread, no H2D copy,
-// no pinned memory after construction.
-//
-//   sluice::cuda::resident_dataset ds(images, 784, labels, {.batch = 256, .normalize = p});
-//   sluice::sample::shuffle order{ds.size(), {.seed = 7}};
-//   for (std::uint64_t e = 0; e < epochs; ++e)
-//     for (const auto& b : ds.epoch(e, order))       // b.bytes, b.normalized, b.labels: device pointers
-//       train_step(b.normalized, b.labels, b.size);   // on ds.stream() (see "Streams")
-//
-// It is written on Thrust alone, so the same header builds two ways:
-//   - with nvcc (Thrust's CUDA backend, the default): device memory, work on a CUDA stream;
-//   - with any C++20 compiler and Thrust's CPP backend, `-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP`
-//     and the CCCL headers on the include path (CMake: link sluice::thrust_host): "device" memory
-//     is host memory and every call runs in the calling thread. That is how its tests run on
-//     machines without a GPU; it is also a fast host loader for data that fits in memory.
-// Compiled by a host compiler with the CUDA backend selected, it stops with an #error that says so.
-//
-// Orders. `epoch(e, sampler)` takes the host sampler itself, so the order is the host's by
-// construction: sample::sequential, sample::shuffle (position -> id through the same
-// feistel_permutation(n, mix_keys(seed, epoch)) as shuffle::at), and sample::distributed over
-// either (rank, world, tail, start: the same positions as on the host). `epoch(e)` is sequential.
-//
-// Guarantees:
-//   - Batch k of epoch e holds, at position j, the sample sampler.at(e, k * batch + j): its record's
-//     bytes (`bytes`, record_bytes each, when options.bytes), its label (`labels`), its id (`ids`),
-//     and with options.normalize the floats (x - mean[c]) * inv_std[c], c = byte index mod channels,
-//     rounded as sluice::normalize rounds them on the host (one subtraction, one multiplication, no
-//     fused multiply-add): bit for bit the host's result.
-//   - The last batch holds the remainder (size < batch) unless drop_last, which leaves it out.
-//   - Memory: records + labels + one epoch's ids (8 B a sample) + one batch's buffers, allocated in
-//     the constructor; an epoch or a batch allocates nothing (Thrust's temporary storage aside: the
-//     algorithms used here, transform and for_each, need none).
-//   - One batch at a time: the views of a batch are valid until the next batch of this dataset is
-//     gathered (the next iterator dereference, or batch(k)); an epoch's ids until the next epoch().
-//     Using an epoch after a later epoch() call throws usage_error. Not thread-safe: one consumer.
-//
-// Streams (CUDA backend). epoch() and every gather are enqueued on options.stream (default: the
-// legacy default stream, which orders against all blocking streams) without a host
-// synchronisation; only the constructor (the copy to the device) and ids_on_host() wait. Work that
-// reads a batch must be ordered before the next gather: enqueue it on ds.stream(), or synchronise.
-//
-// Errors: usage_error for record_bytes 0, a record buffer that is not a whole number of records,
-// a label count that differs from the record count, batch 0, normalize channels that do not divide
-// record_bytes, options that gather nothing, a sampler whose size is not the dataset's, batch(k)
-// past the epoch's end, and an epoch used after a later epoch() call; each message says which.
-// Device allocation and copy failures surface as Thrust's exceptions (thrust::system_error,
-// std::bad_alloc).
+// For MNIST- or CIFAR-sized data the fastest loader copies nothing per epoch: resident_dataset
+// copies N fixed-size records and their labels to the device once, computes each epoch's order
+// there from the same counter-based keys as the host samplers (epoch(e, sampler) takes
+// sequential, shuffle, or distributed over either), and gathers each batch there, optionally
+// normalised bit for bit as the host normalises. Written on Thrust alone: with nvcc it runs on a
+// CUDA stream; with a host compiler and Thrust's CPP backend (sluice::thrust_host) "device"
+// memory is host memory, which is how its tests run without a GPU.
+// Guarantees: batch k holds sampler.at(e, k * batch + j) at position j; memory is allocated in the
+// constructor only; a batch's views stay valid until the next batch is gathered.
+// Errors: bad sizes, options or samplers are usage_errors saying which; device failures surface as
+// Thrust's exceptions.
+// Threads: not thread-safe: one consumer. Work is enqueued on options.stream without host
+// synchronisation. Streams and every rule: docs/device.md.
 #pragma once
 
 #include <thrust/detail/config.h>

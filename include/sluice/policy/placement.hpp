@@ -1,52 +1,17 @@
 // sluice/policy/placement.hpp — where a batch's images are decoded: on the host's workers, on the
 // device, or split between them, the split steered by what each side measured.
 //
-// A placement policy answers one question per batch — how many of its n images the device
-// decodes — and is told afterwards what that cost. stage/split_decode.hpp asks and tells; the
-// policies here are plain types (copies share their state, so a trainer keeps one copy to read
-// and steer while the pipeline holds another):
-//
-//   placement::host_only      0 images on the device (the CPU path, for comparison)
-//   placement::device_only    all of them
-//   placement::fixed{f}       round(f * n)
-//   placement::adaptive{...}  the split that makes both sides finish a batch together, learnt
-//                             from the measurements below, and no more device work than the
-//                             trainer's stall calls for.
-//
-// What is measured, per batch that was written whole (split_decode reports it):
-//   host_ns    from the device submit until the last of the batch's host images was written
-//   device_ns  from the device submit until the device finished its images — queueing behind
-//              other workers' batches included, since one device serves every worker
-// With a = host_ns / host images and b = device_ns / device images, the batch is done soonest
-// when (n - k) * a = k * b, i.e. k = n * a / (a + b). b includes the device's fixed cost per
-// launch spread over its k images, so the rule's fixed point is the true balance
-// (n - k) * a = launch + k * per_image, not the balance of per-image costs alone. adaptive keeps
-// an exponential average of a and b (`smoothing`) and moves its fraction `gain` of the way to
-// the balance each batch; of the two whole counts around it, it gives the device the one whose
-// predicted batch time, max((n-k)a, kb), is lower. At the balance max((n-k)a, kb) is at most
-// min(n*a, device-only), so the split is never slower than the better of host-only and
-// device-only, up to one image of granularity.
-//
-// Neither side is starved of measurements: while both are useful, each keeps at least one image
-// (so a recovering side is measured every batch). A side that is hopeless — one image on the
-// device takes longer than the whole batch on the host, or the reverse — gets none, except one
-// image every `probe_every` batches so that a change (the device freed by the trainer, a host
-// that got busier) is noticed.
-//
-// The stall (the project's thesis: past the point where the loader stops being the bottleneck,
-// more loader speed buys nothing): decoding on the device takes device time from training. A
-// trainer that reports its loader's consumer wait and busy time (`observe_consumer(loader.stats())`,
-// any type with consumer_wait_ns and consumer_busy_ns, cumulative) lets adaptive spend device time
-// only while the loader is short: when the stall fraction since the previous report is under
-// `target_stall / 2`, the device's share of the balanced split is cut by `budget_step` (down to
-// 0); above `target_stall` it is restored by twice that (a report every few dozen steps is
-// plenty). Without such reports the budget stays 1 (the balanced split).
-//
-// Every member function may be called from any thread; device_count is one atomic load.
-//
-//   sluice::placement::adaptive place{{.initial_fraction = 0.5}};
-//   auto split = sluice::split_decoded<"jpg">(cpu_codec, device_decoder, place);
-//   ... every 50 steps: place.observe_consumer(loader.stats());  place.fraction();
+// A placement policy answers, per batch, how many of its n images the device decodes, and is told
+// afterwards what that cost (stage/split_decode.hpp asks and tells): host_only, device_only,
+// fixed{f}, or adaptive, which learns the split that makes both sides finish together, k =
+// n * a / (a + b) from the measured per-image host time a and device time b (launch cost
+// included), and so is never slower than the better single side, up to one image. Each side
+// keeps at least one image while both are useful; a hopeless side is probed every `probe_every`
+// batches. With the trainer's stall reported (observe_consumer(loader.stats())), adaptive spends
+// device time only while the loader is short: the project's thesis, that past the point where the
+// loader stops being the bottleneck more speed buys nothing.
+// Threads: every member function may be called from any thread; copies share their state, so a
+// trainer keeps one copy to read and steer. The rule's derivation: docs/device.md.
 #pragma once
 
 #include <algorithm>

@@ -2,46 +2,18 @@
 // collator that decodes a batch's images partly on the host workers and partly on a device
 // decoder, in parallel, the split chosen per batch by a placement policy (policy/placement.hpp).
 //
-//   sluice::placement::adaptive place;                        // learns the split; copies share it
-//   auto split = sluice::split_decode<"jpg">(
-//       sluice::codecs::jpeg{{.width = 224, .height = 224}},  // the host codec
-//       device,                                              // a device_decoder (below)
-//       place);
-//   auto loader = sluice::from(sampler) | sluice::read(wds)  // fields "jpg" (encoded), "cls"
-//               | sluice::collate({.batch = 64}, split, sluice::stack<"cls">{})
-//               | sluice::prefetch(2, {.workers = 4});
-//   for (auto& b : loader.epoch(e)) { b.get<"jpg">();  /* u8 {64, 224, 224, 3} */ }
-//   split.stats();  place.fraction();
-//
-// The field is the *encoded* field (do not decode<"jpg"> it first); the collator writes the decoded
-// images, {n, shape...} in the codec's geometry, exactly as decode<"jpg">(codec) + stack<"jpg">
-// would. Per batch: the policy says k; the last k images of the batch go to the device in one job,
-// submitted by the first write of the batch, while the workers decode the first n - k on the host;
-// a worker that reaches a device image waits for the job, then copies the image into the batch.
-// The device writes into the job's own buffer, never into the batch, so a batch abandoned mid-way
-// (an epoch cancelled, the loader destroyed, a sample skipped and the batch re-planned) leaves the
-// job nothing to corrupt. Such a job is cancelled and waited for (at most the image the device is
-// decoding) when the workers let go of it, so the device never reads encoded bytes of a reader
-// that is gone, even while a copy of the device outlives the loader.
-//
-// Same output whatever the split: the device must produce the host codec's bytes for every image
-// (the test double in tests/support/simulated_device.hpp does, by construction). A real device
-// decoder (nvJPEG) agrees within a tolerance instead, so the batch then depends on the split; that
-// decoder is not part of sluice yet.
-// The device's images are decoded with a sample_context of the batch's seed and epoch and the
-// image's id (position 0): codecs draw their augmentation from (seed, epoch, id) only.
-//
-// Errors: an image the device cannot decode (unsupported there, or corrupt) is decoded on the host
-// instead, when a worker reaches it, and counted (stats().fallbacks). A corrupt image therefore
-// fails with the host codec's format_error — the file, the record, "field 'jpg': cause" — inside a
-// stage_error of stage decode<"jpg">, exactly as on the host path; on_error::skip drops it the same
-// way. A device decoder whose submit throws leaves all of that job's images to the host; the
-// error is counted (stats().device_errors) and its text kept (last_device_error()), never lost.
-//
-// A device decoder is a type with `submit(std::shared_ptr<device_job>)` (const, any thread): it
-// decodes the job's items into job.output(i) (each output_bytes() long), marks each with
-// job.finish_item(i, ok) — ok false when it could not — and then calls job.complete() once, from
-// any thread. It should skip the remaining items of a job whose cancelled() is true.
+// The field is the encoded one; the output is what decode<"f">(codec) + stack<"f"> would write.
+// Per batch the policy says k: the last k images go to the device in one job while the workers
+// decode the rest; a worker that reaches a device image waits for the job and copies it in. The
+// device writes into the job's own buffer, so a batch abandoned mid-way leaves it nothing to
+// corrupt, and an abandoned job is cancelled and waited for. A device decoder is a type with a
+// const `submit(std::shared_ptr<device_job>)`.
+// Errors: an image the device cannot decode is decoded on the host instead (counted:
+// stats().fallbacks), so a corrupt image fails with the host codec's format_error, as on the host
+// path; a submit that throws leaves the job to the host (stats().device_errors).
+// Determinism: the device must produce the host codec's bytes for the batch not to depend on the
+// split (the test double does; a real nvJPEG decoder agrees within a tolerance). Every rule:
+// docs/device.md.
 #pragma once
 
 #include <atomic>
