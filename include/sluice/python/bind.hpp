@@ -1,70 +1,18 @@
 // sluice/python/bind.hpp — any sluice loader as a Python iterable of dicts of DLPack tensors,
 // with the iteration, epoch and resume habits of PyTorch's DataLoader and StatefulDataLoader.
 //
-// A trainer that composed its pipeline in C++ hands it to Python in a few lines (pybind11, from
-// Debian's pybind11-dev; the CMake target sluice::python builds a module with it):
-//
-//   #include <sluice/python/bind.hpp>
-//   PYBIND11_MODULE(my_loaders, m) {
-//     sluice::python::register_types(m);                      // Tensor, Loader, the exceptions
-//     m.def("train", [](std::string path, std::size_t batch) {
-//       sluice::io::shard_reader r{path};
-//       return sluice::python::wrap(sluice::from(sluice::sample::shuffle(r.size(), {.seed = 7}))
-//                                   | sluice::read(std::move(r)) | sluice::collate({.batch = batch})
-//                                   | sluice::prefetch(2, {.workers = 4}));
-//     });
-//   }
-//
-//   loader = my_loaders.train("train.sluice", 256)      # Python
-//   for epoch in range(10):
-//       for batch in loader:                             # {"data": Tensor, "label": Tensor}
-//           x = torch.from_dlpack(batch["data"])         # no copy: the batch's own memory
-//
-// What Python sees (class Loader; the sluice package documents the same in its docstrings):
-//   iter(loader)          a new iterator over one epoch. Each iter() starts the next epoch by
-//                         itself (0, 1, 2, ...: a shuffling sampler reshuffles), as iterating a
-//                         DataLoader again does; set_epoch(e) names the epoch the next iter()
-//                         runs (DistributedSampler-style loops keep working). A new iter() ends
-//                         the iteration before it: the old iterator then raises UsageError.
-//   next(it)              waits for the next batch with the GIL released (the workers never take
-//                         it: they are C++ threads) and returns {name: Tensor}. Ctrl-C reaches the
-//                         trainer within about 50 ms while it waits (KeyboardInterrupt; the epoch
-//                         goes on: the next next() waits for the same batch).
-//   len(loader)           batches in the epoch the loader is at (loader.epoch).
-//   loader.epoch          the epoch being iterated, or, between iterations, the one the next
-//                         iter() starts; right after load_state_dict, the state's epoch.
-//   state_dict()          {"sluice_state": bytes, "epoch": e, "position": samples}: where the loader
-//                         stands. Mid-epoch: the delivered batches count as consumed; after an
-//                         epoch's last batch: the start of the next epoch; before any iteration
-//                         (or after set_epoch): the start of the epoch the next iter() runs.
-//   load_state_dict(d)    the next iter() resumes from d (checked at once against this pipeline:
-//                         another sampler, seed, dataset or batch is a UsageError naming each
-//                         difference). set_epoch(e) with the state's own epoch keeps the resume
-//                         (the usual resume loop calls it); another epoch is a UsageError, since
-//                         it would silently discard the resume. A state taken after an epoch's
-//                         last batch resumes at the next epoch.
-//   close()               stops the workers; the iterators end (StopIteration) and iter() is a
-//                         UsageError. `with loader:` closes on exit. Deleting the loader mid-epoch
-//                         returns within about one sample's work per worker.
-//   stats(), epoch_stats(e), advise(validation_loss={epoch: loss})  as dicts (diag/report.hpp).
-// A Tensor holds one DLPack export of a batch tensor, so the batch's slot stays out of the ring
-// while a Tensor (or any framework tensor made from it) lives: the slot returns when the last of
-// them dies. It implements the Python array API's DLPack protocol:
-//   __dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)
-//     max_version >= (1, 0): a versioned capsule ("dltensor_versioned", DLManagedTensorVersioned,
-//     version 1.0, flags honest: writable; IS_COPIED on a copy), else a legacy "dltensor" one.
-//     copy=True: a copy in memory the capsule owns (the slot is not held); copy=False or None:
-//     the batch's own memory. dl_device other than the tensor's: BufferError. stream: None for a
-//     CPU tensor (anything else is a BufferError); for a CUDA tensor an int, accepted as the
-//     consumer's stream (to_device orders the batch on its consumer stream before next()
-//     returns it).
-//   __dlpack_device__()   (device type, id): (1, 0) on the CPU.
-//   .shape, .dtype (numpy-style name), .data_ptr, .device, len(), repr.
-//
-// Errors: every sluice error reaches Python as an exception carrying the full C++ text (the stage,
-// the sample, then each nested cause: file, record, field, what was wrong): FormatError (also a
-// ValueError) when any cause is a format_error, UsageError (also a ValueError) for misuse, IOError
-// (also an OSError), and Error (a RuntimeError, the base of all four) for the rest.
+// register_types(m) adds Tensor, Loader and the exceptions to a pybind11 module; wrap(loader)
+// hands a composed pipeline to Python. There, each iter(loader) starts the next epoch (set_epoch
+// names one), next() waits with the GIL released (Ctrl-C arrives within about 50 ms),
+// state_dict()/load_state_dict() resume as StatefulDataLoader does (checked against the pipeline),
+// close() and `with` stop the workers, and deleting a loader mid-epoch returns promptly. A Tensor
+// holds one DLPack export of a batch tensor (the current protocol: versioned capsules, copy=,
+// dl_device=, stream=), so the batch's slot returns to the ring when the last tensor made from it
+// dies.
+// Errors: every sluice error reaches Python with its full C++ text: FormatError and UsageError
+// (both also ValueError), IOError (also OSError), Error (a RuntimeError, the base of all).
+// Threads: the workers are C++ threads and never take the GIL. An example, and what each call does
+// exactly: docs/bind.md.
 #pragma once
 
 #include <pybind11/pybind11.h>

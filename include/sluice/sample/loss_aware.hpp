@@ -2,54 +2,17 @@
 // each sample's loss, and from the next epoch on samples are drawn in proportion to a blend of
 // uniform and their recent loss, so the examples the model still gets wrong are seen more often.
 //
-// How it works
-//   * feedback(ids, losses) folds each loss into the sample's exponential moving average
-//     (new = alpha * loss + (1 - alpha) * old; the first loss of a sample sets it). An average,
-//     not a window of the last k losses: under uniform sampling a sample is seen about once an
-//     epoch, so a window of k losses would span k epochs and cost k floats a sample; the average
-//     costs one double, forgets old losses geometrically (alpha = 0.5: the last ~3 observations
-//     carry 7/8 of the weight), and is updated in O(1) under one short lock per batch.
-//   * prepare(epoch) — called by the loader in begin_epoch, before its workers start — freezes a
-//     new alias table from the averages:
-//         P(i) = uniform_share / N + (1 - uniform_share) * l_i^power / sum_j l_j^power
-//     over the N ids of the population, where l_i is sample i's average loss, or the mean of the
-//     seen samples' averages for a sample never fed back (neutral: neither favoured nor starved).
-//     `uniform_share` is the floor: every sample keeps P(i) >= uniform_share / N. Without any
-//     feedback yet (the first epoch), sampling is uniform.
-//   * at(epoch, pos) draws with replacement from the frozen table with counter_rng(seed, epoch,
-//     pos): a pure function of (seed, epoch, pos) and the weights frozen at the epoch's start, so
-//     any worker may compute any position, and feedback arriving meanwhile cannot change it.
-//
-// Guarantees
-//   * Feedback that arrives during epoch e (or after it ends, before epoch e+1 is begun) applies
-//     from epoch e+1: the table of epoch e is frozen when e is prepared. Feedback arriving after
-//     prepare(e+1) applies from e+2.
-//   * feedback() is thread-safe with at() (which takes no lock) and with other feedback() calls;
-//     prepare(), save() and load() are not meant to run while the loader's workers draw (the
-//     loader calls prepare with its workers idle).
-//   * Deterministic: the same seed, options and sequence of feedback calls (in the same order)
-//     give the same draws. Feedback from several threads at once is folded in arrival order, so
-//     only one feeding thread keeps runs bit-identical.
-//   * Resumable: save(os) writes the averages, the frozen table's weights and the prepared epoch;
-//     load(is) into a sampler built with the same population and options restores them, so the
-//     rest of the interrupted epoch and the following epochs draw exactly as without the
-//     interruption. fingerprint() covers the frozen weights, so a loader resume() with a sampler
-//     that was not load()ed (other weights) is a usage_error.
-//   * Copies share one state (a handle): give the loader a copy and keep one to call feedback().
-//   * Bad input is a usage_error and changes nothing: ids outside the population (first few named),
-//     NaN, infinite or negative losses (first few ids named), spans of different lengths.
-//
-// Not here: growing or shrinking an active subset by the residual variance of the losses (the
-// other form of incremental resampling); this sampler re-weights the whole population instead.
-// On the long-tailed Fashion-MNIST demo (examples/demo/README.md) it gains ~1 point of balanced
-// test accuracy over uniform sampling and loses clearly to class-balanced (1/n) sampling.
-//
-//   sluice::sample::loss_aware s{num_samples, {.seed = 7, .uniform_share = 0.5}};
-//   auto loader = sluice::from(s) | sluice::read(reader) | sluice::collate({.batch = 64}) | sluice::prefetch(2);
-//   for (auto& b : loader.epoch(e)) {
-//     auto per_sample = model.losses(b);      // one loss per sample of the batch
-//     s.feedback(b.ids(), per_sample);        // shapes epoch e + 1
-//   }
+// feedback(ids, losses) folds each loss into the sample's exponential moving average; prepare(e),
+// called by the loader before its workers start, freezes an alias table with
+// P(i) = uniform_share / N + (1 - uniform_share) * l_i^power / sum l^power (a sample never fed back
+// counts as the mean); at(e, pos) draws from it with counter_rng(seed, e, pos).
+// Guarantees: feedback during epoch e applies from e + 1; the same seed, options and feedback
+// sequence give the same draws; save/load resume exactly (the fingerprint covers the frozen
+// weights); copies share one state, so the trainer keeps one to call feedback().
+// Errors: ids outside the population, NaN, infinite or negative losses, or spans of different
+// lengths are a usage_error naming the first few, and change nothing.
+// Threads: feedback() is safe with at() and with itself (one feeding thread keeps runs
+// bit-identical); prepare, save and load run with the workers idle. Every rule: docs/samplers.md.
 #pragma once
 
 #include <cmath>

@@ -1,43 +1,17 @@
 // sluice/sample/shard_shuffle.hpp — a two-level shuffle for sharded datasets whose sample order is
 // the same on any number of ranks, so a run resumes mid-epoch at another world size.
 //
-// A full random permutation of a sharded dataset touches every shard in every batch: fine in the
-// page cache, ruinous when shards stream from an object store through a disk tier of limited size.
-// shard_shuffle shuffles in two levels, as MosaicML Streaming and WebDataset do, with the order a
-// function of (seed, epoch) and two fixed numbers only:
-//   1. each epoch the shards are permuted (Feistel keyed by (seed, epoch)) and their samples laid
-//      end to end in that order; the sequence is cut into `partitions` equal parts (canonical
-//      partitions, fixed for the dataset's life: not the world size);
-//   2. inside a partition, runs of `window` consecutive shards (the pieces of shards the cut left
-//      count as shards) form windows, and each window's samples are permuted (Feistel keyed by
-//      (seed, epoch, partition, window));
-//   3. the global order interleaves the partitions: position p is partition p % partitions, its
-//      (p / partitions)-th sample.
-// Ranks: wrap it in `distributed` (sample/distributed.hpp), which deals global positions
-// round-robin. When the world size divides `partitions`, rank r takes positions p ≡ r (mod world),
-// i.e. only partitions ≡ r (mod world): each rank reads its own shards (a shard cut between two
-// partitions is read by both: at most partitions - 1 shards an epoch), and a node's disk tier
-// needs room for the windows in flight — (partitions / world) × window shards a rank — instead
-// of the dataset. The order is the same on 1, 2, 4 or 8 ranks (with partitions = 8), and since
-// `distributed`'s state is the global position, a run checkpointed at one world size resumes at
-// another without losing or repeating a sample. A world size that does not divide `partitions` is
-// still exact (same order, nothing lost), only no longer shard-disjoint.
-//
-//   sluice::io::remote_shards data{urls, tier, {.sizes = sizes}};
-//   sluice::sample::shard_shuffle order{data, {.seed = 7, .window = 16, .partitions = 8}};
-//   auto r = sluice::sample::rank_from_environment();
-//   auto loader = sluice::from(sluice::sample::distributed{order, {.rank = r.rank, .world = r.world, .start = resume_at}})
-//               | sluice::read(data) | ...;
-//
-// An epoch is partitions × floor(n / partitions) samples: the last n % partitions samples of the
-// epoch's shard order (fewer than `partitions`, different ones each epoch) are left out, so every
-// partition is the same length. Larger windows shuffle better and need more shards in flight;
-// bench/core's BM_shard_shuffle reports the trade (displacement, class balance per batch, shards
-// per batch, read amplification under an LRU tier) for windows 1, 4, 16 and 64.
+// Each epoch the shards are permuted and laid end to end, the sequence is cut into `partitions`
+// canonical parts (fixed for the dataset, not the world size), each run of `window` shards inside a
+// part is shuffled, and the global order interleaves the parts. Under `distributed` with a world
+// size dividing `partitions`, each rank reads only its own shards and needs (partitions / world) x
+// window shards in flight; the order is the same at any world size, so a checkpoint resumes at
+// another without losing or repeating a sample. An epoch is partitions x floor(n / partitions)
+// samples (the last n % partitions are left out, different ones each epoch).
 // prepare(epoch) lays out the epoch (O(shards), on the loader's thread); at() for an epoch not
-// prepared is a usage_error. window_at / window_shards name the shards of a window and of the
-// ones after it; sample::fetch_ahead (sample/fetch_ahead.hpp) uses them to fetch the next windows'
-// shards on the reader's background thread before the loader reaches them.
+// prepared is a usage_error. window_at / window_shards let sample::fetch_ahead fetch the next
+// windows' shards ahead of the loader. Every rule: docs/samplers.md; the trade of window size
+// against class balance and reads: bench/policy/README.md.
 #pragma once
 
 #include <algorithm>
