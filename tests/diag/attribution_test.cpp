@@ -178,3 +178,48 @@ TEST_CASE("batch stages are attributed too: pin and the copy of to_device (host 
   CHECK(all.stages[3].name == "to_device");
   CHECK(all.stages[3].calls == 16);
 }
+
+namespace {
+// A codec that spends `ms` milliseconds a sample (sleeping) and writes its input's first byte.
+struct sleepy_codec {
+  using codec_concept = codec_tag;
+  int ms = 0;
+  [[nodiscard]] std::size_t output_bytes() const noexcept { return 4; }
+  void decode(std::span<const std::byte> in, std::span<std::byte> out, const sample_context&) const {
+    if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    for (auto& b : out) b = in.empty() ? std::byte{0} : in[0];
+  }
+};
+using two_images = schema<field<"a", std::uint8_t, variable>, field<"b", std::uint8_t, variable>>;
+struct two_image_reader {
+  using reader_concept = reader_tag;
+  std::vector<std::byte> bytes = std::vector<std::byte>(16, std::byte{7});
+  [[nodiscard]] std::size_t size() const { return 48; }
+  [[nodiscard]] std::string_view path() const { return "two"; }
+  [[nodiscard]] fields_sample<two_images> fields(std::size_t i) const {
+    fields_sample<two_images> s{.id = i, .origin = path()};
+    s.set<"a">(std::span<const std::byte>(bytes));
+    s.set<"b">(std::span<const std::byte>(bytes));
+    return s;
+  }
+};
+}  // namespace
+
+TEST_CASE("two deferred decodes of one pipeline are each credited their own time, not one the other's") {
+  two_image_reader r;
+  // "a" is slow (2 ms a sample), "b" fast; collate writes "a" then "b" for each sample, so a single
+  // shared slot for deferred time would credit both to "b".
+  auto loader = from(sample::sequential(48)) | read(r) | decode<"a">(sleepy_codec{2}) | decode<"b">(sleepy_codec{0}) |
+                collate({.batch = 8}, stack<"a">{}, stack<"b">{}) | prefetch(2, {.workers = 1});
+  for (auto& b : loader.epoch(0)) (void)b;
+  const auto st = loader.epoch_stats(0);
+  REQUIRE(st);
+  REQUIRE(st->stages.size() == 4);  // read, decode<"a">, decode<"b">, collate
+  CHECK(st->stages[1].name == "decode<\"a\">");
+  CHECK(st->stages[2].name == "decode<\"b\">");
+  CHECK(st->stages[1].busy_ns >= 48 * 2'000'000ull * 9 / 10);  // ~96 ms of sleeping
+  CHECK(st->stages[2].busy_ns < st->stages[1].busy_ns / 10);
+  CHECK(st->stages[3].busy_ns < st->stages[1].busy_ns / 10);  // moved out of collate's time
+  const auto b = bottleneck(*st);
+  CHECK(b.stage == "decode<\"a\">");
+}

@@ -1350,12 +1350,14 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // t_deferred_time was cleared, is that stage's time, taken out of collate's.
   void move_deferred_time(worker_counters<n_last>& ctr, bool timed, std::uint64_t& collate_ns) noexcept {
     const auto deferred = std::exchange(detail::t_deferred_time, {});
-    if (!timed || deferred.ns == 0) return;
-    for (std::size_t i = 0; i < n_stages; ++i) {
-      if (SampleChain::stage_names[i] != deferred.stage) continue;
-      ctr.stage_ns[i].add(deferred.ns);
-      collate_ns -= std::min(collate_ns, deferred.ns);
-      break;
+    if (!timed) return;
+    for (std::size_t d = 0; d < deferred.count; ++d) {
+      for (std::size_t i = 0; i < n_stages; ++i) {
+        if (SampleChain::stage_names[i] != deferred.stage[d]) continue;
+        ctr.stage_ns[i].add(deferred.ns[d]);
+        collate_ns -= std::min(collate_ns, deferred.ns[d]);
+        break;
+      }
     }
   }
 
