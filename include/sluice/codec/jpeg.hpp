@@ -3,39 +3,16 @@
 // Needs the sluice::jpeg CMake target (pkg-config libturbojpeg; defines SLUICE_WITH_TURBOJPEG=1).
 //
 // decode(in, out, ctx) writes exactly output_bytes() = width × height × channels bytes into the
-// caller's memory (a batch slot), resized and cropped per codec/transform.hpp, in the layout of
-// `.layout`: hwc (default, interleaved as libjpeg writes it) or chw (one plane per channel, what a
-// convolution takes). CHW is written by the resize/crop pass itself — no transposing copy — and is
-// the transpose of the HWC output bit for bit. geometry() states what decode writes: shape
-// {H, W, C} or {C, H, W} and the layout; the decode stages hand it to collate, which uses it for
-// the batch's shape and rejects a layout claim that contradicts it. When the output is
-// smaller than the image, the JPEG is decoded at the smallest DCT scale (1/1,
-// 1/2, 1/4 or 1/8 — the factors libjpeg-turbo has SIMD code for) whose result still covers what
-// the resize needs, which skips most of the IDCT and colour-conversion work; a bilinear pass does
-// the rest.
-//
-// Threads: one TurboJPEG handle per thread (thread_local, destroyed at thread exit) and one
-// thread_local scratch buffer for the decoded image, grown to the largest image seen and then
-// reused: no allocation per image in steady state. decode() is const and thread-safe.
-//
-// Colour: whatever the JPEG holds becomes the output's pixels. Grey JPEGs decode to RGB (the grey
-// value three times) and colour to grey (JFIF luma), as libjpeg converts them; CMYK and YCCK JPEGs,
-// which libjpeg cannot turn into RGB, are decoded to CMYK and converted here without colour
-// management: R = (1 − C)(1 − K) and so on. Inverted CMYK (Adobe's: 255 = no ink, recognised by
-// the Adobe APP14 marker that such files carry) is un-inverted first.
-//
-// Errors: a corrupt, truncated or non-JPEG input raises sluice::format_error (libjpeg warnings
-// such as "premature end of data" count as errors: TJFLAG_STOPONWARNING), as does an image whose
-// decoded size would exceed `max_decoded_pixels` (checked from the header before allocating).
-// The codec does not know the file; the decode stage rethrows naming the record's origin and id.
-//
-// (The namespace is `codecs`: `sluice::codec` is the concept a codec satisfies, core/concepts.hpp.)
-//
-//   sluice::codecs::jpeg dec{{.width = 64, .height = 64, .crop = sluice::codecs::crop_at::random,
-//                             .layout = sluice::image_layout::chw}};
-//   std::vector<std::byte> img(dec.output_bytes());
-//   dec.decode(jpeg_bytes, img, {.seed = 1, .epoch = 0, .id = 42});   // 3 planes of 64 × 64
-//   dec.geometry();   // {.ndim = 3, .shape = {3, 64, 64}, .layout = image_layout::chw}
+// caller's memory, resized and cropped per codec/transform.hpp, in `.layout` hwc or chw (written by
+// the resize pass itself); geometry() states the shape and layout. A large reduction starts at
+// libjpeg-turbo's DCT scaling. Grey and colour convert as libjpeg converts them; CMYK and YCCK
+// are converted here (Adobe's inverted CMYK un-inverted first).
+// Errors: a corrupt, truncated or non-JPEG input (libjpeg's warnings count) or an image past
+// `max_decoded_pixels` (checked from the header) is a format_error; the decode stage names the
+// record's file and id.
+// Threads: decode() is const and thread-safe: one TurboJPEG handle and one scratch image per thread,
+// reused, so no allocation per image once warm. (The namespace is `codecs`: `sluice::codec` is the
+// concept.) Every rule: docs/images.md.
 #pragma once
 
 #include <turbojpeg.h>

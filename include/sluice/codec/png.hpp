@@ -2,39 +2,17 @@
 //
 // Needs the sluice::png CMake target (pkg-config libpng; defines SLUICE_WITH_PNG=1).
 //
-// The same codec as codecs::jpeg (codec/jpeg.hpp) for the other format image datasets hold:
-// decode(in, out, ctx) writes exactly output_bytes() = width × height × channels bytes into the
-// caller's memory, resized, cropped and flipped by the shared pass of codec/transform.hpp, in
-// `.layout` hwc or chw; geometry() states the shape. Every PNG kind decodes: bit depths 1–16,
-// grey, grey + alpha, palette (with or without tRNS transparency), RGB, RGBA, Adam7-interlaced.
-// Whatever the file holds is converted to the output's pixels:
-//   - grey files become RGB by repeating the grey value; colour files become grey by libpng's
-//     luma weights (Rec. 709: 0.2126 R + 0.7152 G + 0.0722 B, on the stored values);
-//   - 16-bit samples are scaled to 8 bits with rounding (v × 255 / 65535);
-//   - alpha (an alpha channel or palette/colour-key transparency) is dropped by default, leaving
-//     the stored colour untouched (no compositing); `.keep_alpha = true` keeps it as a last
-//     channel (RGBA or grey + alpha), 255 for files without transparency.
-// No colour management: gAMA, cHRM, iCCP and sRGB are ignored (so are text and other ancillary
-// chunks, which also keeps a decompression bomb in an iTXt/zTXt chunk from costing anything).
-//
-// Limits and errors: dimensions are read from the header and an image with more than
-// `max_decoded_pixels` pixels is refused before anything the size of the image is allocated.
-// A truncated stream, a bad CRC in a critical chunk (IHDR, PLTE, IDAT, IEND), a zlib error, a
-// wrong signature or a zero dimension raises sluice::format_error with libpng's message. A bad CRC
-// in an ancillary chunk is ignored with the chunk, as browsers do. libpng reports errors by
-// longjmp: here every longjmp lands in a small C-style function with no C++ objects in its frame
-// (detail::png_read_header_c, png_read_pixels_c), so no destructor is ever skipped.
-//
-// Threads: decode() is const and thread-safe; each call makes its own libpng reader, whose memory
-// (libpng's structures, its row buffers, zlib's window: ~60 KiB for a 500-pixel-wide image) comes
-// from a thread_local arena, and decodes into a thread_local scratch image; both grow to the
-// largest image seen and are then reused: no heap allocation per image in steady state. Sources much larger than the output (> ~2× per
-// axis) are reduced by the bilinear pass alone, which aliases; JPEG's DCT scaling has no PNG
-// counterpart.
-//
-//   sluice::codecs::png dec{{.width = 64, .height = 64, .layout = sluice::image_layout::chw}};
-//   std::vector<std::byte> img(dec.output_bytes());
-//   dec.decode(png_bytes, img, {.seed = 1, .epoch = 0, .id = 42});   // 3 planes of 64 × 64
+// The same codec as codecs::jpeg for the other format image datasets hold: every PNG kind (depths
+// 1–16, grey, palette, RGB, alpha, interlaced) decodes to the output's pixels, resized, cropped
+// and flipped by codec/transform.hpp's pass, in hwc or chw. 16-bit samples are scaled with
+// rounding; alpha is dropped unless `.keep_alpha`; no colour management (ancillary chunks are
+// ignored, which also defuses compressed-text bombs).
+// Errors: a truncated stream, a bad CRC in a critical chunk, a zlib error, a wrong signature, a zero
+// dimension, or an image past `max_decoded_pixels` (from the header, before any allocation) is a
+// format_error with libpng's message. libpng's longjmps land in C-style functions, so no
+// destructor is skipped.
+// Threads: decode() is const and thread-safe; libpng's memory and the scratch image come from
+// thread_local buffers, reused. Every rule: docs/images.md.
 #pragma once
 
 #include <png.h>

@@ -1,47 +1,17 @@
 // sluice/codec/transform.hpp — fixed-size output for batching: resize, crop, flip in one pass,
 // and the per-sample transform value that boxes and points follow.
 //
-// A batch needs every sample the same size, so a decoded image of any size is mapped to exactly
-// width × height × channels bytes. Three fits:
-//   fit::crop     keep the aspect ratio: scale so the image covers the output times resize_scale
-//                 (e.g. 1.14 ≈ 256/224, the classic "resize to 256, crop 224"), then cut a
-//                 width × height window, centred or at a random place;
-//   fit::stretch  scale each axis independently to the output size (aspect not kept);
-//   fit::random_resized_crop
-//                 torchvision's RandomResizedCrop: a window whose area is a uniform fraction in
-//                 `scale` of the image's and whose aspect ratio (w / h) is log-uniform in `ratio`,
-//                 at a uniform position, up to 10 tries; when none fits, the whole image cut to
-//                 the nearest ratio in range, centred. The window (whole source pixels) is then
-//                 resized to width × height. Defaults: scale {0.08, 1}, ratio {3/4, 4/3}.
-// A horizontal flip may be drawn at random. Resampling is bilinear (pixel centres aligned), done
-// in one pass from the source straight into the destination: no intermediate resized image.
-//
-// The transform value. plan_transform(src_w, src_h, options, ctx) decides a sample's geometry —
-// the source window that becomes the whole output (in source pixels, pixel i spanning [i, i+1)),
-// the output size and the flip — from counter_rng(ctx.seed, ctx.epoch, ctx.id) alone: the same
-// whichever worker computes it, different from epoch to epoch. Codecs take it (codec.plan(bytes,
-// ctx) reads the header and plans; codec.decode_with(bytes, out, transform) applies one), and the same
-// value maps boxes and points into the output (map_point, map_box, transform_boxes), which is how
-// the decode stage keeps a sample's box fields on its objects (stage/decode.hpp).
-//
-// The output layout is HWC (rows of interleaved channels, as the source is) or CHW (one plane per
-// channel): `.layout = image_layout::chw` transposes in that same pass, each output byte is
-// stored once at its planar place — no extra copy. Both layouts hold the same values: the CHW
-// output is the transpose of the HWC output, bit for bit.
-//
-//   auto t = sluice::codecs::plan_transform(src_w, src_h, {.width = 224, .height = 224,
-//                                           .mode = sluice::codecs::fit::random_resized_crop,
-//                                           .random_flip = true}, ctx);
-//   sluice::codecs::resample(src, src_w, src_h, src_pitch, channels, dst, sluice::codecs::to_plan(t, src_w, src_h));
-//   auto [x, y] = t.map_point(17.5, 40.0);     // where source point (17.5, 40) lands in the output
-//
-// resample_nearest(ids, src_w, src_h, pitch, dst, t, fill) applies the same value to one channel of
-// class ids, nearest-neighbour (values copied, never blended; `fill` outside the source): what a
-// segmentation mask that follows its image uses (codec/mask.hpp).
-//
-// Bilinear sampling of a source more than ~2× larger than the output aliases; the JPEG codec
-// avoids that by letting libjpeg-turbo's DCT scaling do the bulk of a large reduction first
-// (see source_scale_needed()).
+// A batch needs every sample the same size, so an image of any size is mapped to exactly
+// width × height × channels bytes: fit::crop (cover, then a centred or random window), fit::stretch,
+// or fit::random_resized_crop (torchvision's), with an optional random flip, bilinear in one pass
+// straight into the destination, in HWC or CHW (the CHW output is the HWC one transposed, bit for
+// bit). plan_transform decides a sample's geometry (window, output size, flip) from
+// counter_rng(seed, epoch, id) alone, so any worker computes the same; codecs take that value
+// (plan, decode_with), and the same value maps boxes and points (map_point, map_box) and, through
+// resample_nearest, a mask's class ids.
+// Errors: options that cannot describe an output (a size of 0, ranges out of order) are
+// usage_errors. Threads: every function is pure, or writes only into the caller's memory.
+// Every rule: docs/images.md.
 #pragma once
 
 #include <algorithm>

@@ -1,28 +1,14 @@
 // sluice/stage/any_collate.hpp — collate for run-time samples: one collator per field, chosen at
 // run time.
 //
-// The per-field collators are the compiled ones (stage/field_collate.hpp) with the field named
-// at run time: stack<>, normalized<>, ragged<>, pad<>, pack<> (their Name left empty), with the
-// same options and the same outputs ("f", "f.offsets", "f.lengths", "f.mask", "f.doc_ids",
-// "f.position_ids", "f.cu_seqlens"). The batch is a plain sluice::batch: its tensors are named
-// at run time (b.field("jpg")).
-//
-//   sluice::any_schema in = reader.schema();   // e.g. jpg (u8, fixed) once decoded, cls (i64, fixed)
-//   auto loader = sluice::from(sampler) | sluice::read(reader) | sluice::decode_field(in, "jpg", codec)
-//               | sluice::collate({.batch = 64}, in_after_decode,
-//                                 {{"jpg", sluice::normalized<>{.mean = {...}, .std = {...}}},
-//                                  {"cls", sluice::stack<>{}}})
-//               | sluice::prefetch(2);
-//
-// What is checked at construction, each a usage_error naming the field: a field the samples do
-// not have (listing those they have), a collator that does not fit the field's element type
-// (normalized<> takes u8 images; pack<> takes integer tokens), a pad value the element type
-// cannot hold. Per batch, as compiled: a field's bytes that do not fit its collator are a
-// format_error naming the file, the record and the field by its run-time name.
-//
-// Cost: per field and sample, one indirect call for check and one for write (the compiled code
-// inside each is the compiled collator's, for the field's element type), plus the producer's one
-// when the field is produced (a decoded image). Nothing per byte.
+// The per-field collators are the compiled ones (stage/field_collate.hpp) with the field named at
+// run time (stack<>, normalized<>, ragged<>, pad<>, pack<>, their Name left empty), with the same
+// options and outputs; the batch is a plain sluice::batch whose tensors are named at run time.
+// Errors: a field the samples do not have, a collator that does not fit the field's type, or a pad
+// value the type cannot hold is a usage_error at construction naming the field; per batch, bytes
+// that do not fit are a format_error naming the file, the record and the field.
+// Cost: one indirect call per field and sample for check and one for write; nothing per byte.
+// An example: docs/collate.md.
 #pragma once
 
 #include <array>

@@ -1,34 +1,16 @@
 // sluice/stage/collate.hpp — `collate({...})`: samples -> one batch, each sample written once.
 //
-// Collate is where bytes are finally copied: each sample is written straight into its place in
-// the batch slot (which is pinned memory when a transfer follows). A sample that can write itself
-// (a decoder: `write_into`) decodes directly into the slot; a byte view is copied with memcpy, or
-// converted to float32 with per-channel normalisation, y = (x * scale - mean[c]) / std[c].
-//
-//   sluice::collate({.batch = 256})                                     // uint8, as stored
-//   sluice::collate({.batch = 256, .output = sluice::dtype::f32,
-//                    .mean = {0.286f}, .std = {0.353f}, .shape = {1, 28, 28}})  // normalised floats
-//
-// This is the classic collate for samples that are one block and a label (records, decoded
-// images): the batch has the tensors "data" ({n, .shape...}; without a .shape, the decoder's
-// per-sample shape, e.g. {n, 3, 224, 224} for a CHW decode, or {n, bytes} when the producer states
-// none) and "label" (int64 {n}). Every sample of a batch must have the same size (`.sample_bytes` fixes it
-// for all batches); a different size is an error naming the sample. `drop_last` drops a final
-// partial batch. The batch count of an epoch is ceil(n / batch) (or floor).
-//
-// With several channels, normalisation needs to know where a pixel's channels are: `.layout`
-// (hwc: interleaved, chw: planes). A decoder states the layout it wrote (decode(codec) forwards
-// the codec's geometry(): codecs::jpeg writes HWC or CHW, its `.layout`); with `.layout` left
-// none, collate normalises in the decoder's layout (hwc when it says nothing). A `.layout` or a
-// `.channels` that contradicts what the decoder wrote is a usage_error (reaching the trainer as
-// a stage_error naming the sample), never a silent reinterpretation:
-//
-//   sluice::decode(sluice::codecs::jpeg{{.width = 224, .height = 224, .layout = sluice::chw}})
-//   | sluice::collate({.batch = 64, .output = sluice::dtype::f32, .mean = {0.485f, 0.456f, 0.406f},
-//                      .std = {0.229f, 0.224f, 0.225f}, .channels = 3, .layout = sluice::chw})
-//
-// For samples with fields (core/schema.hpp) `collate({...})` stacks every field; per-field
-// collators (stack, normalize, pad, pack, ragged) are in stage/field_collate.hpp.
+// The classic collate, for samples that are one block and a label (records, decoded images):
+// each sample is written straight into its place in the batch slot (a decoder decodes itself
+// there; a byte view is copied, or converted to float32 as y = (x * scale - mean[c]) / std[c]).
+// The batch has "data" ({n, shape...}: .shape, else the decoder's shape, else {n, bytes}) and
+// "label" (int64 {n}); `drop_last` drops a final partial batch. Normalisation uses the layout the
+// decoder wrote; a `.layout` or `.channels` that contradicts it is a usage_error, never a silent
+// reinterpretation. For samples with fields, collate({...}) stacks every field; the per-field
+// collators are in stage/field_collate.hpp.
+// Errors: a sample of another size than the batch's is an error naming the sample.
+// Threads: one collator serves every worker; its per-batch state lives in the worker's scratch.
+// Every rule: docs/collate.md.
 #pragma once
 
 #include <cstddef>

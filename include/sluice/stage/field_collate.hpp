@@ -1,50 +1,16 @@
 // sluice/stage/field_collate.hpp — collate per field: stack, normalized, pad, pack, ragged.
 //
-// For samples with fields (core/schema.hpp), collate takes one collator per field it should
-// emit; each writes its field's tensors into the batch (one block of slot storage, so a device
-// copy moves them all) and the batch type knows every tensor's name and element type:
-//
-//   auto loader = sluice::from(sampler) | sluice::read(reader)     // reader -> fields_sample<det>
-//               | sluice::collate({.batch = 64},
-//                                 sluice::normalized<"image">{.mean = {0.485f, 0.456f, 0.406f},
-//                                                            .std = {0.229f, 0.224f, 0.225f},
-//                                                            .output = sluice::image_layout::chw},
-//                                 sluice::ragged<"boxes">{.row = {4}},
-//                                 sluice::ragged<"classes">{})
-//               | sluice::prefetch(2);
-//   for (auto& b : loader.epoch(e)) {
-//     auto img = b.get<"image">();           // float {64, 3, H, W}
-//     auto box = b.get<"boxes">();           // float {n, 4}, n = boxes in the batch
-//     auto off = b.get<"boxes.offsets">();   // int64 {65}: sample i's boxes are rows off[i]..off[i+1]
-//   }
-//
-// What each emits (T: the field's element type; n: the batch's sample count):
-//   stack<"f">       "f" T {n, shape...}: fixed-size fields; shape from .shape, from the producer
-//                    (an image codec says {H, W, C} or {C, H, W}), else flat
-//   normalized<"f">   "f" float {n, shape...}: u8 images, y = (x * scale - mean[c]) / std[c], per
-//                    channel for the layout the producer wrote; .output = chw/hwc transposes in the
-//                    same pass. A .layout claim that contradicts the producer is an error.
-//   ragged<"f">      "f" T {rows, row...} (all samples' rows, concatenated) + "f.offsets" int64 {n+1}
-//   pad<"f">         "f" T {n, L, row...} + "f.lengths" int64 {n} (+ "f.mask" bool {n, L} with
-//                    .mask = true); L = the batch's longest, or .length; rounded up to .multiple;
-//                    the pad value is given in the field's own type (e.g. token 50256)
-//   pack<"f">        "f" T {rows, L}: 1-D sequences (tokens) concatenated into rows of .length;
-//                    "f.doc_ids" int32 {rows, L} (sample index, -1 on padding), "f.position_ids"
-//                    int32 {rows, L} (restart at 0 per segment), "f.cu_seqlens" int32 {segs+1}:
-//                    boundaries of the segments of the flattened rows (each document piece and
-//                    each run of padding is one segment, never crossing a row), as variable-length
-//                    attention kernels take them. A sequence longer than the space left in a row
-//                    continues in the next (.split = true) or starts a new row; one longer than L
-//                    with .split = false is an error naming the record.
-// A field's bytes that do not fit its declared type and shape (not a whole number of rows, a
-// stacked field of another size than the batch's first, a sequence past a fixed pad length) are a
-// format_error naming the file, the record and the field. Fields of the schema that no collator
-// names are not emitted.
-//
-// A collator for one field is a type with `field_collate_concept = field_collate_tag`, a `field`
-// name, an `outputs<Schema>` tuple of sluice::output<...>, a `scratch` type and begin / check /
-// plan / write / finish (the batch collator's steps, core/concepts.hpp, for one field): users may
-// write their own.
+// For samples with fields (core/schema.hpp), collate takes one collator per field it emits; each
+// writes its field's tensors into the batch's one block of slot storage, and the batch type knows
+// every tensor's name and element type. stack<"f"> stacks fixed-size fields ({n, shape...});
+// normalized<"f"> turns u8 images into normalised floats in the producer's layout (or transposed);
+// ragged<"f"> concatenates rows with "f.offsets"; pad<"f"> pads to the batch's longest (or a fixed
+// length) with "f.lengths" and an optional "f.mask"; pack<"f"> packs 1-D sequences into rows with
+// "f.doc_ids", "f.position_ids" and "f.cu_seqlens". Fields no collator names are not emitted.
+// A user's collator for one field is a type with field_collate_concept = field_collate_tag.
+// Errors: a field's bytes that do not fit its declared type and shape are a format_error naming
+// the file, the record and the field.
+// Threads: as stage/collate.hpp. What each emits exactly: docs/collate.md.
 #pragma once
 
 #include <algorithm>
