@@ -1,40 +1,16 @@
 // sluice/io/idx.hpp — IDX files (the MNIST family: MNIST, Fashion-MNIST, KMNIST, EMNIST).
 //
-// An IDX file is a 4-byte magic (0, 0, element type, number of dimensions), one big-endian
-// uint32 per dimension, then the elements in row-major order. Datasets ship as a pair: an images
-// file (dims N x rows x cols, unsigned bytes) and a labels file (dims N, unsigned bytes).
-//
-// `idx_file` opens one file: plain files are memory-mapped (records are views into the mapping,
-// zero copy); gzip files (recognised by their magic bytes 1f 8b, whatever the name) are inflated
-// once into memory the object owns. `idx_reader` pairs an images file with an optional labels file
-// and satisfies sluice::record_reader: record(i) is item i along the first dimension,
-// label(i) its label (or -1 without a labels file).
-//
-// Guarantees
-// - Every length is checked before it is trusted: the header's dimensions (with overflow checks)
-//   against the bytes actually present, the two files' counts against each other. A bad file
-//   raises sluice::format_error naming the file, the byte offset and the cause (wrong magic,
-//   unknown element type, truncated header or data, trailing bytes, a labels file that is not
-//   1-dimensional bytes, counts that disagree). For a .gz file the offset is in the decompressed
-//   stream, and the message says so; a damaged or truncated gzip stream names its compressed
-//   offset.
-// - Inflation never allocates what a header claims: the output grows only as zlib actually
-//   produces bytes (the gzip ISIZE trailer is used as a capacity hint only when it is plausible for
-//   the compressed size). It is capped by the IDX header inside the stream: as soon as the first
-//   4 + 4 x dims bytes are out, the file's size is known (header + dims product x element size),
-//   and a header that describes more than `max_inflated_bytes` is refused right there, a stream
-//   that inflates past what its header describes is refused at the first byte too many (so the
-//   cap on a well-formed file is its own size, not max_inflated_bytes), and one that ends short is
-//   refused as truncated.
-// - A path that is not a regular file (a FIFO, a directory, a device) is an io_error "not a
-//   regular file", found by stat() before any open, so a FIFO never blocks the constructor.
-// - Read-only after construction: record()/label() are const and thread-safe.
-// - Without zlib (the sluice::zlib target defines SLUICE_WITH_ZLIB=1) a gzip file raises
-//   sluice::usage_error that says to link sluice::zlib.
-//
-//   auto train = sluice::io::idx_reader{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"};
-//   std::span<const std::byte> img = train.record(0);   // 784 bytes, 28 x 28
-//   std::int64_t cls = train.label(0);
+// idx_file opens one file: plain files are mapped (records are views, zero copy); gzip files
+// (recognised by their magic bytes) are inflated once into memory the object owns, never more
+// than the IDX header inside the stream describes. idx_reader pairs an images file with an
+// optional labels file as a record_reader: record(i) is item i along the first dimension, label(i)
+// its label (or -1).
+// Errors: every length is checked before it is trusted; a bad file is a format_error naming the
+// file, the byte offset (in the decompressed stream for .gz, and it says so) and the cause; a path
+// that is not a regular file is an io_error found before any open; a gzip file without zlib linked
+// is a usage_error saying to link sluice::zlib.
+// Threads: read-only after construction; record() and label() are const and thread-safe.
+// Every rule: docs/readers.md.
 #pragma once
 
 #include <algorithm>

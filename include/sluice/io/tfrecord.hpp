@@ -1,44 +1,17 @@
 // sluice/io/tfrecord.hpp — TFRecord files as a record_reader (zero copy into the mapping).
 //
-// A TFRecord file is a sequence of
-//     u64 length | u32 masked_crc32c(length bytes) | payload[length] | u32 masked_crc32c(payload)
-// (little-endian). Opening scans the file once and keeps an index of payload offsets; the index
-// is saved beside the file as `<file>.sidx` (see record_index.hpp), so the next open skips the
-// scan. The length CRC is always checked: a length is never trusted before it is.
-//
-// Payload CRCs (`check_payload_crc`, default true; ≈20 GB/s with SSE4.2): the policy is the same
-// with or without a saved index — every record this reader hands out has had its payload CRC
-// checked against the bytes it maps, once. A scan checks every payload as it passes (so without
-// a saved index a bad payload is found at open); with a saved index, record(i) checks record i
-// the first time it is read (a per-record bit remembers it), so a payload corrupted after the
-// index was saved is a format_error naming the file and the record when that record is read.
-// With `check_payload_crc = false` no payload CRC is checked on either path.
-//
-// Bad records (`.bad_records`, record_index.hpp): `fail` (default) throws at open at the first bad
-// record. `defer` keeps every record that can be found and turns a bad one into an entry whose
-// record(i) throws format_error (file, record, offset, cause) — e.g. a file truncated inside
-// its 200th record opens with 200 entries, 199 good; the loader's on_error::skip drops and counts
-// the bad one, on_error::raise reports it at that record. A bad payload CRC is one bad entry and
-// the scan goes on (the framing is intact); a truncated header, a bad length CRC or a length past
-// the end leaves no trustworthy way to the next record, so the rest of the file is that one bad
-// entry. damaged() lists them. An index is never saved for a file with bad records.
-//
-// Labels: TFRecord payloads are opaque (usually a tf.train.Example protobuf), so a label comes
-// from an optional user function of the payload, called by label(i); without one, -1.
-//
-//   sluice::io::tfrecord_reader r{"train.tfrecord"};
-//   for (std::size_t i = 0; i < r.size(); ++i) use(r.record(i));
-//
-// Several files read as one: a brace pattern ("train-{00000..01023}-of-01024") or a list of
-// paths; each file is opened (index loaded or scanned) at construction, and an error names the
-// file and the record within it.
-//
-// Thread-safety: after construction every member is safe to call concurrently (the only state
-// that changes is the atomic "payload checked" bits).
-// Errors: format_error naming the file, the record index, the byte offset and the cause
-// (truncated header, length CRC mismatch, length past the end of the file, payload CRC mismatch);
-// io_error for a path that cannot be opened or is not a regular file (a FIFO is refused without
-// blocking).
+// A TFRecord file is a sequence of length | masked CRC-32C of the length | payload | masked CRC of
+// the payload. Opening scans it once (or loads the saved `<file>.sidx`); a length is never
+// trusted before its CRC is checked, and every payload handed out has had its CRC checked once
+// (at the scan, or at its first read after a saved index; `check_payload_crc = false` turns that
+// off). `.bad_records = defer` keeps a damaged file's good records and makes each bad one an entry
+// whose record(i) throws (on_error::skip then counts it); `fail` (the default) throws at open.
+// Labels come from an optional function of the payload. Several files read as one through a
+// pattern or a list.
+// Errors: a format_error naming the file, the record, the byte offset and the cause; an io_error
+// for a path that cannot be opened or is not a regular file (a FIFO is refused without blocking).
+// Threads: after construction every member is safe to call concurrently. Every rule:
+// docs/readers.md.
 #pragma once
 
 #include <algorithm>

@@ -1,45 +1,15 @@
 // sluice/io/wds_tar.hpp — WebDataset tar shards as a record_reader (zero copy into the mapping).
 //
-// A WebDataset shard is a plain tar file whose members are grouped into samples by key: the
-// member path up to the first dot of its basename ("train/000123.jpg" and "train/000123.cls" are
-// the fields "jpg" and "cls" of sample "train/000123"). Members of a sample are consecutive. The
-// user names the field that is the record (e.g. "jpg") and, optionally, the field holding the label
-// as an ASCII integer (e.g. "cls"); other fields are ignored. A sample lacking a named field is a
-// format_error naming its key.
-//
-// What is read, and what is refused rather than misread:
-//   - Headers: POSIX ustar (with its 155-byte prefix), GNU ("ustar  " magic, 'L' long names, 'K'
-//     long link targets, base-256 sizes) and pax. Each header's checksum is verified.
-//   - pax 'x' (and Solaris 'X') extended headers: `path=` names the next member (it wins over a
-//     GNU long name), `size=` is its real size and overrides the ustar size field (that is where
-//     the next header lies); an empty value unsets the key; other keys (linkpath, times, ...)
-//     are ignored. pax 'g' global headers are skipped, but one that sets path= or size= (which
-//     would apply to every following member) is refused: no writer of WebDataset shards makes
-//     one, and readers disagree on what it means.
-//   - Sparse members (GNU type 'S', or pax GNU.sparse.* keys) are refused with a format_error
-//     naming the member: "sparse members are not supported". Their data is a map, not the file.
-//   - Regular files ('0', '\0', '7') are samples' fields. Directories, links, devices, fifos and
-//     unknown types are skipped; directories carry no data whatever their size field says, and
-//     a link or device with a non-zero size is refused (where the next header lies would be a
-//     guess). An extended header with no member after it is an error.
-//   - End of archive: zeros from a zero block to the end of the file (the two-block marker and
-//     any record padding after it), or the end of the file itself. A zero block followed by more
-//     headers is a format_error naming the offset: a lone zero block, or "data follows the
-//     end-of-archive marker" (archives concatenated with `cat`). With `.ignore_zeros = true`
-//     (GNU tar's --ignore-zeros) zero blocks are read through instead, so concatenated archives
-//     yield all their samples.
-//   - Truncation (a partial header, a member running past the end) is a format_error naming the
-//     file and offset. A file cut exactly at a header boundary cannot be told from a complete
-//     archive without its end marker, which some writers omit; it is accepted.
-//
-// The scan's result is saved as `<file>.sidx` (see record_index.hpp) for an instant next open,
-// keyed by the fields, ignore_zeros and the scan's version (detail::wds_scan_version), so an
-// index written by an older scan is rebuilt rather than trusted.
-//
-//   sluice::io::wds_tar_reader r{"shard-000.tar", {.record_field = "jpg", .label_field = "cls"}};
-//   auto jpeg = r.record(0); auto cls = r.label(0);
-//
-// Thread-safety: all members are const after construction.
+// A WebDataset shard is a tar whose members are grouped into samples by key (the path up to the
+// first dot of the basename). wds_tar_reader hands out one named field as the record and,
+// optionally, another as the label (an ASCII integer). It reads ustar, GNU and pax headers
+// (checksums verified, pax path= and size= honoured), skips directories, links and devices, and
+// refuses what it would otherwise misread: sparse members, a global pax header that renames
+// members, a link with data, data after the end-of-archive marker (unless `.ignore_zeros`, as
+// GNU tar's --ignore-zeros reads concatenated archives). The scan is saved as `<file>.sidx`.
+// Errors: a sample lacking a named field, a bad checksum, truncation or any refusal above is a
+// format_error naming the file and the key or offset.
+// Threads: all members are const after construction. Every rule: docs/readers.md.
 #pragma once
 
 #include <algorithm>

@@ -1,37 +1,17 @@
 // sluice/stage/json_fields.hpp — typed fields from a JSON member of each sample (a WebDataset
 // `key.json` of annotations), by path.
 //
-// Detection annotations usually travel as JSON beside the image. json_fields<"json", Out...>
-// parses field "json" of each sample when the stage runs and adds the fields Out... (each a
-// sluice::field<Name, T, variable>), each filled with the numbers one path reaches:
-//
-//   using ann = sluice::json_fields<"json", sluice::field<"boxes", float, sluice::variable>,
-//                                   sluice::field<"classes", std::int64_t, sluice::variable>>;
-//   auto loader = sluice::from(sampler) | sluice::read(wds)
-//               | ann({{"boxes", "annotations[*].bbox", sluice::json_box::xywh},   // COCO's [x, y, w, h]
-//                      {"classes", "annotations[*].category_id"}})
-//               | sluice::decode<"jpg">(jpeg, sluice::boxes<"boxes", "classes">{})    // follow the crop
-//               | sluice::collate({.batch = 32}, sluice::stack<"jpg">{}, sluice::ragged<"boxes">{.row = {4}},
-//                                 sluice::ragged<"classes">{})
-//               | sluice::prefetch(2);
-//
-// Paths: keys joined by '.', a key followed by "[*]" meaning every element of the array it holds
-// ("annotations[*].bbox", "boxes[*]", "objects[*].label"; "[*].bbox" for a member that is an array
-// at its top). What a path reaches is flattened in order: a number is one value, an array of
-// numbers (or of arrays of numbers) its values; true and false are 1 and 0. A path may reach
-// nothing ("annotations": [] is a sample with no boxes).
-// Values are checked against the field's type: a float field takes any finite number; an integer
-// field takes integers in its range (3.0 is 3, 3.5 is an error, never truncated).
-// Boxes: a path given a json_box convention reaches rows of 4 numbers in that convention
-// (xyxy, COCO's xywh, or cxcywh as YOLO stores them) and the field holds them as xyxy, the
-// convention boxes<> follows by default (normalised or pixels, as stored: say which to boxes<>).
-//
-// Errors, each a format_error naming the file, the sample, the member and the path, raised when
-// the stage runs (so on_error::skip drops and counts the sample): the member is not valid JSON
-// (io/json.hpp: depth 64, strict RFC 8259), a key missing, a "[*]" on something not an array, a
-// string, object or null where numbers are wanted, a value that does not fit the field's type, a
-// box path whose count is not a multiple of 4. At construction (usage_error): a path that does
-// not parse, an Out field not given a path or given two, a box convention on an integer field.
+// json_fields<"json", Out...> parses field "json" of each sample when the stage runs and adds the
+// fields Out..., each filled with the numbers one path reaches ("annotations[*].bbox",
+// "objects[*].label"; "[*]" is every element of an array), flattened in order. Values are checked
+// against the field's type (an integer field never truncates 3.5). A path given a json_box
+// convention (xyxy, COCO's xywh, YOLO's cxcywh) reaches rows of 4 numbers and the field holds them
+// as xyxy, ready for boxes<> to follow the crop.
+// Errors: invalid JSON (depth 64, strict), a missing key, a "[*]" on a non-array, a non-number, a
+// value that does not fit, a box count not a multiple of 4: a format_error naming the file, the
+// sample, the member and the path, raised when the stage runs (on_error::skip skips the sample);
+// a path that does not parse, or an Out field without exactly one path, is a usage_error at
+// construction. Every rule and an example: docs/readers.md.
 #pragma once
 
 #include <array>
