@@ -1,40 +1,16 @@
 // sluice/core/file_guard.hpp — files that change under a running loader are errors, not crashes.
 //
-// Readers hand out views into read-only mappings of their files (io/mapped_file.hpp). If another
-// process truncates such a file, touching a page past its new end raises SIGBUS, which would kill
-// the trainer. sluice turns that into an error for the sample that touched it:
-//
-//  * Every mapping is registered here (address range, path, the file's identity at open).
-//  * A SIGBUS handler, installed once on the first mapping and chained to whatever handler was
-//    there before, looks the faulting address up. Inside a registered mapping it maps a zero page
-//    range over the rest of that mapping (so the faulting instruction completes, reading zeros),
-//    marks the mapping as faulted — sticky — and bumps a process-wide fault counter. Outside every
-//    registered mapping it hands the fault to the previous handler (or the default action).
-//    The handler only does lock-free atomic loads and stores and one mmap() system call.
-//  * The loader brackets each sample's reading, decoding and collating with a `fault_watch` (one
-//    relaxed atomic load at each end). A fault inside the bracket makes that sample fail with a
-//    format_error naming the file: "the file changed while in use: ... truncated". Under
-//    on_error::skip the sample is dropped and counted; under raise the trainer gets the error.
-//  * Once a file is marked, the read stage refuses every later sample from it (`check_source`),
-//    so the zero pages are never handed out as data.
-//  * At the start of each epoch the loader compares every mapped file's identity (device, inode,
-//    size, mtime and ctime to the nanosecond) with what it was at open (`check_all_files`). A file
-//    that was replaced, truncated, grown or written to since is marked the same way: its samples
-//    fail with "the file changed since it was opened".
-//  * After each batch's bytes are written, the loader stats every file the batch's samples came
-//    from (`batch_file_check`; the sample's file is recorded by the pipeline itself, whatever
-//    stage wraps the sample). A file whose size or times moved since it was opened fails the
-//    batch's samples from it — under skip they are dropped and counted — and is marked for every
-//    later sample. This catches what no page fault shows: a truncation to a size inside a page
-//    (the page's tail reads as zeros) and an overwrite in place. A file replaced by another (a new
-//    inode at its path) leaves the mapping holding the old file whole: the next epoch refuses it.
-//  Offsets read from a file are validated and kept in memory at open. Payload checksums are
-//  verified where the format has them: sluice shards per record when read with `verify`, TFRecord at the scan
-//  (and at first read under defer); an overwrite after that is the batch check's to see.
-//
-// The handler is process-wide. A program that installs its own SIGBUS handler after sluice's
-// replaces it (sluice then crashes on a truncated file like any mmap reader); one installed
-// before is called for faults outside sluice's mappings.
+// Readers hand out views into mappings of their files; a file truncated by another process would
+// raise SIGBUS in the trainer. Every mapping is registered here, and a process-wide SIGBUS handler
+// (chained to the previous one) maps zero pages over the rest of a faulted mapping and marks it, so
+// the sample that touched it fails with a format_error naming the file ("the file changed while in
+// use") and no later sample is served from it. At each epoch's start every mapped file's identity
+// (device, inode, size, times) is compared with its identity at open; after each batch is written,
+// the files its samples came from are stat()ed, which catches what no fault shows (a truncation
+// inside a page, an overwrite in place). Under on_error::skip such samples are dropped and counted.
+// Caveat: a SIGBUS handler installed after sluice's replaces it.
+// Threads: the handler does only lock-free atomics and one mmap(); the registry is safe from any
+// thread. Every rule: docs/guarantees.md.
 #pragma once
 
 #include <signal.h>

@@ -1,44 +1,15 @@
 // sluice/core/state.hpp — a loader's checkpoint: where an epoch stands, and what it stands in.
 //
-// `loader.state()` returns a loader_state: the epoch, the position reached in the sampler's order,
-// the loader's augmentation seed, and a fingerprint of everything else that decides which batches
-// come next — the sampler (its kind, its seed in clear, a hash of its parameters and data), the
-// dataset (its size, and a hash of the readers' paths and sizes), and the batch (batch size,
-// drop_last, a hash of the collated tensors' names and dtypes and of the collator's options).
-// `loader.resume(state)` compares the state with the loader it is given to and refuses, with a
-// usage_error naming every difference, a state taken from another pipeline: without that, a
-// changed seed or dataset would resume silently with other batches than the interrupted run's.
-//
-//   sluice::save_state(loader.state(), "ckpt/loader.state");  // after each step (atomic)
-//   ...                                                      // the process dies; a new one:
-//   auto st = sluice::load_state("ckpt/loader.state");       // format_error if bad
-//   for (auto& b : loader.resume(st)) train_step(b);         // the batches not yet consumed
-//
-// What is checked, and what is not:
-//  * The augmentation seed (loader_options::seed) is checked, not applied: a loader built with
-//    another seed would draw other augmentations than the interrupted run did. Build the loader
-//    with the state's seed (`state.seed`).
-//  * A sampler identifies itself by `fingerprint()` (every sampler in sample/ has one): a stable
-//    kind name, its seed, and a hash of its parameters and data (weights, labels, lengths, rank,
-//    world). A user's sampler without fingerprint() is identified by its size alone (kind
-//    "sampler without fingerprint()"); give it one (see sampler_fingerprint) to have its seed
-//    and parameters checked.
-//  * The dataset: every stage with a reader() (read) adds the reader's path() and size(), where
-//    it has them, to the identity hash; the dataset's size is the first reader's, else the
-//    sampler's dataset_size(). A dataset moved to another path is therefore "another dataset":
-//    to resume over it knowingly, copy `dataset_id` and `dataset_paths` from the new loader's
-//    state() into the saved one.
-//  * The batch: batch size and drop_last in clear; the tensor names and dtypes of a typed batch
-//    (per-field collate), and the collator's own fingerprint() where it has one (the classic
-//    collate hashes its options: output dtype, normalisation, shape). Per-field collators'
-//    parameters (pad value, pack length) are not part of it.
-//  * A state made by hand (no fingerprint) is refused; `loader.state(epoch, position)` gives a
-//    state of this loader at any position.
-//
-// Storage: save_state writes a small versioned binary form atomically (temporary file, fsync,
-// rename, fsync of the directory): a process killed at any moment leaves the previous state or
-// the new one. load_state and state_from_string refuse an unknown version, a truncated file and a
-// corrupt one (a 64-bit check hash) with a format_error naming the file. The byte layout:
+// loader.state() returns a loader_state: the epoch, the position reached in the sampler's order,
+// the augmentation seed, and a fingerprint of what decides the batches to come (the sampler's
+// kind, seed and parameters; the dataset's size, paths and sizes; the batch size, drop_last and the
+// collated tensors). loader.resume(state) gives the batches not yet consumed, and refuses a state
+// from another pipeline with a usage_error naming every difference. save_state writes it
+// atomically (temporary file, fsync, rename): a process killed at any moment leaves the previous
+// state or the new one.
+// Errors: load_state refuses an unknown version, a truncated or corrupt file (a 64-bit check hash)
+// with a format_error naming the file; a state made by hand is refused by resume().
+// What the fingerprint covers and what it does not: docs/guarantees.md; the byte layout:
 // docs/formats.md.
 #pragma once
 

@@ -1,43 +1,15 @@
 // sluice/policy/cache.hpp — cache tiers: where a per-sample cache keeps bytes, and what it admits
 // and evicts. The `cache(tier)` stage (stage/cache.hpp) puts one in a pipeline.
 //
-//   tier::none            caches nothing (the baseline; the stage becomes a pass-through).
-//   tier::lru{bytes}      least-recently-used eviction. Under a fresh random permutation each
-//                         epoch every item is read once per epoch, so an LRU smaller than the data
-//                         evicts each item before its next use: it thrashes (hit rate ~ 0 past the
-//                         first epoch in the worst case, ~capacity/data^2 in expectation).
-//   tier::minio{bytes}    fills once and never evicts (the MinIO policy of Mohan et al., "Analyzing
-//                         and Mitigating Data Stalls in DNN Training", VLDB 2021): under random
-//                         permutations every cached item is hit once per epoch, so from the second
-//                         epoch on the hit rate equals capacity / data size. Its views never dangle.
-//   tier::weighted{bytes, probabilities}
-//                         admits by sampling probability: an item displaces residents only if its
-//                         expected hits per byte, p(id)/bytes, are strictly higher than theirs, so
-//                         the cache converges to the items with the most expected hits (the best
-//                         static choice for independent weighted draws) and never churns between
-//                         items of equal weight.
-//   tier::disk{...}       a chunked cache file on local disk (policy/cache_disk.hpp).
-//   tiered<A, B>          look in A, then B, then the source; a hit in B is promoted into A; a
-//                         miss is inserted into both.
-//
-// Interface every tier keeps (the `cache_tier` concept):
-//   cache_ref lookup(std::uint64_t key);                 hit: bytes + pin; miss: !ref.hit
-//   cache_ref insert(std::uint64_t key, cache_buffer data, std::size_t size);   adopts data
-//   bool would_admit(std::uint64_t key, std::size_t size) const;   cheap, racy hint
-//   cache_stats stats() const;
-// A tier is a handle: copies share one cache, so the trainer can keep a copy and read its stats.
-//
-// Thread-safety and lifetime: keys are spread over `shards` independently locked shards; a lookup
-// locks one shard. An entry's bytes live in a reference-counted buffer, and the cache_ref handed
-// out holds a reference (`pin`), so an entry evicted while a worker still reads it stays alive
-// until that worker's sample is collated and dropped: no view ever dangles. minio hands out no pin
-// (it never evicts; its bytes live as long as the tier).
-// Capacity is split evenly over the shards (as in sharded LRU caches); with 16 shards and items
-// much smaller than capacity/16 this loses nothing measurable. Use shards = 1 for tiny caches.
-//
-//   auto t = sluice::tier::minio{2ull << 30};
-//   auto loader = sluice::from(s) | sluice::read(shard) | sluice::cache(t) | ...;
-//   t.stats().hit_rate();
+// tier::none caches nothing; tier::lru evicts least-recently-used (and thrashes under a fresh
+// permutation each epoch); tier::minio fills once and never evicts (hit rate = capacity / data
+// from the second epoch); tier::weighted admits by expected hits per byte under weighted sampling;
+// tier::disk is a chunked cache file (policy/cache_disk.hpp); tiered<A, B> looks in A, then B.
+// Every tier keeps the cache_tier concept (lookup, insert, would_admit, stats) and is a handle:
+// copies share one cache.
+// Threads and lifetime: keys are spread over independently locked shards; an entry's bytes are
+// reference-counted and a lookup pins them, so an entry evicted while a worker reads it stays
+// alive until that sample is dropped: no view ever dangles. Every rule: docs/policies.md.
 #pragma once
 
 #include <algorithm>

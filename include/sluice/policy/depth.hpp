@@ -1,44 +1,17 @@
 // sluice/policy/depth.hpp — prefetch-depth policies beyond depth::fixed: the classic
 // utilisation rule and an adaptive controller with a RAM budget.
 //
-// Interface (policy/depth_fixed.hpp): initial_depth(), max_depth(), and update(depth_signal)
-// called by the loader on the consumer's thread once per delivered batch; it returns the new
-// depth, which the loader clamps to [1, max_depth]. The ring holds at most depth + workers
-// batches, so a depth is also a memory bound of (depth + workers) * batch_bytes.
-//
-// depth::utilization_rule — the rule of thumb many trainers use: consumer (GPU) utilisation
-//   above 85 % -> depth 1, below 60 % -> depth 3, otherwise 2, decided once per window of
-//   batches. Utilisation is NVML's GPU utilisation when libnvidia-ml.so.1 loads at run time
-//   (dlopen; nothing to link), else the consumer's measured busy fraction busy / (busy + wait)
-//   over the window. The source is chosen once, at construction:
-//     utilization_source::automatic     NVML if it loads and finds the GPU, else the wait fraction
-//                                       (silently; uses_nvml() and nvml_unavailable_reason() say
-//                                       which and why);
-//     utilization_source::nvml          NVML or nothing: when it cannot be used the constructor
-//                                       throws usage_error with the reason (library not found,
-//                                       nvmlInit failed, no GPU at gpu_index);
-//     utilization_source::wait_fraction never NVML.
-//
-// depth::adaptive — a controller that holds the consumer's stall fraction (wait / (wait + busy))
-//   under `target_stall` (default 4 %, a margin under the usual 5 % goal) with the smallest depth; it decides once per window of
-//   `window` batches, on everything measured since its last change:
-//   grow   by 1 when the stall is clearly above target — estimate minus confidence_z standard
-//          errors (ratio estimator) above it, so a depth that sits just under target is not
-//          pushed up by one unlucky window — AND the producer can fill the queue (some request
-//          since the change found >= depth batches ready: the stalls are bursts a deeper queue
-//          absorbs, not a producer slower on average, which depth cannot fix — the worker
-//          tuner's job);
-//   shrink by 1 when the queue stays full: for `shrink_windows` consecutive windows every request
-//          found >= 2 batches ready, and the stall's upper bound is under half the target;
-//   never  above the RAM budget: (depth + workers) * batch_bytes <= ram_budget_bytes (depth 1 is
-//          the floor even if one batch per worker already exceeds it);
-//   no oscillation: decisions only at window ends, a change restarts the window (dwell), grow and
-//          shrink need different evidence (hysteresis), and a shrink that has to be undone doubles
-//          the shrink patience (shrink_windows), so the number of changes over T batches is
-//          O(log T) even at a boundary.
-//   tf.data's autotuner only grows its buffers; this one gives memory back.
-//
-//   | sluice::prefetch(sluice::depth::adaptive{{.ram_budget_bytes = 2ull << 30}}, {.workers = 4})
+// A depth policy (policy/depth_fixed.hpp: initial_depth, max_depth, update(depth_signal)) is asked
+// once per delivered batch, on the consumer's thread; the ring holds at most depth + workers
+// batches. depth::utilization_rule is the rule of thumb (consumer utilisation above 85 % -> depth
+// 1, below 60 % -> 3, else 2), from NVML's GPU utilisation when it loads, else the consumer's busy
+// fraction. depth::adaptive holds the consumer's stall under `target_stall` with the smallest
+// depth: it grows only when the stall is clearly above target and the producer can fill the
+// queue, shrinks when the queue stays full, never exceeds `ram_budget_bytes`, and does not
+// oscillate (window ends only, hysteresis, a shrink undone doubles its patience). It gives memory
+// back, where tf.data's autotuner only grows.
+// Errors: utilization_source::nvml when NVML cannot be used is a usage_error with the reason.
+// Every rule: docs/policies.md.
 #pragma once
 
 #include <dlfcn.h>
