@@ -1,40 +1,15 @@
 // sluice/core/dlpack.hpp — a batch's tensors as DLPack tensors, zero copy (PyTorch, JAX, CuPy, ...).
 //
-// Any tensor of a batch exports as a `DLManagedTensor*` that points into the batch's own slot
-// memory: nothing is copied. The export holds the slot like the batch handle does, so the handle
-// may be dropped first: the slot goes back to the ring (and a worker may refill it) only when the
-// handle and every export of it are gone. The consumer calls the export's `deleter` once, when it
-// is done (at::fromDLPack and the Python capsule protocol do so when the last tensor dies); the
-// deleter may run on any thread, and after the loader is destroyed (the ring's memory is
-// reference-counted).
-//
-//   auto img = at::fromDLPack(sluice::to_dlpack(b, "image"));     // by name; usage_error if absent
-//   auto box = at::fromDLPack(sluice::to_dlpack<"boxes">(b));      // typed batch: checked when compiled
-//   b.reset();                                                       // the tensors keep the slot
-//
-// What an export describes:
-//   data     the tensor's first element (byte_offset 0): the host memory of the slot, or, after a
-//            to_device stage, its device copy. The 64-byte alignment of a batch's tensors is kept;
-//            DLPack's old 256-byte rule is not (no framework requires it).
-//   device   kDLCPU (id 0) for host memory, the host backend of to_device included; kDLCUDA with
-//            the ordinal for a CUDA device copy (wait on batch::ready_event() before reading).
-//   dtype    u8..u64 kDLUInt, i8..i64 kDLInt, f16/f32/f64 kDLFloat, bf16 kDLBfloat (16 bits),
-//            bool kDLBool where the DLPack header has it (0.8 and later), else kDLUInt 8 bits, as
-//            libtorch 1.x reads it. Lanes 1.
-//   shape    the tensor's shape, batch dimension first; strides in elements, row-major (the
-//            tensors of a batch are contiguous), always given.
-// Each export costs one small allocation (its context: the managed tensor, shape and strides, and
-// a reference to the ring); nothing else. Writing through an export writes the batch: the flags of
-// a versioned export say it is writable.
-//
-// DLPack 1.x headers (`DLManagedTensorVersioned`) also get `to_dlpack_versioned(...)`, the same
-// export with a version and flags; with 0.x headers it does not exist.
-//
-// Availability: the whole header needs <dlpack/dlpack.h> (Debian: libdlpack-dev; the CMake target
-// sluice::dlpack adds its directory). Without it this header declares nothing and
-// SLUICE_HAS_DLPACK() is 0. libtorch ships the same header as <ATen/dlpack.h>, under the same
-// include guard: whichever comes first defines the types, so a translation unit may include torch
-// and this header in either order (their layouts agree for every DLPack 0.x and 1.x version).
+// to_dlpack(b, "image") (or to_dlpack<"boxes">(b) on a typed batch) exports a tensor as a
+// DLManagedTensor* pointing into the batch's slot memory, host or device: nothing is copied. The
+// export holds the slot like the batch handle does, so the slot returns to the ring only when the
+// handle and every export are gone; the consumer's deleter may run on any thread, even after the
+// loader is destroyed. dtype, shape and row-major strides are always given; with DLPack 1.x
+// headers to_dlpack_versioned adds the version and flags. Each export costs one small allocation.
+// Errors: a tensor name the batch does not have is a usage_error.
+// Availability: needs <dlpack/dlpack.h> (sluice::dlpack); without it this header declares nothing
+// and SLUICE_HAS_DLPACK() is 0. libtorch's <ATen/dlpack.h> and this header may be included in
+// either order. Every rule: docs/device.md.
 #pragma once
 
 #include "sluice/core/config.hpp"

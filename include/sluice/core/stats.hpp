@@ -1,38 +1,15 @@
 // sluice/core/stats.hpp — what the pipeline measures about itself, and how it stays cheap.
 //
-// Each worker owns a cache-line-aligned block of counters that only it writes (relaxed atomic
-// stores, so a reader on another thread sees whole values without a data race); the consumer owns
-// its own. `loader.stats()` merges them on read. Nothing on the hot path is shared between threads.
-//
-// Per-stage busy time is sampled: every `stage_timing_stride`-th sample of a worker is timed stage
-// by stage and the result scaled by the stride, which keeps clock reads far below 1 % of the work
-// while the totals stay unbiased (the sampled samples are evenly spread). Collate is timed per
-// batch; a batch stage (pin, to_device) per batch, for the work its hooks do on the worker
-// (before_fill, on_filled: the host copy of to_device's host backend, the issue of an async copy
-// with CUDA, not the copy itself). The sampled timing can
-// be switched off (loader_options::stage_timing = false; bench/core/bench_attribution.cpp measures
-// what it costs): every per-stage busy time then stays 0 and bottleneck() names nothing. On, the
-// cost is two clock reads per stage for one sample in 16, two per batch for collate, and two per
-// sample inside a deferred decode (core/stats.hpp's deferred_scope; a JPEG decode takes far longer).
-//
-// Per epoch: at each epoch's start (the workers idle) the loader snapshots its cumulative
-// counters; `loader.epoch_stats(e)` is the difference between two snapshots (or between the
-// start and now, for the epoch that runs), kept for the last `epoch_stats_kept` epoch runs in a
-// fixed ring inside the loader (no allocation). `bottleneck(stats)` names the stage with the
-// largest share of worker busy time.
-//
-// Vocabulary (every time is in nanoseconds, names carry their unit):
-//   consumer_wait_ns    time the trainer spent inside next() waiting for a batch
-//   consumer_busy_ns    time the trainer spent between receiving a batch and asking for the next
-//   stall_fraction      wait / (wait + busy), after the first batch of each epoch (warm-up apart)
-//   step_mean_ns/std    mean and standard deviation of (wait + busy) per step: the step jitter
-//   wait_p50/p95/max_ns distribution of the per-batch wait, warm-up batch included: p50 and p95
-//                       over the current (or last) epoch, max over the whole run
-//   worker_wait_ns      time workers spent blocked because the ring was full (back-pressure).
-//                       This is the only wait upstream of the consumer: per-sample stages are
-//                       fused into one function per sample, so no stage ever queues for another,
-//                       and a stage's "wait" is its share of this back-pressure.
-//   bytes_in_flight     slot bytes of batches being filled, ready or held by the trainer
+// Each worker owns a cache-line-aligned block of counters only it writes (relaxed atomics);
+// loader.stats() merges them on read, so nothing on the hot path is shared. Per-stage busy time is
+// sampled (one sample in stage_timing_stride, scaled back: unbiased, clock reads far below 1 % of
+// the work); collate and the batch stages are timed per batch; a deferred decode times itself
+// inside collate and is credited to its own stage. loader.epoch_stats(e) is the difference of two
+// snapshots, kept for the last epoch_stats_kept runs; bottleneck() names the stage with the
+// largest share of worker busy time. Every time is in nanoseconds, and names carry their unit.
+// Threads: counters are written by their owner only and read from any thread.
+// The vocabulary (consumer wait and busy, stall fraction, step jitter, wait percentiles, worker
+// back-pressure, bytes in flight): docs/advisor.md.
 #pragma once
 
 #include <algorithm>

@@ -1,39 +1,17 @@
 // sluice/io/yolo.hpp — a YOLO detection dataset as Ultralytics and the tools that export to it
-// lay it out: images/<split>/name.jpg beside labels/<split>/name.txt, one line a box:
-//     class cx cy w h          (the box's centre and size as fractions of the image's width and height)
-//     class x1 y1 x2 y2 ...    (a polygon of a segmentation dataset: with .polygons = true, its
-//                              bounding box is taken; pose labels, which a line of keypoints
-//                              after the box cannot be told from, are not read)
-// read as samples with fields, without conversion:
+// lay it out: images/<split>/name.jpg beside labels/<split>/name.txt, one line a box.
 //
-//   "image"    u8, variable    the encoded file as stored (decode it with decode<"image">)
-//   "boxes"    f32, variable   rows of 4: x0 y0 x1 y1 as fractions of the image (or x y w h with
-//                              .boxes = box_format::xywh); follow a crop with
-//                              boxes<"boxes", "classes">{.normalized = true}
-//   "classes"  i64, variable   one per box: the line's class
-//
-// Images: every .jpg, .jpeg and .png under the images folder (its sub-folders too), in path
-// order. A file of another image kind (.bmp, .tif, .webp, ...) is refused at open, naming it:
-// sluice decodes JPEG and PNG, and a dataset is never read with images silently left out.
-// Labels: an image's label file is its (absolute) path with the last "/images/" made "/labels/"
-// and the extension ".txt" (Ultralytics' rule), or .labels + the image's path below the images
-// folder. An image without a label file (or with an empty one) is a sample with no boxes
-// (.keep_empty = false drops it). A folder without images, or whose images have not one label
-// file between them (the labels lie elsewhere), is a usage_error saying where it looked.
-//
-//   sluice::io::yolo_dataset yolo{"coco128/images/train2017", {.classes = 80}};
-//   auto loader = sluice::from(sluice::sample::shuffle(yolo.size(), {.seed = 1})) | sluice::read(yolo)
-//               | sluice::decode<"image">(jpeg, sluice::boxes<"boxes", "classes">{.normalized = true})
-//               | sluice::collate({.batch = 32}, sluice::stack<"image">{}, sluice::ragged<"boxes">{.row = {4}},
-//                                 sluice::ragged<"classes">{})
-//               | sluice::prefetch(2);
-//
-// Every label file is read and checked at open; a bad line is a format_error naming the file and
-// the line: a class that is not a non-negative integer (or is at or above .classes when given), a
-// coordinate that is not a finite number in [0, 1], a count of numbers other than 4 (or, with
-// .polygons, an even 6 or more). An image file is read when its sample is (fields(i)); one that cannot be read is
-// an io_error naming it.
-// Thread-safety: after construction every member is safe to call concurrently.
+// yolo_dataset reads every .jpg, .jpeg and .png under the images folder (in path order) with its
+// label file (the path's last "/images/" made "/labels/", or below `.labels`), as samples with
+// "image" (the file's bytes), "boxes" (f32 rows of 4, fractions of the image: xyxy from the
+// stored cx cy w h, or xywh) and "classes" (i64). With `.polygons`, a segmentation polygon line is
+// read as its bounding box. An image without labels is a sample with no boxes (`.keep_empty`).
+// Errors: an image of another kind (.webp, .bmp, ...) is refused at open naming it, never left out;
+// a folder whose images have no label file at all is a usage_error saying where it looked; every
+// label file is checked at open, a bad line a format_error naming the file and the line; an image
+// that cannot be read is an io_error naming it, when its sample is read.
+// Threads: after construction every member is safe to call concurrently. Every rule:
+// docs/readers.md.
 #pragma once
 
 #include <algorithm>

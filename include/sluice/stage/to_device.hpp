@@ -1,39 +1,17 @@
 // sluice/stage/to_device.hpp — `to_device(stream)`: each batch is copied to device memory
 // asynchronously, and the trainer's stream is ordered after the copy without a host wait.
 //
-// With the CUDA runtime (SLUICE_HAS_CUDART(), link sluice::cuda):
-//   - A worker that finishes collating batch k queues cudaMemcpyAsync from the slot (pinned, when
-//     pin() precedes this stage) into a block of the stage's device pool, on the stage's own
-//     non-blocking copy stream, and records the slot's event after it (one event per slot,
-//     created once: nothing is allocated per batch in steady state).
-//   - When the trainer receives the batch, the loader makes the consumer stream (the `stream`
-//     given here) wait for that event: cudaStreamWaitEvent, no host synchronisation. Work the
-//     trainer queues on that stream after next() sees the batch's data. batch.device_data() is
-//     the device pointer, batch.ready_event() the event (for work on other streams).
-//   - When the trainer drops the batch, the stage records the device block's fence on the
-//     consumer stream and returns the block to the pool. The next copy into that block is ordered
-//     after the fence on the copy stream, so the copy never overwrites data a queued kernel still
-//     reads, and nobody waits on the host.
-//   - Before a worker writes a slot's pinned memory again it waits (on the host, in the worker)
-//     for the slot's previous copy out of it; it has normally finished long before.
-//   - The device pool is capped (cap_bytes) and trimmed like the pinned pool (block_pool rules).
-//     Each ring slot holds at most one block, so a cap of (max depth + max workers) x batch bytes
-//     always suffices; below that a batch fails with a usage_error naming the cap. Blocks are
-//     freed only when the pool shrinks at an epoch boundary (cudaFree may synchronise the device
-//     there, once per epoch at most); never in steady state.
-//   - The consumer stream must outlive the loader and every batch it handed out (events are
-//     recorded on it at release, and the stage synchronises it when it is destroyed).
-//   - Without a GPU, constructing the stage throws sluice::cuda::cuda_error with the runtime's
-//     reason (build without sluice::cuda for the host backend).
-// Without the runtime, "device" memory is host memory from a host pool and the copy is a memcpy:
-// the same pipeline builds, runs and is tested anywhere, with device_data() pointing at the copy.
-//
-//   cudaStream_t train_stream = ...;
-//   auto loader = ... | sluice::collate({.batch = 256}) | sluice::pin()
-//               | sluice::to_device(train_stream) | sluice::prefetch(2);
-//   for (auto& b : loader.epoch(e)) my_kernel<<<g, t, 0, train_stream>>>(b.device_data());
-//
-// Copies of the stage share the copy stream, the pool and the counters; keep one for stats().
+// With the CUDA runtime (SLUICE_HAS_CUDART(), link sluice::cuda): a worker that finished collating
+// a batch queues cudaMemcpyAsync from its slot (pinned, after pin()) into a block of the stage's
+// capped device pool, on the stage's copy stream, and records the slot's event; the trainer's
+// stream waits on that event when it receives the batch (no host synchronisation); the block
+// returns to the pool fenced on the trainer's stream when the batch is dropped, so a later copy
+// never overwrites data a kernel still reads. Without the runtime, "device" memory is host memory
+// and the copy a memcpy: the same pipeline builds, runs and is tested anywhere.
+// Errors: a device pool cap below one batch per ring slot fails that batch with a usage_error
+// naming the cap; without a GPU the CUDA stage's constructor throws cuda_error with the reason.
+// Threads: the hooks run on the workers and the consumer as core/concepts.hpp lists; copies of the
+// stage share the copy stream, the pool and the counters. Every rule: docs/device.md.
 #pragma once
 
 #include <atomic>
