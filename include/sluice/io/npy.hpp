@@ -1,33 +1,14 @@
 // sluice/io/npy.hpp — NumPy .npy arrays as a record_reader: record i is row i of the first axis.
 //
-// Format versions 1.0, 2.0 and 3.0: "\x93NUMPY", major, minor, a little-endian header length
-// (u16 for 1.x, u32 for 2.x/3.x), then a Python dict literal such as
-//     {'descr': '<f4', 'fortran_order': False, 'shape': (60000, 28, 28), }
-// and the raw data, C order. The header is parsed strictly enough to refuse what the reader cannot
-// serve as rows: fortran_order True (rows are not contiguous), structured dtypes (a list descr),
-// object arrays, big-endian multi-byte dtypes (the bytes would be handed out unconverted), 0-d
-// arrays. After the dict's closing brace only spaces (NumPy's padding) and a final newline may
-// follow. The data size implied by the shape must equal what the file holds after the header.
-//
-// Labels: an optional second .npy (`labels_path`), one-dimensional, integer dtype, the same length.
-// A uint64 label above INT64_MAX is a format_error naming the labels file and the record (it has
-// no int64 value; it is never wrapped to a negative label).
-//
-//   sluice::io::npy_reader x{"images.npy", {.labels_path = "labels.npy"}};
-//   auto row = x.record(7);   // x.row_bytes() bytes, zero copy
-//   x.shape(), x.dtype().kind ('f', 'i', 'u', 'b'), x.dtype().item_bytes
-//
-// No scan is needed (the header says everything), so nothing is saved beside the file.
-//
-// Several arrays of one length as the fields of a run-time sample (core/any_sample.hpp): npy_any.
-// Field k of sample i is row i of array k, a view into its mapping, typed as the array's dtype
-// (f16 for '<f2', boolean for '|b1'; complex, string and void dtypes are refused, naming the file)
-// and shaped as its row (the field's geometry: stack<> gives {B, *row shape}).
-//
-//   sluice::io::npy_any d{{{"x", "features.npy"}, {"y", "targets.npy"}}};   // x: (N, 3, 32) f32, y: (N,) i64
-//   d.schema().describe() == "x (f32, fixed), y (i64, fixed)"
-//
-// Arrays of different lengths are a format_error naming both files and both lengths.
+// npy_reader maps a .npy file (format 1.0, 2.0 or 3.0) and hands out row i as a view, zero copy,
+// with optional labels from a second one-dimensional integer .npy of the same length; shape() and
+// dtype() say what the rows are. npy_any serves several arrays of one length as the fields of a
+// run-time sample, each typed as its array's dtype and shaped as its row.
+// Errors: what cannot be served as rows is refused at open, a format_error naming the file:
+// Fortran order, structured, object or big-endian multi-byte dtypes, 0-d arrays, trailing header
+// bytes, a data size other than the shape's, arrays of different lengths (both named), a uint64
+// label past INT64_MAX (never wrapped). Threads: const after construction.
+// Every rule: docs/readers.md.
 #pragma once
 
 #include <charconv>

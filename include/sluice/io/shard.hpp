@@ -1,35 +1,16 @@
 // sluice/io/shard.hpp — sluice's own indexed record file: a writer and a zero-copy reader.
 //
-// The layout (header, 64-byte-aligned records, metadata with class names and a version-3
-// schema, an index of 24-byte entries, CRC-32C over each) is specified in docs/formats.md.
-// The reader checks the header, index and schema against the file size and their CRCs before it
-// trusts them, and works only from checked copies of them: a shard overwritten in place while
-// mapped can give wrong record bytes (caught by `verify`, which checks record i's CRC on each
-// access), never a read outside the mapping. record(i) points into the mapping (on a version-3
-// shard, the whole record: field table and fields; io/shard_fields.hpp reads the fields). Every
-// error is a format_error naming the file, the record, the byte offset and the field.
-//
-// Writing is two steps, so a tool can check the file before it takes the final name: seal()
-// writes the index and header to "<path>.partial" and fsyncs it; commit() renames it to <path>
-// and fsyncs the directory. finish() does both. A writer destroyed before commit() (an exception,
-// a failed check) removes the partial file: no half shard is ever left under the final name.
-//
-//   { sluice::io::shard_writer w{"train.sluice"};
-//     w.set_class_names({"cat", "dog"});    // optional: makes a version-2 shard
-//     for (...) w.add(bytes, label);
-//     w.finish(); }                          // written to "train.sluice.partial", renamed here
-//   sluice::io::shard_reader r{"train.sluice"};
-//   std::span<const std::byte> rec = r.record(7);  std::int64_t y = r.label(7);
-//   r.class_names();                         // {"cat", "dog"}; empty when the shard has none
-//
-// A shard of records with fields (version 3; read with io/shard_fields.hpp):
-//   { sluice::io::shard_writer w{"det.sluice"};
-//     w.set_schema({{"jpg", sluice::dtype::u8, sluice::variable},
-//                   {"boxes", sluice::dtype::f32, sluice::variable, {-1, 4}},
-//                   {"size", sluice::dtype::i32, sluice::extent::fixed, {2}}});
-//     // or w.set_schema<det_schema>({{"size", {2}}}): fixed shapes not given are record 0's count
-//     w.add_fields({jpg, std::as_bytes(std::span(boxes)), std::as_bytes(std::span(size))}, label);
-//     w.finish(); }
+// The layout (header, 64-byte-aligned records, metadata with class names and a version-3 schema,
+// an index, CRC-32C over each) is specified in docs/formats.md. shard_reader checks the header,
+// index and schema against the file size and their CRCs before it trusts them, and works only from
+// checked copies: a shard overwritten in place while mapped can give wrong record bytes (caught by
+// `verify`, which checks record i's CRC on each access), never a read outside the mapping.
+// shard_writer writes in two steps, seal() to "<path>.partial" (fsynced) and commit() (rename,
+// directory fsync), so no half shard is ever left under the final name; a writer destroyed
+// before commit() removes the partial file. Records with fields: set_schema + add_fields
+// (read with io/shard_fields.hpp).
+// Errors: a format_error naming the file, the record, the byte offset and the field.
+// Threads: the reader is const after construction. Examples: docs/formats.md.
 #pragma once
 
 #include <fcntl.h>

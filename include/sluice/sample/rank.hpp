@@ -1,33 +1,16 @@
 // sluice/sample/rank.hpp — which rank this process is, and how many there are.
 //
-// A distributed sampler needs (rank, world). They come either from the trainer (explicit values,
-// e.g. from MPI_Comm_rank) or from the environment the launcher sets:
-//   torchrun / torch.distributed.launch   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
-//   mpirun (Open MPI)                     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
-//                                         OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
-//   srun (Slurm)                          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
-//                                         SLURM_NTASKS_PER_NODE (when it is one number)
-//   PMI / PMIx (MPICH's hydra, others)    PMI_RANK or PMIX_RANK, PMI_SIZE; PMI_LOCAL_RANK,
-//                                         PMI_LOCAL_SIZE
-// Nothing set means a single process: rank 0 of 1.
-//
-// Precedence: torchrun's and Open MPI's variables name the process itself; Slurm's and PMI's may
-// name the allocation's task a launcher runs inside (torchrun under srun starts several processes
-// in one Slurm task, each with its own RANK). So Slurm is read only when neither torchrun nor Open
-// MPI set anything, and PMI only when Slurm did not either. PMIX_RANK without PMI_SIZE is an
-// error naming what is missing (PMIx does not put the world size in the environment; pass it).
-//
-// Guarantees: a value that is not a plain decimal number, a rank not below the world size, a world
-// of 0, or half a pair (RANK without WORLD_SIZE) is a usage_error naming the variable and its
-// value — never a silent fallback to rank 0, which would make every rank read the same shard.
-// When both launchers' variables are set they must agree (torchrun inside an mpirun allocation
-// sets both); if they disagree it is an error, since no one can tell which is meant.
-//
-//   auto r = sluice::sample::rank_from_environment();          // or rank_info::of(rank, world)
-//   auto sampler = sluice::sample::distributed{sluice::sample::shuffle{n, {.seed = 7}},
-//                                              r.distributed({.tail = sluice::sample::tail::pad})};
-//
-// Reads the environment with std::getenv; call it at start-up, not concurrently with setenv.
+// rank_from_environment() reads what the launcher set: torchrun (RANK, WORLD_SIZE, ...), Open MPI
+// (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS, ...) or PMI/PMIx (PMI_RANK or PMIX_RANK,
+// PMI_SIZE); nothing set is rank 0 of 1. torchrun's and Open MPI's name the process itself, so
+// Slurm is read only when neither is set, and PMI only when Slurm is not either; rank_info::of
+// takes explicit values.
+// Errors: a value that is not a plain decimal number, a rank not below the world size, a world of
+// 0, half a pair, PMIX_RANK without PMI_SIZE, or two launchers that disagree is a usage_error
+// naming the variable and its value: never a silent fallback to rank 0, which would make every
+// rank read the same data.
+// Threads: reads the environment with std::getenv; call it at start-up, not concurrently with
+// setenv. Every rule: docs/samplers.md.
 #pragma once
 
 #include <cstdint>

@@ -1,34 +1,14 @@
 // sluice/stage/cache.hpp — `cache(tier)`: a per-sample stage that keeps samples' bytes in a cache
 // tier (policy/cache.hpp), keyed by sample id, so a later epoch skips the work upstream of it.
 //
-// Where it sits decides what it saves:
-//   * before decode, on record bytes (`read(shard) | cache(t) | decode(...)`): the input is a
-//     record_view (or any sample with bytes()). On a hit the cached bytes are handed on and the
-//     input view is never touched — for an mmap'd or network-backed reader, no page is faulted
-//     in and nothing is read. On a miss the bytes are copied into the tier (if it admits them).
-//   * after decode, on decoded samples (`decode(...) | cache(t)`): the input is a deferred sample
-//     (size_bytes() + write_into()). On a hit write_into is never called — the decode is skipped.
-//     On a miss that the tier admits, the sample is decoded once into a cache buffer and copied
-//     from there into the batch; a sample the tier would not admit is passed through untouched
-//     (decoded straight into the batch, as without the cache).
-//
-// Output: `cached_record` (a record_view plus a pin) for byte inputs, `cached_sample<In>` for
-// deferred inputs. The pin holds a reference on the cache entry, so an entry evicted by another
-// worker while this sample waits for collate stays alive: a view from the cache never dangles.
-// Pass cached_record on by reference or as itself; copying it into a plain record_view drops the
-// pin (the view is then only as safe as the tier: fine for minio, which never evicts).
-//
-// Thread-safe: the tier locks per shard; hits, misses, bytes and evictions are in tier.stats()
-// (and stage.stats()).
-// Allocation: none on a hit in a memory tier, none on a miss the tier's would_admit() refuses;
-// a miss it accepts allocates the entry's buffer (and the tier its index nodes), and tier::disk
-// allocates the buffer each hit is read into. So the pipeline's "no allocation after warm-up"
-// holds with tier::minio once full, or a memory tier that holds the data (docs/guarantees.md).
-//
-//   auto t = sluice::tier::minio{8ull << 30};
-//   auto loader = sluice::from(s) | sluice::read(shard) | sluice::cache(t) | sluice::collate({.batch = 256})
-//               | sluice::prefetch(2);
-//   double hit_rate = t.stats().hit_rate();
+// Before decode (on record bytes) a hit hands on the cached bytes and never touches the input
+// view (no page faulted in, nothing read); after decode (on a deferred sample) a hit skips the
+// decode, and an admitted miss decodes once into the cache and copies into the batch. The output
+// holds a pin on the cache entry, so an entry evicted while its sample waits for collate stays
+// alive: a view from the cache never dangles.
+// Threads: the tier locks per shard; hits, misses, bytes and evictions are in tier.stats().
+// Allocation: none on a memory tier's hit or a refused miss; an admitted miss allocates its entry,
+// tier::disk a buffer per hit. Every rule: docs/policies.md.
 #pragma once
 
 #include <cstddef>
