@@ -1,31 +1,15 @@
 // sluice/diag/ranks.hpp — one rank's epoch as a fixed-size record, for a data-parallel trainer to
 // gather across its ranks, and the job's view the advisor reads from all of them.
 //
-// sluice does not use MPI (or NCCL, or any launcher): the trainer owns the communicator. At an
-// epoch's end each rank makes a `rank_summary` from loader.epoch_stats(e) — plus, if it measures
-// it, the time its steps spent communicating (the gradient all-reduce, with any wait for slower
-// ranks inside it: only the trainer can time that) — gathers the records of all ranks with its own
-// collective, and hands them to the advisor: rule_straggler_rank (R6) names the rank the others
-// wait for, and observe(ranks) makes the job's epoch_observation for R1-R5 and R7 (advisor.hpp).
-//
-//   auto s = sluice::diag::summarize(*loader.epoch_stats(e), loader.stats(), rank, world, comm_ns);
-//   std::vector<sluice::diag::rank_summary> all(world);
-//   MPI_Allgather(&s, sizeof s, MPI_BYTE, all.data(), sizeof s, MPI_BYTE, MPI_COMM_WORLD);
-//   if (auto r = sluice::diag::rule_straggler_rank(all)) std::puts(r->message.c_str());
-//
-// The record is trivially copyable, has no pointers and a fixed size (rank_summary_bytes), so a
-// byte gather carries it; ranks built from the same sources agree on its layout, and
-// check_rank_summaries() refuses records whose `layout` word differs (another version of sluice, or
-// another architecture) or whose rank/world/epoch do not fit together, with a usage_error naming
-// the record. Times are nanoseconds summed over the epoch; "per step" divides by the steps the
-// loader timed (batches - 1: the first batch's wait is warm-up and is kept apart).
-//
-// What a rank can tell from its own loader, and what it cannot: a rank that waits for data is a
-// straggler the others pay for at every synchronisation; its wait shows in its own stats. A rank
-// that computes slowly shows nothing in its loader; the others see it only as longer time inside
-// the all-reduce. With comm_ns given, the time a rank spends before it reaches the all-reduce
-// (data wait + compute = step - comm) names the straggler whatever slows it; without comm_ns only
-// a data straggler can be named.
+// sluice uses no communicator: at an epoch's end each rank makes a rank_summary from its
+// loader.epoch_stats(e) (and, if it times it, its communication), the trainer gathers the records
+// with its own collective (a byte gather: the record is trivially copyable, fixed-size, without
+// pointers), and rule_straggler_rank (R6) names the rank the others wait for, while observe(ranks)
+// makes the job's observation for the other rules. Without comm_ns only a data straggler can be
+// named (a slow compute rank hides inside the others' all-reduce).
+// Errors: check_rank_summaries refuses records of another layout (another sluice version or
+// architecture) or whose rank, world and epoch do not fit together, with a usage_error naming the
+// record. An example and what a rank can and cannot tell: docs/advisor.md.
 #pragma once
 
 #include <algorithm>

@@ -1,29 +1,15 @@
 // sluice/io/mapped_file.hpp — a read-only memory mapping of a whole file.
 //
-// Readers hand out views into this mapping, so nothing is copied before collate. The mapping is
-// MAP_PRIVATE + PROT_READ: the process can never write through it. A file truncated under a
-// running loader would raise SIGBUS on access; every mapping is registered with
-// core/file_guard.hpp, whose handler turns that into an error for the sample that touched it, and
-// whose per-epoch identity check (device, inode, size, mtime and ctime in nanoseconds) catches a
-// file replaced or written since it was opened. Shards are written to a temporary name and
-// renamed into place, so a reader never sees a half file.
-//
-// Only regular files are mapped: a FIFO, directory or device is refused with a clear error
-// without blocking (the file is opened O_NONBLOCK, so a FIFO without a writer cannot hang it).
-//
-//   auto f = sluice::io::mapped_file{"train.sluice", {.advice = sluice::io::access::random}};
-//   std::span<const std::byte> all = f.bytes();
-//
-// Hints: access::sequential / random / willneed map to madvise. `populate` decides who pays the
-// first touch of each page: by default (populate_mode::background) a shared background thread
-// pre-faults the mapping while the loader already reads (io/page_warmer.hpp: only files that fit
-// in half the memory available; io::page_warm_stats() says what it did), so open() does not wait
-// and the first epoch pays fewer faults (bench/core BM_first_epoch, 100,000 records, with the
-// loader's slot warming: a fresh mapping's first epoch at 0.95-0.97 of the second's rate after
-// 100 ms of trainer setup, 0.75-0.84 with none; with populate_mode::none 0.64-0.67); populate_mode::now pre-faults every page
-// before the constructor returns (MAP_POPULATE); populate_mode::none leaves it to page faults.
-// An empty file maps to an empty span (mmap of length 0 is an error on Linux). Move-only;
-// unmaps on destruction (after cancelling its background warming).
+// Readers hand out views into this mapping (MAP_PRIVATE, PROT_READ), so nothing is copied before
+// collate. Every mapping is registered with core/file_guard.hpp, which turns a truncation under a
+// running loader into an error for the sample that touched it. Hints: access::sequential / random /
+// willneed / automatic map to madvise; `populate` decides who pays the first touch of each page
+// (background, the default: a shared thread pre-faults files that fit in half the available
+// memory while the loader reads, io/page_warmer.hpp; now: MAP_POPULATE; none: page faults).
+// Errors: only regular files are mapped; a FIFO, directory or device is refused without blocking
+// (opened O_NONBLOCK). An empty file maps to an empty span.
+// Lifetime: move-only; unmaps on destruction, after cancelling its background warming.
+// Measured effects of the hints: docs/formats.md and bench/storage/README.md.
 #pragma once
 
 #include <fcntl.h>

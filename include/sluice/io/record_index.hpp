@@ -1,31 +1,13 @@
 // sluice/io/record_index.hpp — where each record of a scanned file lies, saved beside the file.
 //
-// Formats without an index of their own (TFRecord, WebDataset tar) must be scanned once to learn
-// where record i starts. A scan reads the whole file; the result is small (24 bytes a record), so
-// it is saved as `<file>.sidx` and the next open only reads that. A saved index is trusted only
-// when it names the same format settings (a `kind` string, e.g. "tfrecord:crc" or "wds:jpg:cls"),
-// its own CRC-32C matches, and the file is provably the one that was scanned (file_stamp):
-//   - the same device and inode (st_dev, st_ino): a file replaced by rename is another inode;
-//   - the same size, modification time and status-change time, both in nanoseconds: the ctime
-//     cannot be set from user space, so a rewrite that restores the mtime (utimensat, touch -r,
-//     tar -x, rsync -t) still changes it;
-//   - the same CRC-32C of the first and the last 64 KiB (the whole file when it is smaller).
-// Size + mtime alone is not enough: a same-size replacement given the old mtime would otherwise
-// be served with the old record table. Anything else — an old index version, another kind, a
-// moved or copied file (new inode), a chmod (new ctime) — means the index is silently ignored
-// and rebuilt, never trusted. It is written to a temporary name (created exclusively, never
-// through an existing path) and renamed, so a reader never sees half an index; a directory we
-// cannot write to just means no saved index (not an error).
-//
-//   auto idx = sluice::io::detail::load_index(path, "tfrecord:crc");
-//   if (!idx) { idx = scan(...); sluice::io::detail::save_index(path, "tfrecord:crc", *idx); }
-//
-// Layout (little-endian): "SLUICEIX" | u32 version=2 | u32 kind_len | kind bytes | u64 dev
-// | u64 ino | u64 file_size | i64 mtime_ns | i64 ctime_ns | u32 crc32c(head + tail) | u32 0
-// | u64 count | count × {u64 offset, u64 size, i64 label} | u32 crc32c(all before).
-//
-// Also here, shared by the scanning readers: `bad_records`, what a reader does with a record it
-// cannot index (fail at open, or defer the error to the read of that record).
+// Formats without an index of their own (TFRecord, WebDataset tar) are scanned once; the result
+// (24 bytes a record) is saved as `<file>.sidx` and trusted at the next open only when it names the
+// same format settings, its own CRC matches, and the file is provably the one scanned (device,
+// inode, size, mtime and ctime in nanoseconds, and a CRC of its first and last 64 KiB); anything
+// else is silently rebuilt. It is written under a temporary name and renamed, and a directory that
+// cannot be written just means no saved index. Also here: `bad_records`, what a scanning reader
+// does with a record it cannot index (fail at open, or defer the error to that record's read).
+// The layout and why size + mtime is not enough: docs/formats.md.
 #pragma once
 
 #include <fcntl.h>

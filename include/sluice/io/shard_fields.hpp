@@ -1,31 +1,15 @@
 // sluice/io/shard_fields.hpp — a sluice shard with fields (version 3) as a fields_reader.
 //
-// A shard written with a schema (shard_writer::set_schema, sluice-pack's --fields / --features)
-// stores several fields per record; docs/formats.md describes the layout. This reader names the
-// fields it wants with a compile-time schema and hands out fields_samples whose views point into
-// the mapping (zero copy):
-//
-//   using det = sluice::schema<sluice::field<"jpg", std::uint8_t, sluice::variable>,
-//                              sluice::field<"boxes", float, sluice::variable>>;
-//   sluice::io::shard_fields<det> shard{"det.sluice"};
-//   auto loader = sluice::from(sluice::sample::shuffle(shard.size(), {.seed = 1})) | sluice::read(shard)
-//               | sluice::collate({.batch = 64}, sluice::ragged<"jpg">{}, sluice::ragged<"boxes">{})
-//               | sluice::prefetch(2);
-//
-// `names` maps a field of the schema to the shard field it reads, chosen at run time
-// ({{"image", "jpg"}}: field "image" reads the shard's "jpg"); a field not listed reads its own
-// name (a field named twice: the last entry), and a name outside the schema is a usage_error.
-// At open, every field the compile-time schema names must be in the shard's schema with the same
-// dtype and extent (the shard may hold more fields; they are skipped): a format_error naming the
-// file and the field otherwise, as for a shard without fields (versions 1 and 2: read those with
-// shard_reader). fields(i) checks record i's field table (and its CRC unless .verify = false),
-// a format_error naming the file, the record, the byte offset and the field when it does not fit
-// (so under on_error::skip the loader drops that sample). Labels and class names are the shard's.
-//
-// shard_any (below) reads the same shards with the fields the shard says it has, at run time.
-//
-// Thread-safety: after construction every member is const and safe to call concurrently.
-// fields(i) allocates nothing.
+// shard_fields<Schema> names the fields it wants with a compile-time schema (`names` may map a
+// field to another shard field at run time) and hands out fields_samples whose views point into
+// the mapping; shard_any reads the fields the shard says it has, at run time. Labels and class
+// names are the shard's.
+// Errors: at open, a field missing from the shard's schema or of another dtype or extent is a
+// format_error naming the file and the field (a shard without fields, versions 1 and 2, is read
+// with shard_reader); fields(i) checks record i's field table and CRC (unless .verify = false), a
+// format_error naming the file, the record, the byte offset and the field (on_error::skip drops
+// the sample). A `names` entry outside the schema is a usage_error.
+// Threads: const after construction; fields(i) allocates nothing. Every rule: docs/formats.md.
 #pragma once
 
 #include <algorithm>

@@ -1,30 +1,12 @@
 // sluice/sample/alias.hpp — weighted sampling with replacement in O(1) a draw (Walker's alias
 // method, Vose's build), and the `weighted` sampler built on it.
 //
-// An alias table splits n weights into n equal-mass columns; column i keeps item i with
-// probability prob[i] and otherwise gives its mass to alias[i]. A draw picks a column uniformly
-// and flips one biased coin: two random numbers, no search. Vose's build is O(n) and numerically
-// stable (it pairs one under-full and one over-full column at a time; leftovers are exactly full).
-//
-// Guarantees
-//   * P(draw == i) = w[i] / sum(w), up to double rounding in the build and the 2^-32 resolution
-//     of each column's keep/alias split (tested by chi-square). At most 2^32 - 1 weights.
-//   * `weighted::at(epoch, pos)` is a pure function of (seed, epoch, pos): the draw uses
-//     counter_rng keyed on exactly those, so any worker may compute any position, and an epoch can
-//     be resumed at any position. Thread-safe (const, no shared state).
-//   * `weighted::draw_n(epoch, first_pos, out)` fills out[i] with exactly at(epoch, first_pos + i),
-//     several times faster on big tables: it hashes a group of positions, prefetches their
-//     columns, then resolves them, so the cache misses overlap. Use it to draw a batch or an epoch.
-//   * The build is Vose's two-stack pairing, done in one work array without an n-sized array of
-//     masses; its columns are bit-identical to the textbook build's (tested), so draws are too.
-//   * Zero weights are never drawn. Negative, NaN or infinite weights, or an all-zero vector,
-//     throw usage_error at construction.
-//
-//   std::vector<double> w = ...;                       // one weight per sample id
-//   sluice::sample::weighted s{w, {.seed = 7}};        // size(epoch) == w.size() by default
-//   std::uint64_t id = s.at(/*epoch=*/3, /*pos=*/41);  // same answer on every thread, every run
-//   std::vector<std::uint64_t> ids(256);
-//   s.draw_n(/*epoch=*/3, /*first_pos=*/0, ids);        // ids[i] == s.at(3, i)
+// P(draw == i) = w[i] / sum(w), up to double rounding and 2^-32 per column (tested by chi-square),
+// at most 2^32 - 1 weights, zero weights never drawn. weighted::at(epoch, pos) is a pure function
+// of (seed, epoch, pos), so any worker computes any position and an epoch resumes anywhere;
+// draw_n fills a range with exactly those draws, several times faster on big tables.
+// Errors: negative, NaN or infinite weights, or all zeros, are a usage_error at construction.
+// Threads: const, no shared state. Every rule: docs/samplers.md.
 #pragma once
 
 #include <algorithm>
