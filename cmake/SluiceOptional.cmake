@@ -10,15 +10,21 @@ if(ZLIB_FOUND)
   target_compile_definitions(sluice_zlib INTERFACE SLUICE_WITH_ZLIB=1)
 endif()
 
-# libjpeg-turbo's TurboJPEG API: sluice/codec/jpeg.hpp.
+# libjpeg-turbo: sluice/codec/jpeg.hpp reads headers and encodes through its TurboJPEG API and
+# decodes through its libjpeg API (region decode: jpeg_crop_scanline, jpeg_skip_scanlines), so it
+# needs both (Debian: libturbojpeg0-dev and libjpeg62-turbo-dev).
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(SLUICE_TURBOJPEG QUIET IMPORTED_TARGET libturbojpeg)
+  pkg_check_modules(SLUICE_LIBJPEG QUIET IMPORTED_TARGET libjpeg)
 endif()
-if(SLUICE_TURBOJPEG_FOUND)
+if(SLUICE_TURBOJPEG_FOUND AND NOT SLUICE_LIBJPEG_FOUND)
+  message(STATUS "sluice: TurboJPEG found but not libjpeg-turbo's libjpeg API (Debian: libjpeg62-turbo-dev); no sluice::jpeg")
+endif()
+if(SLUICE_TURBOJPEG_FOUND AND SLUICE_LIBJPEG_FOUND)
   add_library(sluice_jpeg INTERFACE)
   add_library(sluice::jpeg ALIAS sluice_jpeg)
-  target_link_libraries(sluice_jpeg INTERFACE sluice PkgConfig::SLUICE_TURBOJPEG)
+  target_link_libraries(sluice_jpeg INTERFACE sluice PkgConfig::SLUICE_TURBOJPEG PkgConfig::SLUICE_LIBJPEG)
   target_compile_definitions(sluice_jpeg INTERFACE SLUICE_WITH_TURBOJPEG=1)
 endif()
 

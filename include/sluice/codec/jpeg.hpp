@@ -1,21 +1,24 @@
-// sluice/codec/jpeg.hpp — JPEG → fixed-size RGB or grey uint8, through libjpeg-turbo's TurboJPEG.
+// sluice/codec/jpeg.hpp — JPEG → fixed-size RGB or grey uint8, through libjpeg-turbo.
 //
-// Needs the sluice::jpeg CMake target (pkg-config libturbojpeg; defines SLUICE_WITH_TURBOJPEG=1).
+// Needs the sluice::jpeg CMake target (pkg-config libturbojpeg and libjpeg; defines
+// SLUICE_WITH_TURBOJPEG=1).
 //
 // decode(in, out, ctx) writes exactly output_bytes() = width × height × channels bytes into the
-// caller's memory, resized and cropped per codec/transform.hpp, in `.layout` hwc or chw (written by
-// the resize pass itself); geometry() states the shape and layout. A large reduction starts at
-// libjpeg-turbo's DCT scaling. Grey and colour convert as libjpeg converts them; CMYK and YCCK
-// are converted here (Adobe's inverted CMYK un-inverted first).
-// Errors: a corrupt, truncated or non-JPEG input (libjpeg's warnings count) or an image past
-// `max_decoded_pixels` (checked from the header) is a format_error; the decode stage names the
-// record's file and id.
-// Threads: decode() is const and thread-safe: one TurboJPEG handle and one scratch image per thread,
-// reused, so no allocation per image once warm. (The namespace is `codecs`: `sluice::codec` is the
-// concept.) Every rule: docs/images.md.
+// caller's memory, resized and cropped per codec/transform.hpp, in `.layout` hwc or chw; geometry()
+// states the shape and layout. Only the region the resize reads is decoded, at libjpeg-turbo's DCT
+// scale for it; the bytes equal a full decode followed by the same resize. CMYK and YCCK are
+// converted here (Adobe's inverted CMYK un-inverted first).
+// Errors: a corrupt, truncated or non-JPEG input (libjpeg's warnings count, below the region too)
+// or an image past `max_decoded_pixels` is a format_error; the decode stage names file and id.
+// Threads: decode() is const and thread-safe: per-thread decompressors and scratch, reused. (The
+// namespace is `codecs`: `sluice::codec` is the concept.) Every rule: docs/images.md.
 #pragma once
 
 #include <turbojpeg.h>
+
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h uses FILE
+#include <jpeglib.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -146,6 +149,99 @@ inline void cmyk_to(std::uint8_t* p, std::size_t n, int channels, bool inverted)
   }
 }
 
+// The libjpeg API, for what TurboJPEG 2.1 cannot do: decode a region (jpeg_crop_scanline,
+// jpeg_skip_scanlines). One decompressor per thread, reused; libjpeg reports errors by calling
+// error_exit, which longjmps back into the step that called it. Each step is a function whose only
+// locals are trivial, so the jump skips no destructor; the message is kept for the throw outside.
+struct jpeg_lib_reader {
+  struct error_mgr {
+    jpeg_error_mgr pub;
+    std::jmp_buf jump;
+    char msg[JMSG_LENGTH_MAX];
+  };
+  jpeg_decompress_struct cinfo{};
+  error_mgr err{};
+  bool created = false;
+
+  jpeg_lib_reader() {
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = &on_error;
+    err.pub.emit_message = &on_message;
+    if (setjmp(err.jump) == 0) {
+      jpeg_create_decompress(&cinfo);
+      created = true;
+    }
+  }
+  jpeg_lib_reader(const jpeg_lib_reader&) = delete;
+  jpeg_lib_reader& operator=(const jpeg_lib_reader&) = delete;
+  ~jpeg_lib_reader() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+  static void on_error(j_common_ptr c) {
+    auto* e = reinterpret_cast<error_mgr*>(c->err);
+    (*c->err->format_message)(c, e->msg);
+    std::longjmp(e->jump, 1);
+  }
+  // A warning (level -1: corrupt data, a premature end) is an error, as TJFLAG_STOPONWARNING makes
+  // it for TurboJPEG; trace messages are dropped.
+  static void on_message(j_common_ptr c, int level) {
+    if (level < 0) on_error(c);
+  }
+};
+
+inline jpeg_lib_reader& thread_jpeg_reader() {
+  thread_local jpeg_lib_reader r;
+  if (!r.created) throw std::runtime_error("sluice: jpeg_create_decompress failed");
+  return r;
+}
+
+// Leaves the thread's decompressor ready for the next image whatever happened to this one.
+struct jpeg_lib_abort {
+  jpeg_lib_reader& r;
+  ~jpeg_lib_abort() { jpeg_abort_decompress(&r.cinfo); }
+};
+
+// The steps, each false on a libjpeg error (the message in r.err.msg).
+inline bool jpeg_lib_header(jpeg_lib_reader& r, const std::byte* data, std::size_t size) {
+  if (setjmp(r.err.jump) != 0) return false;
+  jpeg_mem_src(&r.cinfo, reinterpret_cast<const unsigned char*>(data), static_cast<unsigned long>(size));
+  jpeg_read_header(&r.cinfo, TRUE);
+  return true;
+}
+// Starts decompression; then, when `crop` is narrower than the output, crops the columns (libjpeg
+// moves crop.x down to its iMCU grid and widens crop.w to match: the caller reads them back).
+inline bool jpeg_lib_start(jpeg_lib_reader& r, JDIMENSION* full_w, JDIMENSION* crop_x, JDIMENSION* crop_w) {
+  if (setjmp(r.err.jump) != 0) return false;
+  jpeg_start_decompress(&r.cinfo);
+  *full_w = r.cinfo.output_width;
+  if (*crop_w < r.cinfo.output_width) jpeg_crop_scanline(&r.cinfo, crop_x, crop_w);
+  return true;
+}
+// Skips rows [0, first), reads rows [first, last) into `dst` (`pitch` bytes apart), then skips
+// all but the last row, reads that into `spare` and finishes: the whole entropy-coded stream is
+// still parsed, so a file that is corrupt or cut short below the region fails as a full decode
+// would. (Skipping to the very end would not: libjpeg then marks the input finished unread.)
+inline bool jpeg_lib_rows(jpeg_lib_reader& r, JDIMENSION first, JDIMENSION last, unsigned char* dst,
+                          std::size_t pitch, unsigned char* spare) {
+  if (setjmp(r.err.jump) != 0) return false;
+  j_decompress_ptr c = &r.cinfo;
+  if (first > 0 && jpeg_skip_scanlines(c, first) != first) {
+    std::snprintf(r.err.msg, sizeof r.err.msg, "fewer rows than its header says");
+    return false;
+  }
+  while (c->output_scanline < last) {
+    JSAMPROW row = dst + static_cast<std::size_t>(c->output_scanline - first) * pitch;
+    if (jpeg_read_scanlines(c, &row, 1) != 1) {
+      std::snprintf(r.err.msg, sizeof r.err.msg, "fewer rows than its header says");
+      return false;
+    }
+  }
+  if (c->output_scanline + 1 < c->output_height) jpeg_skip_scanlines(c, c->output_height - 1 - c->output_scanline);
+  if (c->output_scanline < c->output_height) jpeg_read_scanlines(c, &spare, 1);
+  jpeg_finish_decompress(c);
+  return true;
+}
+
 }  // namespace detail
 
 // Reads the header only (dimensions, subsampling); throws format_error if it is not a JPEG.
@@ -208,12 +304,19 @@ class jpeg {
   }
 
  private:
+  // Decodes only the pixels the resample reads (source_region of the plan, widened by
+  // region_margin so that libjpeg's fancy upsampling at the region's edges sees the same
+  // neighbours as in a full decode; then libjpeg moves the left edge down to its iMCU grid): rows
+  // above are entropy-decoded and skipped, rows below too, columns outside are never
+  // inverse-transformed, upsampled or colour-converted. The output equals a full decode followed by
+  // the same resample, byte for byte (tests/codec/jpeg_region_test.cpp).
+  static constexpr int region_margin = 2;
+
   void decode_as(std::span<const std::byte> in, std::span<std::byte> out, const jpeg_header& hd,
                  const image_transform& t) const {
     if (out.size() < output_bytes()) throw usage_error("sluice: jpeg decode destination is smaller than output_bytes()");
     if (t.src_width != hd.width || t.src_height != hd.height || t.out_width != opt_.width || t.out_height != opt_.height)
       throw usage_error("sluice: jpeg decode given a transform planned for another image or output size");
-    tjhandle h = detail::thread_decompressor();
     tjscalingfactor sf{1, 1};
     if (opt_.dct_scaling) sf = detail::pick_scale(source_scale_needed(t));
     const int dw = TJSCALED(hd.width, sf), dh = TJSCALED(hd.height, sf);
@@ -221,21 +324,43 @@ class jpeg {
     if (static_cast<std::uint64_t>(dw) * static_cast<std::uint64_t>(dh) > opt_.max_decoded_pixels)
       throw format_error("<jpeg data>", {}, "JPEG of " + std::to_string(hd.width) + "x" + std::to_string(hd.height) +
                                                " decodes to more than max_decoded_pixels");
+    auto& r = detail::thread_jpeg_reader();
+    detail::jpeg_lib_abort reset{r};
+    auto fail = [&](const char* step) {
+      throw format_error("<jpeg data>", {}, std::string("JPEG ") + step + ": " + r.err.msg);
+    };
+    if (!detail::jpeg_lib_header(r, in.data(), in.size())) fail("header");
+    auto& ci = r.cinfo;
+    if (static_cast<int>(ci.image_width) != hd.width || static_cast<int>(ci.image_height) != hd.height)
+      throw format_error("<jpeg data>", {}, "JPEG header read twice gave two sizes");
     // libjpeg converts grey to RGB and YCbCr to grey, but CMYK/YCCK to neither: those decode to
     // CMYK and are converted here (detail::cmyk_to).
-    const bool cmyk = hd.colorspace == TJCS_CMYK || hd.colorspace == TJCS_YCCK;
+    const bool cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
     const int dc = cmyk ? 4 : c;
+    ci.out_color_space = cmyk ? JCS_CMYK : c == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    ci.scale_num = static_cast<unsigned>(sf.num);
+    ci.scale_denom = static_cast<unsigned>(sf.denom);
+    ci.dct_method = opt_.fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+    ci.do_fancy_upsampling = TRUE;
+    const geometry_plan p = to_plan(t, dw, dh, opt_.layout);
+    const pixel_region need = source_region(p, dw, dh);
+    const int x0 = std::max(0, need.x - region_margin), y0 = std::max(0, need.y - region_margin);
+    const int x1 = std::min(dw, need.x + need.w + region_margin), y1 = std::min(dh, need.y + need.h + region_margin);
+    JDIMENSION full_w = 0, crop_x = static_cast<JDIMENSION>(x0), crop_w = static_cast<JDIMENSION>(x1 - x0);
+    if (!detail::jpeg_lib_start(r, &full_w, &crop_x, &crop_w)) fail("decode");
+    if (static_cast<int>(full_w) != dw || static_cast<int>(ci.output_height) != dh)
+      throw format_error("<jpeg data>", {}, "JPEG decoded to another size than its header and scale say");
+    const pixel_region got{static_cast<int>(crop_x), y0, static_cast<int>(ci.output_width), y1 - y0};
     thread_local std::vector<std::uint8_t> scratch;
-    const std::size_t dpitch = static_cast<std::size_t>(dw) * dc;
-    if (scratch.size() < dpitch * dh) scratch.resize(dpitch * dh);
-    int flags = TJFLAG_STOPONWARNING | (opt_.fast_dct ? TJFLAG_FASTDCT : 0);
-    const int pf = cmyk ? TJPF_CMYK : c == 3 ? TJPF_RGB : TJPF_GRAY;
-    if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(in.data()), static_cast<unsigned long>(in.size()),
-                      scratch.data(), dw, static_cast<int>(dpitch), dh, pf, flags) != 0)
-      detail::jpeg_fail(h, "decode");
-    const std::size_t pitch = static_cast<std::size_t>(dw) * c;
-    if (cmyk) detail::cmyk_to(scratch.data(), static_cast<std::size_t>(dw) * dh, c, detail::has_adobe_marker(in));
-    resample(scratch.data(), dw, dh, pitch, c, out, to_plan(t, dw, dh, opt_.layout));
+    const std::size_t dpitch = static_cast<std::size_t>(got.w) * dc;
+    const std::size_t bytes = dpitch * static_cast<std::size_t>(got.h + 1);  // + the spare row
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    if (!detail::jpeg_lib_rows(r, static_cast<JDIMENSION>(y0), static_cast<JDIMENSION>(y1), scratch.data(), dpitch,
+                               scratch.data() + dpitch * static_cast<std::size_t>(got.h)))
+      fail("decode");
+    const std::size_t pitch = static_cast<std::size_t>(got.w) * c;
+    if (cmyk) detail::cmyk_to(scratch.data(), static_cast<std::size_t>(got.w) * got.h, c, detail::has_adobe_marker(in));
+    resample(scratch.data(), dw, dh, pitch, c, out, p, got);
   }
 
   jpeg_options opt_{};

@@ -245,22 +245,50 @@ struct tap {
   std::int32_t i0, i1;  // source indices
   float w1;             // weight of i1 (i0 gets 1 - w1)
 };
-inline void make_taps(std::vector<tap>& taps, int n_out, int n_src, double step, double offset, bool flip) {
+// The source coordinate output pixel xo samples, clamped to the source: one expression, used by
+// the taps and by the region they read, so the two cannot disagree.
+inline double tap_coord(int xo, int n_src, double step, double offset) noexcept {
+  return std::clamp(offset + (xo + 0.5) * step - 0.5, 0.0, static_cast<double>(n_src - 1));
+}
+inline void make_taps(std::vector<tap>& taps, int n_out, int n_src, double step, double offset, bool flip,
+                      int origin = 0) {
   taps.resize(static_cast<std::size_t>(n_out));
   for (int x = 0; x < n_out; ++x) {
-    const int xo = flip ? n_out - 1 - x : x;
-    double c = offset + (xo + 0.5) * step - 0.5;
-    c = std::clamp(c, 0.0, static_cast<double>(n_src - 1));
+    const double c = tap_coord(flip ? n_out - 1 - x : x, n_src, step, offset);
     const int i0 = static_cast<int>(c);
     const int i1 = std::min(i0 + 1, n_src - 1);
-    taps[static_cast<std::size_t>(x)] = {i0, i1, static_cast<float>(c - i0)};
+    taps[static_cast<std::size_t>(x)] = {i0 - origin, i1 - origin, static_cast<float>(c - i0)};
   }
+}
+// [first, last] source indices the taps of n_out outputs read (the coordinate rises with xo).
+inline std::array<int, 2> tap_span(int n_out, int n_src, double step, double offset) noexcept {
+  const int lo = static_cast<int>(tap_coord(0, n_src, step, offset));
+  const int hi = static_cast<int>(tap_coord(n_out - 1, n_src, step, offset));
+  return {lo, std::min(hi + 1, n_src - 1)};
 }
 }  // namespace detail
 
+// A rectangle of an image in pixels: columns [x, x + w), rows [y, y + h).
+struct pixel_region {
+  int x = 0, y = 0, w = 0, h = 0;
+  friend bool operator==(const pixel_region&, const pixel_region&) = default;
+};
+
+// The pixels of the src_w × src_h image (as decoded) that resampling with plan `p` reads: the
+// bilinear pass below reads nothing outside it, so a decoder may produce only this rectangle
+// (resample's `origin` then says where it sits). The JPEG codec decodes only this region.
+inline pixel_region source_region(const geometry_plan& p, int src_w, int src_h) noexcept {
+  const auto cx = detail::tap_span(p.out_width, src_w, p.step_x, p.offset_x);
+  const auto cy = detail::tap_span(p.out_height, src_h, p.step_y, p.offset_y);
+  return {cx[0], cy[0], cx[1] - cx[0] + 1, cy[1] - cy[0] + 1};
+}
+
 // Bilinear resample of an 8-bit interleaved image (rows of src_w * channels bytes, `src_pitch`
-// apart) into dst (out_width * out_height * channels bytes, packed, in p.layout). No allocation
-// after the first call on a thread (tap tables are thread_local and reused).
+// apart) into dst (out_width * out_height * channels bytes, packed, in p.layout). With an
+// `origin`, src holds only a region of that image: its first byte is pixel (origin.x, origin.y),
+// and the region must cover source_region(p, src_w, src_h); the output is the same bytes as from
+// the whole image. No allocation after the first call on a thread (tap tables are thread_local and
+// reused).
 namespace detail {
 // Planar: channel k of output pixel i goes to out[k * plane + i]; else to out[i * c + k]. A
 // template so the interleaved loop stays exactly the sequential store it was.
@@ -268,7 +296,7 @@ namespace detail {
 // faster for RGB at 224 x 224 than the run-time count); C == 0: `c` at run time.
 template <bool Planar, int C = 0>
 void resample_into(const std::uint8_t* src, int src_w, int src_h, std::size_t src_pitch, int c_runtime,
-                   std::uint8_t* out, const geometry_plan& p) {
+                   std::uint8_t* out, const geometry_plan& p, pixel_region origin) {
   const int c = C > 0 ? C : c_runtime;
   const std::size_t plane = static_cast<std::size_t>(p.out_width) * p.out_height;
   // A window of whole source pixels at scale 1 (the common case of images stored at the training
@@ -278,7 +306,7 @@ void resample_into(const std::uint8_t* src, int src_w, int src_h, std::size_t sr
   if (p.step_x == 1.0 && p.step_y == 1.0 && !p.flip && p.offset_x == std::floor(p.offset_x) &&
       p.offset_y == std::floor(p.offset_y) && p.offset_x >= 0 && p.offset_y >= 0 &&
       p.offset_x + p.out_width <= src_w && p.offset_y + p.out_height <= src_h) {
-    const auto ox = static_cast<std::size_t>(p.offset_x), oy = static_cast<std::size_t>(p.offset_y);
+    const auto ox = static_cast<std::size_t>(p.offset_x - origin.x), oy = static_cast<std::size_t>(p.offset_y - origin.y);
     const std::size_t row = static_cast<std::size_t>(p.out_width) * c;
     for (int y = 0; y < p.out_height; ++y) {
       const std::uint8_t* s = src + (oy + static_cast<std::size_t>(y)) * src_pitch + ox * c;
@@ -293,8 +321,8 @@ void resample_into(const std::uint8_t* src, int src_w, int src_h, std::size_t sr
     return;
   }
   thread_local std::vector<tap> tx, ty;
-  make_taps(tx, p.out_width, src_w, p.step_x, p.offset_x, p.flip);
-  make_taps(ty, p.out_height, src_h, p.step_y, p.offset_y, false);
+  make_taps(tx, p.out_width, src_w, p.step_x, p.offset_x, p.flip, origin.x);
+  make_taps(ty, p.out_height, src_h, p.step_y, p.offset_y, false, origin.y);
   for (int y = 0; y < p.out_height; ++y) {
     const auto& t = ty[static_cast<std::size_t>(y)];
     const std::uint8_t* r0 = src + static_cast<std::size_t>(t.i0) * src_pitch;
@@ -320,23 +348,28 @@ void resample_into(const std::uint8_t* src, int src_w, int src_h, std::size_t sr
 }  // namespace detail
 
 inline void resample(const std::uint8_t* src, int src_w, int src_h, std::size_t src_pitch, int channels,
-                     std::span<std::byte> dst, const geometry_plan& p) {
+                     std::span<std::byte> dst, const geometry_plan& p, pixel_region origin = {}) {
   const std::size_t need = static_cast<std::size_t>(p.out_width) * p.out_height * channels;
   if (dst.size() < need) throw usage_error("sluice: resample destination is smaller than the output");
+  if (origin != pixel_region{}) {
+    const auto r = source_region(p, src_w, src_h);
+    if (r.x < origin.x || r.y < origin.y || r.x + r.w > origin.x + origin.w || r.y + r.h > origin.y + origin.h)
+      throw usage_error("sluice: resample given a region that does not cover the pixels the plan reads");
+  }
   auto out = reinterpret_cast<std::uint8_t*>(dst.data());
   // One channel: both layouts are the same bytes.
   const bool planar = p.layout == image_layout::chw && channels > 1;
   switch (channels) {
-    case 1: return detail::resample_into<false, 1>(src, src_w, src_h, src_pitch, 1, out, p);
+    case 1: return detail::resample_into<false, 1>(src, src_w, src_h, src_pitch, 1, out, p, origin);
     case 3:
-      return planar ? detail::resample_into<true, 3>(src, src_w, src_h, src_pitch, 3, out, p)
-                    : detail::resample_into<false, 3>(src, src_w, src_h, src_pitch, 3, out, p);
+      return planar ? detail::resample_into<true, 3>(src, src_w, src_h, src_pitch, 3, out, p, origin)
+                    : detail::resample_into<false, 3>(src, src_w, src_h, src_pitch, 3, out, p, origin);
     case 4:
-      return planar ? detail::resample_into<true, 4>(src, src_w, src_h, src_pitch, 4, out, p)
-                    : detail::resample_into<false, 4>(src, src_w, src_h, src_pitch, 4, out, p);
+      return planar ? detail::resample_into<true, 4>(src, src_w, src_h, src_pitch, 4, out, p, origin)
+                    : detail::resample_into<false, 4>(src, src_w, src_h, src_pitch, 4, out, p, origin);
     default:
-      return planar ? detail::resample_into<true>(src, src_w, src_h, src_pitch, channels, out, p)
-                    : detail::resample_into<false>(src, src_w, src_h, src_pitch, channels, out, p);
+      return planar ? detail::resample_into<true>(src, src_w, src_h, src_pitch, channels, out, p, origin)
+                    : detail::resample_into<false>(src, src_w, src_h, src_pitch, channels, out, p, origin);
   }
 }
 
