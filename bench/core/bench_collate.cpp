@@ -15,6 +15,7 @@
 
 #include <sluice/sluice.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -90,6 +91,88 @@ void gather(benchmark::State& state, std::size_t threads, std::size_t slots) {
 void BM_roofline_memcpy_gather(benchmark::State& state) { gather(state, static_cast<std::size_t>(state.range(0)), 1); }
 // One thread, gathering into `slots` buffers in turn (the loader's ring: prefetch(2) + 1 worker = 3).
 void BM_roofline_memcpy_gather_ring(benchmark::State& state) { gather(state, 1, static_cast<std::size_t>(state.range(0))); }
+
+// The roofline and the pipeline in pairs, to give a ratio whose yardstick holds still: one loader
+// and one set of roofline buffers, both warmed by a first untimed round (pages mapped, slots
+// touched), then `rounds` rounds of one roofline epoch and one pipeline epoch back to back (which
+// goes first alternates), each epoch the same records in another order. Per round the ratio is
+// pipeline rate / roofline rate; reported: its median and its range over the rounds, and each
+// side's own spread, (slowest − fastest) / median epoch time. A machine that slows down for a
+// moment slows one round's pair, not one side of the comparison.
+void BM_paired_raw(benchmark::State& state) {
+  const auto workers = static_cast<std::size_t>(state.range(0));
+  const auto rounds = static_cast<std::size_t>(state.range(1));
+  auto& r = reader();
+  sluice::sample::shuffle order(records, {.seed = 1});
+  std::vector<std::unique_ptr<std::byte[]>> bufs;
+  for (std::size_t t = 0; t < workers; ++t) {
+    bufs.emplace_back(new (std::align_val_t{64}) std::byte[batch * record_bytes]);
+    std::memset(bufs.back().get(), 0, batch * record_bytes);
+  }
+  auto loader = sluice::from(sluice::sample::shuffle(records, {.seed = 1})) | sluice::read(r) |
+                sluice::collate({.batch = batch}) | sluice::prefetch(2, {.workers = workers});
+  std::uint64_t epoch = 0;
+  auto roofline_epoch = [&] {
+    const std::size_t nb = records / batch;
+    auto work = [&](std::size_t t) {
+      for (std::size_t k = t; k < nb; k += workers) {
+        std::byte* dst = bufs[t].get();
+        for (std::size_t i = 0; i < batch; ++i) {
+          auto rec = r.record(order.at(epoch, k * batch + i));
+          std::memcpy(dst + i * record_bytes, rec.data(), record_bytes);
+        }
+        benchmark::DoNotOptimize(dst);
+        benchmark::ClobberMemory();
+      }
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    if (workers == 1) {
+      work(0);
+    } else {
+      std::vector<std::thread> ts;
+      for (std::size_t t = 0; t < workers; ++t) ts.emplace_back(work, t);
+      for (auto& t : ts) t.join();
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto pipeline_epoch = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& b : loader.epoch(epoch)) benchmark::DoNotOptimize(b.bytes().data());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> roof, pipe, ratio;
+  for (auto _ : state) {
+    roofline_epoch();  // warm-up round, untimed
+    pipeline_epoch();
+    ++epoch;
+    roof.clear(), pipe.clear(), ratio.clear();
+    for (std::size_t k = 0; k < rounds; ++k, ++epoch) {
+      double a = 0, b = 0;
+      if (k % 2 == 0) a = roofline_epoch(), b = pipeline_epoch();
+      else b = pipeline_epoch(), a = roofline_epoch();
+      roof.push_back(a), pipe.push_back(b), ratio.push_back(a / b);
+    }
+    double sum = 0;
+    for (double t : pipe) sum += t;
+    state.SetIterationTime(sum);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  auto spread = [&](const std::vector<double>& v) {
+    return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) / median(v);
+  };
+  const double n = static_cast<double>(records);
+  state.counters["ratio_median"] = median(ratio);
+  state.counters["ratio_min"] = *std::min_element(ratio.begin(), ratio.end());
+  state.counters["ratio_max"] = *std::max_element(ratio.begin(), ratio.end());
+  state.counters["roofline_per_s"] = n / median(roof);
+  state.counters["pipeline_per_s"] = n / median(pipe);
+  state.counters["roofline_spread"] = spread(roof);
+  state.counters["pipeline_spread"] = spread(pipe);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rounds * records));
+}
 
 // Sampler: sample::shuffle itself, or the same shuffle behind sample::any_sampler (one virtual call
 // a position, as the Python module runs every sampler): BM_sluice_pipeline_any_sampler over
@@ -220,6 +303,7 @@ BENCHMARK(BM_first_epoch)
 BENCHMARK(BM_roofline_memcpy_gather)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_roofline_memcpy_gather_ring)->Arg(3)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_sluice_pipeline)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_paired_raw)->ArgNames({"workers", "rounds"})->Args({1, 15})->Args({2, 15})->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_sluice_pipeline_any_sampler)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 int main(int argc, char** argv) {

@@ -25,7 +25,7 @@ for t in "${targets[@]}"; do
   src="$here/fuzz_$t.cpp"
   bin="$out/fuzz_$t"
   libs=()
-  [ "$t" = jpeg ] && libs=($(pkg-config --libs libturbojpeg 2>/dev/null || echo -lturbojpeg))
+  [ "$t" = jpeg ] && libs=($(pkg-config --libs libturbojpeg libjpeg 2>/dev/null || echo -lturbojpeg -ljpeg))
   [ "$t" = png ] && libs=($(pkg-config --cflags --libs libpng 2>/dev/null || echo -lpng16))
   if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ -n "$(find "$root/include" -newer "$bin" -name '*.hpp' -print -quit)" ]; then
     echo "fuzz: building $t"

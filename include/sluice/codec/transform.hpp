@@ -3,9 +3,9 @@
 //
 // A batch needs every sample the same size, so an image of any size is mapped to exactly
 // width × height × channels bytes: fit::crop (cover, then a centred or random window), fit::stretch,
-// or fit::random_resized_crop (torchvision's), with an optional random flip, bilinear in one pass
-// straight into the destination, in HWC or CHW (the CHW output is the HWC one transposed, bit for
-// bit). plan_transform decides a sample's geometry (window, output size, flip) from
+// or fit::random_resized_crop (torchvision's), with an optional random flip, bilinear (separable,
+// fixed point, SSE2) straight into the destination, in HWC or CHW (the CHW output is the HWC one
+// transposed, bit for bit). plan_transform decides a sample's geometry (window, output size, flip) from
 // counter_rng(seed, epoch, id) alone, so any worker computes the same; codecs take that value
 // (plan, decode_with), and the same value maps boxes and points (map_point, map_box) and, through
 // resample_nearest, a mask's class ids.
@@ -392,7 +392,7 @@ void bilinear_fixed(const std::uint8_t* src, int src_w, int src_h, std::size_t s
   thread_local std::vector<std::int32_t> wx;
   thread_local std::vector<std::int16_t> mid;
 #if defined(__SSE2__)
-  thread_local std::vector<__m128i> wv;
+  thread_local std::vector<std::int32_t> wv;  // per column, its (w0, w1) pair four times: one load
 #endif
   make_taps(tx, p.out_width, src_w, p.step_x, p.offset_x, p.flip, origin.x);
   make_taps(ty, p.out_height, src_h, p.step_y, p.offset_y, false, origin.y);
@@ -423,17 +423,19 @@ void bilinear_fixed(const std::uint8_t* src, int src_w, int src_h, std::size_t s
       // pmaddwd with (w0, w1), then packed to bytes. Same arithmetic as the scalar loop below.
       const __m128i rnd = _mm_set1_epi32(round);
       if (y == 0) {  // the (w0, w1) pairs of every column, broadcast once per image
-        wv.resize(tx.size());
+        wv.resize(tx.size() * 4);
         for (std::size_t x = 0; x < tx.size(); ++x)
-          wv[x] = _mm_set1_epi32(static_cast<std::int32_t>((static_cast<std::uint32_t>(wx[x]) << 16) |
-                                                           static_cast<std::uint32_t>((1 << weight_bits) - wx[x])));
+          std::fill_n(wv.begin() + static_cast<std::ptrdiff_t>(x * 4), 4,
+                      static_cast<std::int32_t>((static_cast<std::uint32_t>(wx[x]) << 16) |
+                                                static_cast<std::uint32_t>((1 << weight_bits) - wx[x])));
       }
       auto pixel = [&](int x) {
         const auto& s = tx[static_cast<std::size_t>(x)];
         const __m128i va = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m + s.i0));
         const __m128i vb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m + s.i1));
         const __m128i v = _mm_srai_epi32(
-            _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi16(va, vb), wv[static_cast<std::size_t>(x)]), rnd), shift);
+            _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi16(va, vb),
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(wv.data() + 4 * x))), rnd), shift);
         return static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(v, v), v)));
       };
       if constexpr (Planar) {
