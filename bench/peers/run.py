@@ -39,6 +39,7 @@ import io
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -495,8 +496,9 @@ def main():
     if "raw" in groups:
         ds = RecordDataset(d)
         if have(sluice_prog):
-            jobs.append(("raw", "memcpy roofline (mmap + gather)", 1,
-                         lambda: run_program([sluice_prog, "roofline", rec, lab, secs])))
+            for t in (1, 2):  # threads gathering alternate batches, beside sluice's workers = t
+                jobs.append(("raw", "memcpy roofline (mmap + gather)", t,
+                             (lambda t=t: run_program([sluice_prog, "roofline", rec, lab, secs, str(t)]))))
         for w in (0, 1, 2):
             jobs.append(("raw", "PyTorch DataLoader", w, (lambda w=w: time_loader(torch_loader_factory(ds, w), args.seconds))))
         if have(libtorch_prog):
@@ -636,7 +638,17 @@ def main():
                   best_of(group, lambda n: n.startswith("PyTorch")))
             ratio(f"raw: best sluice vs best libtorch data API (any workers, {cores} cores)", sl,
                   best_of(group, lambda n: n.startswith("libtorch")))
-            ratio(f"raw: best sluice / memcpy roofline (1 thread)", sl, best_of(group, lambda n: "roofline" in n))
+            ratio(f"raw: best sluice / memcpy roofline (1 thread)", sl, best_of(group, lambda n: "roofline" in n, 1))
+            # Equal threads, each side's median over the rounds, with the roofline's own spread
+            # over the rounds beside the ratio: a ratio to a yardstick that moves is read with it.
+            for w in (1, 2):
+                rk, sk = ("raw", "memcpy roofline (mmap + gather)", w), ("raw", "sluice", w)
+                if rk in rounds and sk in rounds:
+                    r_med, s_med = statistics.median(rounds[rk]), statistics.median(rounds[sk])
+                    summary.append({"what": f"raw: sluice workers={w} / memcpy roofline {w} thread(s), medians of rounds",
+                                    "sluice": s_med, "peer": r_med, "ratio": s_med / r_med,
+                                    "roofline_spread": (max(rounds[rk]) - min(rounds[rk])) / r_med,
+                                    "sluice_spread": (max(rounds[sk]) - min(rounds[sk])) / s_med})
             ratio(f"raw: best sluice from Python vs best PyTorch DataLoader ({cores} cores)", best_of(group, module),
                   best_of(group, lambda n: n.startswith("PyTorch")))
             for w in (1, 2):
@@ -697,6 +709,10 @@ def main():
                   best_of(group, lambda n: is_peer(n)))
     print()
     for x in summary:
+        if "roofline_spread" in x:
+            print(f"{x['what']}: {x['sluice']:.0f}/s vs {x['peer']:.0f}/s -> {x['ratio']:.2f} "
+                  f"(spread over rounds: roofline {x['roofline_spread']:.1%}, sluice {x['sluice_spread']:.1%})")
+            continue
         if x["ratio"] is None:
             print(f"{x['what']}: {x['sluice']:.0f}/s ({x['sluice_loader']}, workers={x['sluice_workers']}) vs "
                   f"not measured: {x['not_measured']}")

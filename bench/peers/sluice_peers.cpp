@@ -1,9 +1,11 @@
 // sluice's side of bench/peers (run.py drives it), plus the memcpy roofline.
 //
-//   sluice_peers roofline records.u8 labels.i64 <seconds>
+//   sluice_peers roofline records.u8 labels.i64 <seconds> [threads=1]
 //       a plain mmap + memcpy gather: shuffled record indices, 256 records and labels copied
-//       into one reused batch buffer on one thread — the physical limit of what any loader
-//       that collates into contiguous batches can reach on this machine.
+//       into a reused batch buffer per thread, the threads taking alternate batches — the
+//       physical limit of what any loader that collates into contiguous batches can reach on
+//       this machine. An untimed first epoch, then whole epochs timed (the shuffle outside);
+//       prints the rate and epoch_spread, (fastest − slowest) / median epoch rate.
 //
 //   sluice_peers raw records.u8 labels.i64 <workers> <seconds>
 //       sluice's pipeline: shuffle sampler -> read(fixed_records) -> collate(256) -> prefetch.
@@ -38,6 +40,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "sluice/sluice.hpp"
@@ -78,38 +81,68 @@ const std::byte* map_whole(const char* path, std::size_t& size) {
   return static_cast<const std::byte*>(p);
 }
 
-int roofline(const char* records_path, const char* labels_path, double seconds) {
+int roofline(const char* records_path, const char* labels_path, double seconds, std::size_t threads) {
   std::size_t bytes = 0, label_bytes = 0;
   const std::byte* records = map_whole(records_path, bytes);
   const auto* labels = reinterpret_cast<const std::int64_t*>(map_whole(labels_path, label_bytes));
   const std::size_t n = label_bytes / sizeof(std::int64_t);
+  if (threads == 0) threads = 1;
   std::vector<std::uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  // The batch buffer is page-aligned. It matters: on this machine's AMD EPYC (ERMS/FSRM memcpy)
-  // a destination 16 bytes off the source's alignment (what std::vector gives) copies 12 KiB
+  // One page-aligned batch buffer per thread. It matters: on an AMD EPYC (ERMS/FSRM memcpy) a
+  // destination 16 bytes off the source's alignment (what std::vector gives) copied 12 KiB
   // records ~4x slower than a 64-byte-aligned one (measured: 0.14 vs 0.52 M records/s).
-  auto* batch_memory = static_cast<std::byte*>(std::aligned_alloc(4096, batch_size * record_bytes));
-  std::span<std::byte> batch(batch_memory, batch_size * record_bytes);
-  std::vector<std::int64_t> batch_labels(batch_size);
-  std::mt19937_64 rng(7);
-  std::uint64_t samples = 0, checksum = 0;
-  auto start = bench_clock::now();
-  while (seconds_since(start) < seconds) {
-    std::shuffle(order.begin(), order.end(), rng);  // outside the gather: a few ms an epoch
-    for (std::size_t b = 0; b + batch_size <= n; b += batch_size) {
-      for (std::size_t k = 0; k < batch_size; ++k) {
-        const std::uint32_t i = order[b + k];
-        std::memcpy(batch.data() + k * record_bytes, records + std::size_t{i} * record_bytes, record_bytes);
-        batch_labels[k] = labels[i];
+  std::vector<std::byte*> buffers;
+  std::vector<std::vector<std::int64_t>> batch_labels(threads, std::vector<std::int64_t>(batch_size));
+  for (std::size_t t = 0; t < threads; ++t)
+    buffers.push_back(static_cast<std::byte*>(std::aligned_alloc(4096, batch_size * record_bytes)));
+  std::vector<std::uint64_t> checksum(threads);
+  // One epoch: thread t gathers batches t, t + threads, ... of the current order.
+  auto epoch = [&] {
+    auto work = [&](std::size_t t) {
+      std::byte* batch = buffers[t];
+      for (std::size_t b = t * batch_size; b + batch_size <= n; b += threads * batch_size) {
+        for (std::size_t k = 0; k < batch_size; ++k) {
+          const std::uint32_t i = order[b + k];
+          std::memcpy(batch + k * record_bytes, records + std::size_t{i} * record_bytes, record_bytes);
+          batch_labels[t][k] = labels[i];
+        }
+        checksum[t] += static_cast<std::uint64_t>(batch[record_bytes * 3 + 5]) + static_cast<std::uint64_t>(batch_labels[t][7]);
       }
-      checksum += static_cast<std::uint64_t>(batch[record_bytes * 3 + 5]) + static_cast<std::uint64_t>(batch_labels[7]);
-      samples += batch_size;
-      if ((samples & 4095) == 0 && seconds_since(start) >= seconds) break;
+    };
+    if (threads == 1) {
+      work(0);
+    } else {
+      std::vector<std::thread> ts;
+      for (std::size_t t = 0; t < threads; ++t) ts.emplace_back(work, t);
+      for (auto& t : ts) t.join();
     }
+  };
+  std::mt19937_64 rng(7);
+  // An untimed first epoch: the buffers' pages and the mapping's TLB entries warm, as the
+  // loaders' rates exclude their first batches.
+  std::shuffle(order.begin(), order.end(), rng);
+  epoch();
+  std::uint64_t samples = 0;
+  double timed = 0;
+  std::vector<double> rates;  // per epoch, for the spread
+  const std::size_t per_epoch = n / batch_size * batch_size;
+  while (timed < seconds) {
+    std::shuffle(order.begin(), order.end(), rng);  // outside the timed gather
+    const auto t0 = bench_clock::now();
+    epoch();
+    const double s = seconds_since(t0);
+    timed += s;
+    samples += per_epoch;
+    rates.push_back(static_cast<double>(per_epoch) / s);
   }
-  std::printf("samples_per_s %.1f\nchecksum %llu\n", static_cast<double>(samples) / seconds_since(start),
-              static_cast<unsigned long long>(checksum));
-  std::free(batch_memory);
+  std::sort(rates.begin(), rates.end());
+  const double median = rates[rates.size() / 2];
+  std::uint64_t sum = 0;
+  for (auto c : checksum) sum += c;
+  std::printf("samples_per_s %.1f\nepochs %zu\nepoch_spread %.3f\nchecksum %llu\n", static_cast<double>(samples) / timed,
+              rates.size(), (rates.back() - rates.front()) / median, static_cast<unsigned long long>(sum));
+  for (auto* p : buffers) std::free(p);
   return 0;
 }
 
@@ -244,7 +277,8 @@ int weighted(const char* weights_path, double seconds) {
 
 int main(int argc, char** argv) try {
   const std::string_view mode = argc > 1 ? argv[1] : "";
-  if (mode == "roofline" && argc == 5) return roofline(argv[2], argv[3], std::atof(argv[4]));
+  if (mode == "roofline" && (argc == 5 || argc == 6))
+    return roofline(argv[2], argv[3], std::atof(argv[4]), argc == 6 ? static_cast<std::size_t>(std::atoi(argv[5])) : 1);
   if (mode == "raw" && argc == 6)
     return raw(argv[2], argv[3], static_cast<std::size_t>(std::atoi(argv[4])), std::atof(argv[5]));
 #ifdef SLUICE_PEERS_HAVE_JPEG
@@ -265,7 +299,7 @@ int main(int argc, char** argv) try {
   }
 #endif
   std::fprintf(stderr,
-               "usage: %s roofline records.u8 labels.i64 <seconds>\n"
+               "usage: %s roofline records.u8 labels.i64 <seconds> [threads]\n"
                "       %s raw records.u8 labels.i64 <workers> <seconds>\n"
                "       %s jpeg images.jpgpack images.offsets images.labels <workers> <seconds>\n"
                "       %s weighted weights.f64 <seconds>\n", argv[0], argv[0], argv[0], argv[0]);
