@@ -45,7 +45,7 @@ struct misspelt_hook {  // declares on_filled, implements on_fill
   using stage_concept = sluice::batch_stage_tag;
   static constexpr std::string_view name = "misspelt";
   static constexpr sluice::hook hooks = sluice::hook::on_filled;
-  void on_fill(sluice::batch_slot&, sluice::detail::empty_state&) {}
+  void on_fill(sluice::batch_slot&, sluice::no_slot_state&) {}
 };
 struct wrong_signature_hook {  // on_release without the slot state
   using stage_concept = sluice::batch_stage_tag;
@@ -56,7 +56,7 @@ struct wrong_signature_hook {  // on_release without the slot state
 struct undeclared_hooks {  // no hooks declaration at all
   using stage_concept = sluice::batch_stage_tag;
   static constexpr std::string_view name = "undeclared";
-  void on_filled(sluice::batch_slot&, sluice::detail::empty_state&) {}
+  void on_filled(sluice::batch_slot&, sluice::no_slot_state&) {}
 };
 }  // namespace
 

@@ -253,10 +253,10 @@ struct throwing_hooks {
   static constexpr hook hooks = hook::on_deliver | hook::on_release;
   std::shared_ptr<std::atomic<int>> deliver_fail_at = std::make_shared<std::atomic<int>>(-1);
   std::shared_ptr<std::atomic<int>> release_fail_at = std::make_shared<std::atomic<int>>(-1);
-  void on_deliver(batch_slot& s, detail::empty_state&) const {
+  void on_deliver(batch_slot& s, no_slot_state&) const {
     if (static_cast<int>(s.index) == deliver_fail_at->load()) throw std::runtime_error("deliver hook failed");
   }
-  void on_release(batch_slot& s, detail::empty_state&) const {
+  void on_release(batch_slot& s, no_slot_state&) const {
     if (static_cast<int>(s.index) == release_fail_at->load()) throw std::runtime_error("release hook failed");
   }
 };

@@ -70,37 +70,62 @@ class ring_base {
   ~ring_base() = default;
 };
 
+// One hold on a batch slot, and the one place the hold count is kept: the batch handle has one
+// (the ring gave it, holders == 1), each DLPack export and so each Python tensor another (a copy).
+// The last hold dropped returns the slot to its ring; the ring reference goes after it, so the
+// ring outlives every slot it lent. acq_rel on the drop: whoever drops the last hold sees every
+// write of the other holders before the ring hands the slot to a worker; a copy is made while a
+// hold is alive, so its relaxed increment suffices (as for shared_ptr).
+class slot_hold {
+ public:
+  slot_hold() = default;
+  // Adopts the hold the ring counted when it handed the slot out.
+  slot_hold(std::shared_ptr<ring_base> ring, slot_base* slot) noexcept : ring_(std::move(ring)), slot_(slot) {}
+  slot_hold(const slot_hold& o) noexcept : ring_(o.ring_), slot_(o.slot_) {
+    if (slot_ != nullptr) slot_->holders.fetch_add(1, std::memory_order_relaxed);
+  }
+  slot_hold(slot_hold&& o) noexcept : ring_(std::move(o.ring_)), slot_(std::exchange(o.slot_, nullptr)) {}
+  slot_hold& operator=(slot_hold o) noexcept {
+    reset();
+    ring_ = std::move(o.ring_);
+    slot_ = std::exchange(o.slot_, nullptr);
+    return *this;
+  }
+  ~slot_hold() { reset(); }
+  void reset() noexcept {
+    if (slot_ != nullptr && slot_->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) ring_->release(*slot_);
+    slot_ = nullptr;
+    ring_.reset();
+  }
+  [[nodiscard]] slot_base* get() const noexcept { return slot_; }
+  [[nodiscard]] slot_base* operator->() const noexcept { return slot_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return nullptr != slot_; }
+
+ private:
+  std::shared_ptr<ring_base> ring_;
+  slot_base* slot_ = nullptr;
+};
+
 }  // namespace detail
 
 class batch {
  public:
   batch() = default;
-  batch(std::shared_ptr<detail::ring_base> ring, detail::slot_base* slot) noexcept
-      : ring_(std::move(ring)), slot_(slot) {}
+  batch(std::shared_ptr<detail::ring_base> ring, detail::slot_base* slot) noexcept : slot_(std::move(ring), slot) {}
   batch(const batch&) = delete;
   batch& operator=(const batch&) = delete;
-  batch(batch&& o) noexcept : ring_(std::move(o.ring_)), slot_(std::exchange(o.slot_, nullptr)) {}
+  batch(batch&&) noexcept = default;
   batch& operator=(batch&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ring_ = std::move(o.ring_);
-      slot_ = std::exchange(o.slot_, nullptr);
-    }
+    if (this != &o) slot_ = std::move(o.slot_);
     return *this;
   }
-  ~batch() { reset(); }
+  ~batch() = default;
 
   // Gives up this handle's hold on the slot (the destructor does the same). The slot returns to
   // the ring when no DLPack export of it is alive either.
-  void reset() noexcept {
-    if (slot_ != nullptr) {
-      if (slot_->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) ring_->release(*slot_);
-      slot_ = nullptr;
-    }
-    ring_.reset();
-  }
+  void reset() noexcept { slot_.reset(); }
 
-  [[nodiscard]] explicit operator bool() const noexcept { return slot_ != nullptr; }
+  [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(slot_); }
   [[nodiscard]] std::size_t size() const noexcept { return slot_->count; }
   [[nodiscard]] bool empty() const noexcept { return slot_->count == 0; }
   [[nodiscard]] std::size_t skipped() const noexcept { return slot_->skipped; }
@@ -198,12 +223,11 @@ class batch {
   [[nodiscard]] void* ready_event() const noexcept { return slot_->ready_event; }
 
   // For batch stages: the slot this batch holds.
-  [[nodiscard]] detail::slot_base& slot() noexcept { return *slot_; }
-  [[nodiscard]] const detail::slot_base& slot() const noexcept { return *slot_; }
-  // For holders that outlive this handle (a DLPack export, core/dlpack.hpp): the ring the slot
-  // returns to. Such a holder keeps a copy, takes a hold with slot().holders.fetch_add(1) while
-  // this handle is alive, and on the way out does what reset() does.
-  [[nodiscard]] const std::shared_ptr<detail::ring_base>& ring() const noexcept { return ring_; }
+  [[nodiscard]] detail::slot_base& slot() noexcept { return *slot_.get(); }
+  [[nodiscard]] const detail::slot_base& slot() const noexcept { return *slot_.get(); }
+  // For holders that outlive this handle (a DLPack export, core/dlpack.hpp): another hold on the
+  // slot (an empty one from an empty handle).
+  [[nodiscard]] detail::slot_hold hold() const noexcept { return slot_; }
 
  private:
   template <class T>
@@ -216,8 +240,7 @@ class batch {
   [[nodiscard]] std::byte* first_data() const noexcept {
     return slot_->data + (slot_->layout.count ? slot_->layout.tensors[0].offset : 0);
   }
-  std::shared_ptr<detail::ring_base> ring_;
-  detail::slot_base* slot_ = nullptr;
+  detail::slot_hold slot_;
 };
 
 // One tensor a collator emits, as the compiler knows it: its name and element type.

@@ -27,7 +27,7 @@
 //                  declaration against the members at compile time: a hook declared but misspelt or
 //                  of another signature, or implemented but not declared, fails to compile naming
 //                  the hook. The hooks (T: the stage's `using slot_state = T;`, default-constructed
-//                  with the ring per slot; an empty struct when it has none):
+//                  with the ring per slot; sluice::no_slot_state when it has none):
 //   hook::storage      void* allocate(std::size_t bytes);  void deallocate(void* p, std::size_t bytes);
 //                      slot storage (e.g. pinned); the first stage that provides it owns every
 //                      slot's host memory
@@ -48,6 +48,7 @@
 // expose them to the trainer).
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +67,30 @@ struct sample_stage_tag {};  // per-sample stage: read, cache, decode, map
 struct batch_stage_tag {};   // per-batch stage: pin, to_device
 struct collate_tag {};       // samples -> a batch's tensors
 
+// Where work a sample does for its stage inside collate is timed (decode writes itself into the
+// batch when collate asks): the stage adds its time under its own name (core/stats.hpp's
+// deferred_scope), and the loader moves it from collate's busy time to that stage's after each
+// batch. Each stage keeps its own entry, so two deferred stages of one pipeline (decode<"jpg"> and
+// decode<"depth.png">) are each credited their own time; a stage past the first max_stages stays
+// in collate's. One per writing thread (the loader's), so no sharing.
+struct timing_sink {
+  static constexpr std::size_t max_stages = 8;
+  std::array<std::string_view, max_stages> stage{};
+  std::array<std::uint64_t, max_stages> ns{};
+  std::size_t count = 0;
+  void add(std::string_view s, std::uint64_t t) noexcept {
+    for (std::size_t i = 0; i < count; ++i)
+      if (stage[i] == s) {
+        ns[i] += t;
+        return;
+      }
+    if (count < max_stages) {
+      stage[count] = s;
+      ns[count++] = t;
+    }
+  }
+};
+
 // Everything a stage may need to know about the sample it is processing. Random augmentation
 // must draw only from counter_rng(seed, epoch, id) so output does not depend on the worker.
 struct sample_context {
@@ -73,6 +98,7 @@ struct sample_context {
   std::uint64_t epoch = 0;
   std::uint64_t id = 0;        // sample id (index in the dataset)
   std::uint64_t position = 0;  // position in this epoch's order
+  timing_sink* timing = nullptr;  // while collate writes: where deferred work is timed (or nowhere)
 };
 
 // The sampler's output type: a sample id, distinct from a plain integer so that a stage which
@@ -173,6 +199,36 @@ constexpr hook operator|(hook a, hook b) noexcept {
 constexpr bool has_hook(hook s, hook h) noexcept {
   return (static_cast<std::uint8_t>(s) & static_cast<std::uint8_t>(h)) != 0;
 }
+// The slot state a batch stage's hooks receive when it declares no `using slot_state = T;`.
+struct no_slot_state {};
+
+// A prefetch-depth policy decides how many batches the pipeline may prepare ahead of the
+// consumer. The loader calls it on the consumer's thread, once per delivered batch, with what it
+// measured (depth_signal):
+//   std::size_t initial_depth() const;           depth at the start
+//   std::size_t max_depth() const;               upper bound: ring slots are max_depth + workers
+//   std::size_t update(const depth_signal& s);   new depth (clamped to [1, max_depth])
+//   std::size_t update_workers(const depth_signal& s);  optional: the active worker count too
+//                                                (clamped to [1, max_workers]; policy/workers.hpp)
+// The ring holds at most depth + workers batches, so the depth is also the memory bound.
+// policy/depth_fixed.hpp and policy/depth.hpp have the policies sluice ships.
+// What the consumer measured for one batch, handed to a depth policy.
+struct depth_signal {
+  std::uint64_t batch_index = 0;
+  std::uint64_t wait_ns = 0;      // the consumer's wait for this batch
+  std::uint64_t busy_ns = 0;      // the consumer's work since the previous batch
+  std::size_t ready = 0;          // batches ready and waiting when the consumer asked
+  std::size_t depth = 0;          // current depth
+  std::size_t workers = 0;        // active workers
+  std::size_t batch_bytes = 0;    // bytes of one batch slot
+};
+
+template <class P>
+concept depth_policy = requires(P& p, const P& cp, const depth_signal& s) {
+  { cp.initial_depth() } -> std::convertible_to<std::size_t>;
+  { cp.max_depth() } -> std::convertible_to<std::size_t>;
+  { p.update(s) } -> std::convertible_to<std::size_t>;
+};
 
 // A collator writes the samples of one batch into the tensors of one block of slot storage. The
 // loader calls it on a worker thread, per batch, in this order:

@@ -80,22 +80,17 @@ namespace detail {
 }
 
 // What an export owns: one allocation holding the managed tensor (Managed: DLManagedTensor or
-// DLManagedTensorVersioned), its shape and strides, and a hold on the slot and its ring.
+// DLManagedTensorVersioned), its shape and strides, and a hold on the slot (core/batch.hpp).
 template <class Managed>
 struct dlpack_export {
   Managed managed{};
-  std::shared_ptr<ring_base> ring;
-  slot_base* slot = nullptr;
+  slot_hold hold;
   std::int64_t shape[max_dims]{};
   std::int64_t strides[max_dims]{};
 
   static void deleter(Managed* self) noexcept {
     if (self == nullptr) return;
-    auto* ctx = static_cast<dlpack_export*>(self->manager_ctx);
-    // acq_rel: whoever drops the last hold sees every write of the other holders before the
-    // ring hands the slot to a worker (the same rule as batch::reset()).
-    if (ctx->slot->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) ctx->ring->release(*ctx->slot);
-    delete ctx;  // then the ring reference: the ring may be destroyed here
+    delete static_cast<dlpack_export*>(self->manager_ctx);  // drops the hold: the ring may go here
   }
 };
 
@@ -117,13 +112,7 @@ template <class Managed>
   t.byte_offset = 0;
   ctx->managed.manager_ctx = ctx.get();
   ctx->managed.deleter = &dlpack_export<Managed>::deleter;
-  ctx->ring = b.ring();
-  // Only the hold count (atomic) is written through this; a batch's constness is shallow anyway
-  // (its tensor views hand out writable memory).
-  ctx->slot = const_cast<slot_base*>(&b.slot());
-  // The caller's handle holds the slot, so the count is at least 1 here: a relaxed increment
-  // suffices (as for shared_ptr); only the decrement orders.
-  ctx->slot->holders.fetch_add(1, std::memory_order_relaxed);
+  ctx->hold = b.hold();
   return &ctx.release()->managed;
 }
 

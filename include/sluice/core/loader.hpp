@@ -13,9 +13,11 @@
 // loader fail their samples instead of delivering wrong bytes (core/file_guard.hpp); destroying
 // the loader mid-epoch returns within about one sample's work.
 // Threads: the workers are the loader's own; the trainer takes batches on its own thread.
+// This file is the ticket/slot state machine and the batch fill; its parts, each with its
+// invariants, are in core/detail/: batch_stages (hooks), ring_slots (slots, their storage),
+// shared_write (a batch written by several workers), epoch_history (per-epoch figures).
 // The whole state machine, each guarantee's reasons and the measurements: docs/loader.md. The
-// batch-stage hooks (allocate, before_fill, on_filled, on_deliver, on_release, on_destroy):
-// core/concepts.hpp.
+// batch-stage hooks and the depth-policy interface: core/concepts.hpp.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +43,10 @@
 #include "sluice/core/affinity.hpp"
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/detail/batch_stages.hpp"
+#include "sluice/core/detail/epoch_history.hpp"
+#include "sluice/core/detail/ring_slots.hpp"
+#include "sluice/core/detail/shared_write.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/file_guard.hpp"
 #include "sluice/core/pipeline.hpp"
@@ -86,76 +92,6 @@ struct loader_options {
 
 namespace detail {
 
-struct empty_state {};
-template <class S>
-struct slot_state_of {
-  using type = empty_state;
-};
-template <class S>
-  requires requires { typename S::slot_state; }
-struct slot_state_of<S> {
-  using type = typename S::slot_state;
-};
-
-template <class S>
-concept provides_storage = requires(S& s, std::size_t n, void* p) {
-  { s.allocate(n) } -> std::convertible_to<void*>;
-  s.deallocate(p, n);
-};
-
-// A batch stage that acts on a slot's storage around its reuse (to_device: waits for the copy out of
-// it; records an event when the batch is let go).
-template <class S, class Slot>
-concept holds_slot_storage =
-    requires(S& st, Slot& s, typename slot_state_of<S>::type& state) { st.before_fill(s, state); } ||
-    requires(S& st, Slot& s, typename slot_state_of<S>::type& state) { st.on_release(s, state); };
-
-// A batch stage's declared hooks (S::hooks, core/concepts.hpp) against its members, on the ring's
-// slot type: each hook declared must be callable as the loader calls it, and each one callable must
-// be declared, so a misspelt hook or one of another signature fails to compile instead of never
-// being called. A member named as a hook that cannot be called as one fails too.
-template <class S, class Slot>
-consteval bool check_hooks() {
-  static_assert(requires { { S::hooks } -> std::convertible_to<hook>; },
-                "sluice: a batch stage declares the hooks it implements: static constexpr sluice::hook hooks = "
-                "sluice::hook::on_filled | ...; (sluice::hook::none for none; the hooks: core/concepts.hpp)");
-  if constexpr (requires { { S::hooks } -> std::convertible_to<hook>; }) {
-    using State = typename slot_state_of<S>::type;
-    constexpr hook h = S::hooks;
-    static_assert(has_hook(h, hook::storage) == provides_storage<S>,
-                  "sluice: batch stage hook::storage: declared but no void* allocate(std::size_t) and "
-                  "void deallocate(void*, std::size_t), or those members are there and hook::storage is not declared");
-    static_assert(has_hook(h, hook::before_fill) == requires(S& st, Slot& sl, State& x) { st.before_fill(sl, x); },
-                  "sluice: batch stage hook::before_fill: declared but not callable as "
-                  "before_fill(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
-    static_assert(has_hook(h, hook::on_filled) == requires(S& st, Slot& sl, State& x) { st.on_filled(sl, x); },
-                  "sluice: batch stage hook::on_filled: declared but not callable as "
-                  "on_filled(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
-    static_assert(has_hook(h, hook::on_deliver) == requires(S& st, Slot& sl, State& x) { st.on_deliver(sl, x); },
-                  "sluice: batch stage hook::on_deliver: declared but not callable as "
-                  "on_deliver(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
-    static_assert(has_hook(h, hook::on_release) == requires(S& st, Slot& sl, State& x) { st.on_release(sl, x); },
-                  "sluice: batch stage hook::on_release: declared but not callable as "
-                  "on_release(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
-    static_assert(has_hook(h, hook::on_destroy) == requires(S& st, Slot& sl, State& x) { st.on_destroy(sl, x); },
-                  "sluice: batch stage hook::on_destroy: declared but not callable as "
-                  "on_destroy(sluice::batch_slot&, slot_state&) (misspelt? another signature?), or callable and not declared");
-  }
-  return true;
-}
-
-// warming: an unsized slot the warming thread is allocating and touching (counted in live_, not
-// claimable, not a batch).
-enum class slot_status : std::uint8_t { free, filling, ready, failed, held, warming };
-
-template <class... BatchStages>
-struct slot : slot_base {
-  slot_status status = slot_status::free;
-  std::exception_ptr error;
-  std::tuple<typename slot_state_of<BatchStages>::type...> states;
-  std::unique_ptr<std::uint64_t[]> id_store;
-};
-
 // What a worker keeps between batches: the batch's samples (views), their positions, and the
 // collator's scratch. Cleared per batch, never shrunk: no allocation once warm.
 template <class Sample, class Collate>
@@ -169,6 +105,7 @@ struct worker_scratch {
   typename Collate::scratch_type helping;  // a copy of another worker's plan, while helping it
   std::uint64_t join_wait_ns = 0;          // this batch's wait for its helpers
   std::uint64_t helping_ns = 0;            // time spent on other batches while filling this one
+  timing_sink timing;                      // deferred stages' time while writing this batch
   bool helping_warm = false;               // `helping` has held this worker's own plan once
 };
 
@@ -179,8 +116,9 @@ template <class SampleChain, class Collate, class... BatchStages, depth_policy D
 class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     : public ring_base,
       public std::enable_shared_from_this<ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth>> {
-  using slot_type = slot<BatchStages...>;
-  static_assert((check_hooks<BatchStages, slot_type>() && ...));
+  using stage_set = batch_stage_set<BatchStages...>;
+  using slot_type = slot<typename stage_set::states>;
+  static_assert(stage_set::template checked<slot_type>);
   using sample_type = typename SampleChain::output_type;
   using scratch_type = worker_scratch<sample_type, Collate>;
   static constexpr std::size_t n_stages = SampleChain::stage_count;
@@ -191,30 +129,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // Whether a batch's write can be shared between workers (loader_options::split_batches).
   static constexpr bool can_split =
       writes_concurrently<Collate> && std::is_copy_assignable_v<typename Collate::scratch_type>;
-  static constexpr std::size_t no_failure = static_cast<std::size_t>(-1);
   static constexpr std::uint64_t no_ticket = static_cast<std::uint64_t>(-1);
 
-  // A batch's write phase, shared with other workers. The owner sets the plain fields, then opens
-  // it under m_; they stay fixed until it has closed it and every helper has left.
-  struct write_job {
-    slot_type* s = nullptr;
-    const sample_type* samples = nullptr;
-    const std::uint64_t* positions = nullptr;
-    const std::string_view* origins = nullptr;
-    std::uint64_t epoch = 0, gen = 0, ticket = 0;
-    std::size_t chunk = 1;
-    typename Collate::scratch_type plan{};  // the owner's scratch as plan() left it
-    bool open = false;                      // under m_: helpers may join
-    std::size_t helpers = 0;                // under m_: helpers inside
-    std::atomic<std::size_t> n{0};          // samples (atomic: peeked at without m_)
-    std::atomic<std::size_t> next{0};       // the first sample no writer has claimed
-    std::atomic<std::size_t> failed{no_failure};  // the lowest sample that failed to write
-    std::mutex error_m;
-    std::exception_ptr error;  // that sample's error (under error_m)
-    [[nodiscard]] bool has_work() const noexcept {
-      return next.load(std::memory_order_relaxed) < n.load(std::memory_order_relaxed);
-    }
-  };
+  using write_job = detail::write_job<slot_type, sample_type, typename Collate::scratch_type>;
 
   static constexpr std::array<std::string_view, n_last + 1> all_stage_names = [] {
     std::array<std::string_view, n_last + 1> a{};
@@ -245,15 +162,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     // In the calling thread nothing runs ahead: a slot for the batch being filled and one for the
     // batch the trainer still has while it asks for the next (a Python loop's variable); more
     // kept batches grow the ring as with workers.
-    capacity_ = base_capacity_ = inline_ ? 2 : max_depth_ + opt_.max_workers;
-    slots_ = std::make_unique<slot_type[]>(capacity_);
-    for (std::size_t i = 0; i < capacity_; ++i) slot_at(i).stage_state = &slot_at(i).states;
+    slots_ = slot_table<slot_type>(inline_ ? 2 : max_depth_ + opt_.max_workers);
     counters_ = std::make_unique<worker_counters<n_last>[]>(lanes_);
     // Each worker's sample lists, reserved here so no allocation waits for a thread to start.
     scratch_ = std::make_unique<scratch_type[]>(lanes_);
     split_ = can_split && opt_.split_batches && opt_.max_workers > 1;
     jobs_ = std::make_unique<write_job[]>(lanes_);
-    if constexpr (warms_slots) warm_threads_.reserve(capacity_);
+    if constexpr (warms_slots) warm_threads_.reserve(slots_.size());
     for (std::size_t w = 0; w < lanes_; ++w) {
       scratch_[w].samples.reserve(chain_.collate.batch_size());
       scratch_[w].positions.reserve(chain_.collate.batch_size());
@@ -265,12 +180,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   ~ring() {
     shutdown();
-    for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slot_at(i);
-      for_each_stage([&](auto& st, auto& state) {
-        if constexpr (requires { st.on_destroy(s, state); }) st.on_destroy(s, state);
-      }, s);
-      if (s.data != nullptr) free_storage(s.data, s.storage_bytes);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      auto& s = slots_[i];
+      (void)stages_.template invoke_hook<hook::on_destroy>(s, 0, on_hook_failure::go_on);
+      if (s.data != nullptr) stages_.deallocate(s.data, s.storage_bytes);
     }
   }
 
@@ -300,15 +213,15 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     active_ = false;
     cv_work_.notify_all();
     cv_idle_.wait(lk, [&] { return filling_ == 0; });  // no worker touches the sampler now
-    for (std::size_t i = 0; i < capacity_; ++i) {      // drop what the old run prepared
-      auto& s = slot_at(i);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {      // drop what the old run prepared
+      auto& s = slots_[i];
       if (s.status == slot_status::ready || s.status == slot_status::failed) {
         s.status = slot_status::free;
         s.error = nullptr;
         --live_;
       }
     }
-    close_epoch_record_locked();  // the workers are idle: the last run's counters are final
+    history_.close(snapshot_locked(), delivered_ >= num_batches_);  // the workers are idle: final counters
     if constexpr (preparing_sampler<typename SampleChain::sampler_type>) chain_.chain.sampler_.prepare(epoch);
     const std::uint64_t n = chain_.chain.sampler_.size(epoch);
     if (start > n) throw usage_error("sluice: resume position " + std::to_string(start) +
@@ -324,10 +237,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     delivered_ = 0;
     clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
     ++epochs_;
-    current_begin_ = snapshot_locked();
-    current_begin_.epoch = epoch;
-    have_current_ = true;
-    epoch_end_ns_ = 0;
+    auto begin = snapshot_locked();
+    begin.epoch = epoch;
+    history_.open(begin);
     active_ = true;
     if (threads_.empty()) {
       threads_.reserve(opt_.max_workers);
@@ -340,11 +252,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   void end_epoch() {
     std::lock_guard lk(m_);
     if (!active_) return;
-    epoch_end_ns_ = now_ns();
+    history_.mark_end(now_ns());
     generation_.fetch_add(1, std::memory_order_relaxed);
     active_ = false;
-    for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slot_at(i);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      auto& s = slots_[i];
       if (s.status == slot_status::ready || s.status == slot_status::failed) {
         s.status = slot_status::free;
         s.error = nullptr;
@@ -369,7 +281,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::uint64_t k = 0;
     for (;;) {
       if (!active_ || delivered_ >= num_batches_) {
-        if (active_ || epoch_end_ns_ == 0) epoch_end_ns_ = now_ns();
+        if (active_ || !history_.ended()) history_.mark_end(now_ns());
         active_ = false;
         return {};
       }
@@ -377,7 +289,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       s = find_ticket_locked(k);
       if (s == nullptr) {
         grow_for_kept_locked();
-        if (consumer_held_ >= capacity_) throw_ring_full_locked(k);
+        if (consumer_held_ >= slots_.size()) throw_ring_full_locked(k);
         if (inline_) {  // workers = 0: this thread fills batch k, then takes it
           if (stop_.load(std::memory_order_relaxed)) return {};
           next_ticket_ = k;
@@ -462,15 +374,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     // A delivered batch no longer counts against depth + workers (the trainer holds it now): a
     // worker waiting for that room may go on.
     cv_work_.notify_all();
-    std::string_view failing;
-    try {
-      for_each_stage([&](auto& st, auto& state) {
-        if constexpr (requires { st.on_deliver(*s, state); }) {
-          failing = std::decay_t<decltype(st)>::name;
-          st.on_deliver(*s, state);
-        }
-      }, *s);
-    } catch (...) {
+    if (std::exception_ptr e =
+            stages_.template invoke_hook<hook::on_deliver>(*s, s->count != 0 ? s->ids[0] : 0, on_hook_failure::stop)) {
       // The batch is not handed out: its slot goes back to the ring and the epoch stops, as for a
       // failed batch; the trainer gets the stage's error.
       {
@@ -482,29 +387,15 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         samples_total_ -= s->count;
         stop_epoch_locked();
       }
-      detail::throw_stage_error(failing, s->count != 0 ? s->ids[0] : 0);
+      std::rethrow_exception(e);
     }
     return batch(this->shared_from_this(), s);
   }
 
   void release(slot_base& base) noexcept override {
     auto& s = static_cast<slot_type&>(base);
-    std::exception_ptr failed;
-    for_each_stage([&](auto& st, auto& state) {
-      if constexpr (requires { st.on_release(s, state); }) {
-        try {
-          st.on_release(s, state);
-        } catch (...) {
-          if (!failed) {
-            try {
-              detail::throw_stage_error(std::decay_t<decltype(st)>::name, s.count != 0 ? s.ids[0] : 0);
-            } catch (...) {
-              failed = std::current_exception();
-            }
-          }
-        }
-      }
-    }, s);
+    const std::exception_ptr failed =
+        stages_.template invoke_hook<hook::on_release>(s, s.count != 0 ? s.ids[0] : 0, on_hook_failure::go_on);
     std::byte* give_back = nullptr;
     std::size_t give_back_bytes = 0;
     {
@@ -513,7 +404,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       --live_;
       --consumer_held_;
       if (failed && !release_error_) release_error_ = failed;
-      if (gives_back_storage && is_grown(s) && s.data != nullptr &&
+      if (gives_back_storage && slots_.is_grown(s) && s.data != nullptr &&
           sized_slots_locked() > consumer_held_ + room_locked()) {
         give_back = s.data;  // a kept batch let go: its grown slot is not needed to run
         give_back_bytes = s.storage_bytes;
@@ -522,7 +413,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       }
     }
     cv_work_.notify_all();
-    if (give_back != nullptr) free_storage(give_back, give_back_bytes);
+    if (give_back != nullptr) stages_.deallocate(give_back, give_back_bytes);
   }
 
   // Changes the number of active workers (within max_workers). Order and content of batches do
@@ -608,20 +499,20 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         chain_.chain.stages_);
     s.depth = depth_;
     s.workers = active_workers_;
-    s.capacity = capacity_;
-    s.slots_grown = capacity_ - base_capacity_;
+    s.capacity = slots_.size();
+    s.slots_grown = slots_.grown();
     s.hold_budget = opt_.hold_budget;
     // Variable-length fields make batches differ in size: a filled batch counts its own bytes
     // (published to this thread by the status change under m_), a batch being filled counts the
     // largest slot so far (its size is not known, nor safe to read, until it is filled); the peak
     // is bounded by the largest slot times the peak count.
     s.batch_bytes = slot_bytes_;
-    for (std::size_t i = 0; i < capacity_; ++i) {
-      const auto st = slot_at(i).status;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const auto st = slots_[i].status;
       // A slot being filled is its worker's (its storage may be growing): counted at the largest.
-      s.ring_bytes += st == slot_status::filling ? slot_bytes_ : slot_at(i).storage_bytes;
+      s.ring_bytes += st == slot_status::filling ? slot_bytes_ : slots_[i].storage_bytes;
       if (st == slot_status::filling) s.bytes_in_flight += slot_bytes_;
-      else if (st != slot_status::free) s.bytes_in_flight += slot_at(i).used_bytes;
+      else if (st != slot_status::free) s.bytes_in_flight += slots_[i].used_bytes;
     }
     s.peak_batches_in_flight = peak_live_;
     s.peak_bytes_in_flight = peak_live_ * slot_bytes_;
@@ -634,23 +525,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // included, with its figures so far), or nothing if it is not among them.
   [[nodiscard]] std::optional<epoch_stats> stats_of_epoch(std::uint64_t e) const {
     std::lock_guard lk(m_);
-    if (have_current_ && current_begin_.epoch == e) return current_epoch_locked();
-    for (std::size_t i = 0; i < history_count_; ++i) {
-      const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
-      if (r.begin.epoch == e) return epoch_difference(r.begin, r.end, r.complete, all_stage_names);
-    }
-    return std::nullopt;
+    return history_.of_epoch(e, all_stage_names, [&] { return running_now_locked(); });
   }
   // The last epoch_stats_kept runs, oldest first, the running (or last) one at the end.
   [[nodiscard]] std::vector<epoch_stats> recent_epochs() const {
-    std::vector<epoch_stats> out;
     std::lock_guard lk(m_);
-    for (std::size_t i = history_count_; i-- > 0;) {
-      const auto& r = history_[(history_next_ + closed_kept - 1 - i) % closed_kept];
-      out.push_back(epoch_difference(r.begin, r.end, r.complete, all_stage_names));
-    }
-    if (have_current_) out.push_back(current_epoch_locked());
-    return out;
+    return history_.all(all_stage_names, [&] { return running_now_locked(); });
   }
 
   [[nodiscard]] batch_chain<SampleChain, Collate, BatchStages...>& chain() noexcept { return chain_; }
@@ -679,39 +559,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     return c;
   }
-  // The running (or last, not yet closed) epoch: from its start to now, or to its end.
-  epoch_stats current_epoch_locked() const {
-    auto now = snapshot_locked();
-    if (epoch_end_ns_ != 0) now.t_ns = epoch_end_ns_;
-    const bool complete = !active_ && delivered_ >= num_batches_ && epoch_end_ns_ != 0;
-    return epoch_difference(current_begin_, now, complete, all_stage_names);
-  }
-  // Files the last run into the history ring (called when the next run starts, workers idle).
-  void close_epoch_record_locked() noexcept {
-    if (!have_current_) return;
-    auto& r = history_[history_next_];
-    r.begin = current_begin_;
-    r.end = snapshot_locked();
-    if (epoch_end_ns_ != 0) r.end.t_ns = epoch_end_ns_;
-    r.complete = delivered_ >= num_batches_;
-    history_next_ = (history_next_ + 1) % closed_kept;
-    history_count_ = std::min(history_count_ + 1, closed_kept);
-    have_current_ = false;
+  // The running (or last, not yet closed) run's counters now, and whether it is complete.
+  std::pair<counter_snapshot<n_last>, bool> running_now_locked() const {
+    return {snapshot_locked(), !active_ && delivered_ >= num_batches_ && history_.ended()};
   }
 
-  template <class F>
-  void for_each_stage(F&& f, slot_type& s) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states)), ...);
-    }(std::index_sequence_for<BatchStages...>{});
-  }
-  // The same, with each batch stage's index (a std::integral_constant) as a third argument.
-  template <class F>
-  void for_each_stage_indexed(F&& f, slot_type& s) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (f(std::get<I>(chain_.batch_stages), std::get<I>(s.states), std::integral_constant<std::size_t, I>{}), ...);
-    }(std::index_sequence_for<BatchStages...>{});
-  }
   // Adds a batch-stage hook's time to its counter when stage timing is on (two clock reads a
   // batch), on every way out of the hook.
   class stage_clock {
@@ -727,6 +579,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     owned_counter* c_;
     std::uint64_t t0_;
   };
+  // invoke_hook's `around` for the worker-side hooks: each call timed as its batch stage.
+  auto timed_hook(worker_counters<n_last>& ctr) noexcept {
+    return [&ctr, on = opt_.stage_timing](std::size_t index, auto&& call) {
+      const stage_clock timed(on, ctr.stage_ns[n_stages + 1 + index]);
+      call();
+    };
+  }
 
   std::uint64_t clock_pending_busy(std::uint64_t t_request) const noexcept {
     return last_receive_ns_ != 0 && t_request > last_receive_ns_ ? t_request - last_receive_ns_ : 0;
@@ -734,38 +593,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   std::size_t count_ready_locked() const noexcept {
     std::size_t r = 0;
-    for (std::size_t i = 0; i < capacity_; ++i) r += slot_at(i).status == slot_status::ready;
+    for (std::size_t i = 0; i < slots_.size(); ++i) r += slots_[i].status == slot_status::ready;
     return r;
-  }
-
-  void* allocate_storage(std::size_t bytes) {
-    void* p = nullptr;
-    bool done = false;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((!done && [&] {
-         if constexpr (provides_storage<std::tuple_element_t<I, std::tuple<BatchStages...>>>) {
-           p = std::get<I>(chain_.batch_stages).allocate(bytes);
-           done = true;
-         }
-         return true;
-       }()), ...);
-    }(std::index_sequence_for<BatchStages...>{});
-    if (!done) p = ::operator new(bytes, std::align_val_t{cache_line});
-    if (p == nullptr) throw std::bad_alloc();
-    return p;
-  }
-  void free_storage(void* p, std::size_t bytes) noexcept {
-    bool done = false;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((!done && [&] {
-         if constexpr (provides_storage<std::tuple_element_t<I, std::tuple<BatchStages...>>>) {
-           std::get<I>(chain_.batch_stages).deallocate(p, bytes);
-           done = true;
-         }
-         return true;
-       }()), ...);
-    }(std::index_sequence_for<BatchStages...>{});
-    if (!done) ::operator delete(p, std::align_val_t{cache_line});
   }
 
   void worker_main(std::size_t w) {
@@ -834,21 +663,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       throw;
     }
     if (ok && !s.error && s.count != 0) {
-      for_each_stage_indexed([&](auto& st, auto& state, auto index) {
-        counters_[w].stage_calls[n_stages + 1 + index].add(1);
-        if constexpr (requires { st.on_filled(s, state); }) {
-          const stage_clock timed(opt_.stage_timing, counters_[w].stage_ns[n_stages + 1 + index]);
-          try {
-            st.on_filled(s, state);
-          } catch (...) {
-            try {
-              throw_stage_error(std::decay_t<decltype(st)>::name, s.count ? s.ids[0] : 0);
-            } catch (...) {
-              s.error = std::current_exception();
-            }
-          }
-        }
-      }, s);
+      for (std::size_t i = 0; i < n_batch; ++i) counters_[w].stage_calls[n_stages + 1 + i].add(1);
+      s.error = stages_.template invoke_hook<hook::on_filled>(s, s.ids[0], on_hook_failure::go_on,
+                                                              timed_hook(counters_[w]));
     }
     const std::uint64_t filled_ns = now_ns() - t0;  // less the wait for helpers to leave
     counters_[w].busy_ns.add(filled_ns - std::min(filled_ns, scratch.join_wait_ns));
@@ -866,15 +683,6 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s.status = s.error ? slot_status::failed : slot_status::ready;
     cv_ready_.notify_all();
   }
-
-  // Slot i: the ring's own slots first, then those it grew by (in chunks: a slot never moves,
-  // workers and batches point at it). Under m_ past the ring's own slots.
-  slot_type& slot_at(std::size_t i) noexcept {
-    if (i < base_capacity_) return slots_[i];
-    i -= base_capacity_;
-    return grown_[i / grow_chunk][i % grow_chunk];
-  }
-  const slot_type& slot_at(std::size_t i) const noexcept { return const_cast<ring*>(this)->slot_at(i); }
 
   // workers = 0, on the trainer's own thread while it fills a batch: the set_interrupt check, every
   // interrupt_every_ between samples (never on a worker thread). A true answer cancels the fill (the
@@ -905,36 +713,30 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   void grow_for_kept_locked() {
     const std::size_t room = room_locked();
     const std::size_t per_slot = std::max<std::size_t>(slot_bytes_, 1);
-    while (capacity_ < consumer_held_ + room) {
-      const std::size_t grown = capacity_ - base_capacity_;
-      if (grown + 1 > opt_.hold_budget / per_slot) return;
-      if (grown % grow_chunk == 0) {
-        grown_.push_back(std::make_unique<slot_type[]>(grow_chunk));
-        for (std::size_t i = 0; i < grow_chunk; ++i) grown_.back()[i].stage_state = &grown_.back()[i].states;
-      }
-      ++capacity_;
+    while (slots_.size() < consumer_held_ + room) {
+      if (slots_.grown() + 1 > opt_.hold_budget / per_slot) return;
+      slots_.grow();
       cv_work_.notify_all();  // a free slot: a worker may claim
     }
   }
   // The slots the pipeline fills besides those the trainer keeps (under m_).
   std::size_t room_locked() const noexcept { return inline_ ? 1 : depth_ + active_workers_; }
-  bool is_grown(const slot_type& s) const noexcept { return &s < slots_.get() || &s >= slots_.get() + base_capacity_; }
   // Slots with storage, or in use (under m_).
   std::size_t sized_slots_locked() const noexcept {
     std::size_t n = 0;
     // A free slot's storage changes only under m_; a slot in use is counted without reading it.
-    for (std::size_t i = 0; i < capacity_; ++i) n += slot_at(i).status != slot_status::free || slot_at(i).data != nullptr;
+    for (std::size_t i = 0; i < slots_.size(); ++i) n += slots_[i].status != slot_status::free || slots_[i].data != nullptr;
     return n;
   }
   // The trainer holds every slot and the budget allows no more: nothing could ever be filled.
   [[noreturn]] void throw_ring_full_locked(std::uint64_t k) const {
     std::size_t held_bytes = 0;
-    for (std::size_t i = 0; i < capacity_; ++i)
-      if (slot_at(i).status == slot_status::held) held_bytes += slot_at(i).storage_bytes;
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].status == slot_status::held) held_bytes += slots_[i].storage_bytes;
     throw usage_error(
         "sluice: the trainer keeps " + std::to_string(consumer_held_) + " batches (" + std::to_string(held_bytes) +
         " bytes), every slot of the ring, so batch " + std::to_string(k) + " can never be prepared: the ring has " +
-        std::to_string(base_capacity_) + " slots of its own and grew by " + std::to_string(capacity_ - base_capacity_) +
+        std::to_string(slots_.base()) + " slots of its own and grew by " + std::to_string(slots_.grown()) +
         " of " + std::to_string(std::max<std::size_t>(slot_bytes_, 1)) + " bytes, all that hold_budget = " +
         std::to_string(opt_.hold_budget) + " bytes allows. Raise hold_budget (C++: loader_options::hold_budget; "
         "Python: Loader(hold_budget=...)), or drop batches before asking for more (C++: let their handles go or "
@@ -943,17 +745,17 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // Batches held by the trainer do not count against depth + workers (only batches being filled
   // or waiting for it do), so a policy that lowers either never starves a trainer that holds
-  // fewer batches than the ring has slots; live_ < capacity_ means a slot is free.
+  // fewer batches than the ring has slots; live_ < slots_.size() means a slot is free.
   bool can_claim(std::size_t w) const noexcept {
     return active_ && w < active_workers_ && next_ticket_ < num_batches_ &&
-           live_ - consumer_held_ - warming_ < depth_ + active_workers_ && live_ < capacity_;
+           live_ - consumer_held_ - warming_ < depth_ + active_workers_ && live_ < slots_.size();
   }
   // A free slot, one with storage first (warmed, or used before) so that a worker does not
   // fault in a fresh slot while a warmed one waits.
   slot_type* free_slot_locked() noexcept {
     slot_type* unsized = nullptr;
-    for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slot_at(i);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      auto& s = slots_[i];
       if (s.status != slot_status::free) continue;
       if (s.data != nullptr) return &s;
       if (unsized == nullptr) unsized = &s;
@@ -961,8 +763,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     return unsized;
   }
   slot_type* find_ticket_locked(std::uint64_t k) noexcept {
-    for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& s = slot_at(i);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      auto& s = slots_[i];
       if ((s.status == slot_status::ready || s.status == slot_status::failed) && s.index == k) return &s;
     }
     return nullptr;
@@ -1072,25 +874,14 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     // 2. Batch stages act before the slot's storage is written again (to_device waits for the
     // previous copy out of it), and the storage may come from a capped pool: a failure of either
     // reaches the consumer as this batch's error instead of ending the worker thread.
+    if (!s.error)
+      s.error = stages_.template invoke_hook<hook::before_fill>(s, first, on_hook_failure::stop, timed_hook(ctr));
     std::string_view failing = Collate::name;
-    if (!s.error) {
-      try {
-        for_each_stage_indexed([&](auto& st, auto& state, auto index) {
-          if constexpr (requires { st.before_fill(s, state); }) {
-            failing = std::decay_t<decltype(st)>::name;
-            const stage_clock timed(opt_.stage_timing, ctr.stage_ns[n_stages + 1 + index]);
-            st.before_fill(s, state);
-          }
-        }, s);
-      } catch (...) {
-        record_error(s, failing, first);
-      }
-    }
     // 3. Plan the batch's tensors, grow the storage if needed, write every sample once. A sample
     // that fails to write (a decoder) is dropped under on_error::skip and the batch re-planned.
     const bool timed = opt_.stage_timing;
     const std::uint64_t t_collate = timed ? now_ns() : 0;
-    detail::t_deferred_time = {};
+    ws.timing = {};  // the deferred stages' time while this batch is written by this thread
     bool recheck = false;
     if (ws.samples.empty()) s.layout.clear();  // every sample skipped: nothing to plan or write
     while (!s.error && !ws.samples.empty()) {
@@ -1153,7 +944,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     // (a helper counts its own share).
     std::uint64_t collate_ns = timed ? now_ns() - t_collate : 0;
     collate_ns -= std::min(collate_ns, ws.join_wait_ns + ws.helping_ns);
-    move_deferred_time(ctr, timed, collate_ns);
+    if (timed) move_deferred_time(ctr, ws.timing, collate_ns);
     const std::uint64_t samples = ws.samples.size();
     s.count = samples;
     s.skipped = skipped;
@@ -1175,10 +966,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // ---- Writing a batch's samples, alone or with help (loader_options::split_batches) ----------
 
-  // Writes sample i of slot s into its place.
+  // Writes sample i of slot s into its place; a deferred stage's time goes to `timing` (if any).
   void write_one(slot_type& s, const sample_type& smp, std::string_view origin, std::size_t i, std::uint64_t epoch,
-                 std::uint64_t pos, typename Collate::scratch_type& sc) {
-    sample_context ctx{opt_.seed, epoch, s.ids[i], pos};
+                 std::uint64_t pos, typename Collate::scratch_type& sc, timing_sink* timing) {
+    const sample_context ctx{opt_.seed, epoch, s.ids[i], pos, timing};
     const fault_watch watch;  // a page of a file truncated meanwhile, touched by this sample
     chain_.collate.write(smp, i, s.data, sc, ctx);
     if (watch.suspect()) [[unlikely]] {
@@ -1190,40 +981,18 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
   }
 
-  // Claims chunks of job j and writes them with scratch sc until none is left, the run is
-  // cancelled, or a sample fails. `between` runs before each claim. On a failure the lowest failing
-  // sample is kept with its error: every sample before it is written by whoever claimed it, and
-  // no chunk after it is claimed any more (the batch is planned again or fails). Returns the
-  // samples this caller wrote.
+  // Writes chunks of job j with scratch sc (detail::write_job::write_chunks) until none is left,
+  // the run is cancelled, or a sample fails; `between` runs before each claim; deferred stages'
+  // time goes to `timing` (this thread's, or none when stage timing is off). Returns the samples
+  // this caller wrote.
   template <class Between>
-  std::size_t write_chunks(write_job& j, typename Collate::scratch_type& sc, Between&& between) {
-    std::size_t written = 0;
-    const std::size_t n = j.n.load(std::memory_order_relaxed);
-    for (;;) {
-      if (generation_.load(std::memory_order_relaxed) != j.gen) return written;
-      between();
-      const std::size_t i0 = j.next.fetch_add(j.chunk, std::memory_order_relaxed);
-      if (i0 >= n) return written;
-      const std::size_t i1 = std::min(n, i0 + j.chunk);
-      for (std::size_t i = i0; i < i1; ++i) {
-        if (i > j.failed.load(std::memory_order_relaxed)) return written;
-        // Cancelled (a new epoch, the loader destroyed): a batch written in one chunk (no split)
-        // stops here too, within one sample's work, not after the whole batch.
-        if (inline_interrupt_due() || generation_.load(std::memory_order_relaxed) != j.gen) return written;
-        try {
-          write_one(*j.s, j.samples[i], j.origins[i], i, j.epoch, j.positions[i], sc);
-          ++written;
-        } catch (...) {
-          std::lock_guard lk(j.error_m);
-          if (i < j.failed.load(std::memory_order_relaxed)) {
-            j.error = std::current_exception();
-            j.failed.store(i, std::memory_order_relaxed);
-          }
-          j.next.store(n, std::memory_order_relaxed);
-          return written;
-        }
-      }
-    }
+  std::size_t write_chunks(write_job& j, typename Collate::scratch_type& sc, timing_sink& timing, Between&& between) {
+    timing_sink* const sink = opt_.stage_timing ? &timing : nullptr;
+    return j.write_chunks(
+        sc, [&] { return inline_interrupt_due() || generation_.load(std::memory_order_relaxed) != j.gen; },
+        std::forward<Between>(between), [&](std::size_t i, typename Collate::scratch_type& plan) {
+          write_one(*j.s, j.samples[i], j.origins[i], i, j.epoch, j.positions[i], plan, sink);
+        });
   }
 
   // The owner's write of batch k (slot s, its samples in ws): alone, or opened to helpers when
@@ -1238,20 +1007,15 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     j.positions = ws.positions.data();
     j.origins = ws.origins.data();
     j.epoch = epoch;
-    j.gen = gen;
     j.ticket = k;
-    j.error = nullptr;
-    j.failed.store(no_failure, std::memory_order_relaxed);
-    j.next.store(0, std::memory_order_relaxed);
     const bool share = split_ && n > 1;
+    // Chunks small enough that every worker gets a few, large enough that claiming is cheap.
+    j.reset(gen, share ? std::max<std::size_t>(1, n / (4 * opt_.max_workers)) : n);
     if (!share) {
-      j.chunk = n;
       j.n.store(n, std::memory_order_relaxed);
-      write_chunks(j, ws.collate, [] {});
+      write_chunks(j, ws.collate, ws.timing, [] {});
       return j.failed.load(std::memory_order_relaxed);
     }
-    // Chunks small enough that every worker gets a few, large enough that claiming is cheap.
-    j.chunk = std::max<std::size_t>(1, n / (4 * opt_.max_workers));
     j.plan = ws.collate;  // helpers copy it; the owner writes with its own
     if (!ws.helping_warm) {  // so that helping allocates at warm-up too, not at a first help later
       ws.helping = ws.collate;
@@ -1265,7 +1029,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     cv_work_.notify_all();
     // Between its own chunks the owner helps the batch the trainer waits for, if another's.
-    write_chunks(j, ws.collate, [&] {
+    write_chunks(j, ws.collate, ws.timing, [&] {
       write_job* u = urgent_.load(std::memory_order_acquire);
       if (u != nullptr && u != &j && u->has_work()) ws.helping_ns += join_and_help(u, w);
     });
@@ -1289,9 +1053,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       if (urgent_.load(std::memory_order_relaxed) != u || !u->open || !u->has_work()) return 0;
       ++u->helpers;
     }
-    const auto own = std::exchange(detail::t_deferred_time, {});  // the owner's batch's deferred time
     const std::uint64_t ns = help_write(*u, w);
-    detail::t_deferred_time = own;
     {
       std::lock_guard lk(m_);
       if (--u->helpers == 0) cv_help_.notify_all();
@@ -1304,20 +1066,22 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::uint64_t help_write(write_job& j, std::size_t w) {
     auto& ctr = counters_[w];
     const std::uint64_t t0 = now_ns();
-    detail::t_deferred_time = {};
+    timing_sink timing;  // this help's own: the owner's batch keeps its own sink
     std::size_t written = 0;
     if (j.has_work()) {
       try {
         scratch_[w].helping = j.plan;  // allocates on first use only
-        written = write_chunks(j, scratch_[w].helping, [] {});
+        written = write_chunks(j, scratch_[w].helping, timing, [] {});
       } catch (...) {  // copying the plan ran out of memory: the owner writes the batch alone
       }
     }
     const std::uint64_t ns = now_ns() - t0;
     ctr.helped.add(written);
     std::uint64_t collate_ns = ns;
-    move_deferred_time(ctr, opt_.stage_timing, collate_ns);
-    if (opt_.stage_timing) ctr.stage_ns[n_stages].add(collate_ns);
+    if (opt_.stage_timing) {
+      move_deferred_time(ctr, timing, collate_ns);
+      ctr.stage_ns[n_stages].add(collate_ns);
+    }
     return ns;
   }
 
@@ -1346,11 +1110,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     if (u != nullptr) cv_work_.notify_all();
   }
 
-  // A deferred stage's work (decode writing itself into the batch), measured on this thread since
-  // t_deferred_time was cleared, is that stage's time, taken out of collate's.
-  void move_deferred_time(worker_counters<n_last>& ctr, bool timed, std::uint64_t& collate_ns) noexcept {
-    const auto deferred = std::exchange(detail::t_deferred_time, {});
-    if (!timed) return;
+  // A deferred stage's work (decode writing itself into the batch), timed into `deferred` while
+  // this thread wrote, is that stage's time, taken out of collate's.
+  void move_deferred_time(worker_counters<n_last>& ctr, const timing_sink& deferred, std::uint64_t& collate_ns) noexcept {
     for (std::size_t d = 0; d < deferred.count; ++d) {
       for (std::size_t i = 0; i < n_stages; ++i) {
         if (SampleChain::stage_names[i] != deferred.stage[d]) continue;
@@ -1402,12 +1164,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::size_t want = std::max(bytes, floor);
     if (s.data != nullptr) {
       if (s.storage_bytes < bytes) want = std::max(want, s.storage_bytes + s.storage_bytes / 4);
-      free_storage(s.data, s.storage_bytes);
+      stages_.deallocate(s.data, s.storage_bytes);
       s.data = nullptr;
       s.storage_bytes = 0;
     }
     want = (want + cache_line - 1) / cache_line * cache_line;
-    s.data = static_cast<std::byte*>(allocate_storage(want));
+    s.data = static_cast<std::byte*>(stages_.allocate(want));
     s.storage_bytes = want;
     bool start_warming = false;
     {
@@ -1452,12 +1214,12 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // workers, at most the epoch's batches). A ring sized for a high max depth or max_workers, or a
   // short epoch, gets no memory it may never use.
   slot_type* warm_target_locked() noexcept {
-    if (!active_ || capacity_ < 2) return nullptr;
-    const std::size_t allowed = std::min<std::uint64_t>({capacity_, depth_ + active_workers_, num_batches_});
+    if (!active_ || slots_.size() < 2) return nullptr;
+    const std::size_t allowed = std::min<std::uint64_t>({slots_.size(), depth_ + active_workers_, num_batches_});
     std::size_t sized = 0;
     slot_type* target = nullptr;
-    for (std::size_t i = 0; i < capacity_; ++i) {
-      auto& c = slot_at(i);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      auto& c = slots_[i];
       if (c.status != slot_status::free || c.data != nullptr) ++sized;
       else if (target == nullptr) target = &c;
     }
@@ -1488,8 +1250,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       }
       void* p = nullptr;
       try {
-        p = allocate_storage(bytes);
-        touch_pages(static_cast<std::byte*>(p), bytes);
+        p = stages_.allocate(bytes);
+        touch_pages(static_cast<std::byte*>(p), bytes, stop_);
       } catch (...) {
       }
       {
@@ -1508,38 +1270,25 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       if (p == nullptr) return;
     }
   }
-  // Writes one byte in every page of [p, p + n) (the storage is the ring's, nothing reads it yet),
-  // a MiB at a time between looks at the stop flag.
-  void touch_pages(std::byte* p, std::size_t n) const noexcept {
-    constexpr std::size_t page = 4096, step = std::size_t{1} << 20;
-    for (std::size_t off = 0; off < n; off += step) {
-      if (stop_.load(std::memory_order_relaxed)) return;
-      const std::size_t end = std::min(n, off + step);
-      for (std::size_t i = off; i < end; i += page) static_cast<volatile std::byte*>(p)[i] = std::byte{0};
-    }
-    static_cast<volatile std::byte*>(p)[n - 1] = std::byte{0};
-  }
   // Only storage the loader allocates itself is warmed: a stage's (pin's pool) may hand out a
   // block still being read by a copy, and is page-locked or reused anyway.
-  static constexpr bool warms_slots = !(provides_storage<BatchStages> || ...);
+  static constexpr bool warms_slots = stage_set::own_storage;
   // A grown slot gives its storage back (release()) only when no batch stage keeps a hold on it
   // (a device copy out of it still in flight, an event recorded on release): the loader's own
   // storage, no before_fill or on_release hook.
-  static constexpr bool gives_back_storage = warms_slots && !(holds_slot_storage<BatchStages, slot_type> || ...);
+  static constexpr bool gives_back_storage = warms_slots && !stage_set::template hold_storage<slot_type>;
 
   batch_chain<SampleChain, Collate, BatchStages...> chain_;
+  stage_set stages_{chain_.batch_stages};
   Depth depth_policy_;
   loader_options opt_;
-  std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1, capacity_ = 1;
-  std::size_t base_capacity_ = 1;  // the ring's own slots; capacity_ - base_capacity_ grew for kept batches
+  std::size_t max_depth_ = 1, depth_ = 1, active_workers_ = 1;
   std::size_t lanes_ = 1;          // per-worker arrays (counters, scratch, jobs): max_workers, at least 1
   bool inline_ = false;            // workers = 0: the trainer's thread fills each batch in next()
   std::uint64_t inline_sample_counter_ = 0;
   std::uint64_t inline_next_check_ns_ = 0;  // workers = 0: the trainer's thread only
   bool inline_interrupted_ = false;         // workers = 0: the trainer's thread only
-  std::unique_ptr<slot_type[]> slots_;
-  static constexpr std::size_t grow_chunk = 16;
-  std::vector<std::unique_ptr<slot_type[]>> grown_;  // under m_: the slots grown for kept batches
+  slot_table<slot_type> slots_{0};  // the ring's own slots, then (under m_) those grown for kept batches
   std::unique_ptr<worker_counters<n_last>[]> counters_;
   std::unique_ptr<scratch_type[]> scratch_;  // one per worker thread, touched only by it
   std::unique_ptr<write_job[]> jobs_;        // one per worker: the batch it writes
@@ -1565,12 +1314,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
   // Per-epoch figures (epoch_stats): the running run's start, the closed runs in a fixed ring.
-  counter_snapshot<n_last> current_begin_{};
-  bool have_current_ = false;
-  std::uint64_t epoch_end_ns_ = 0;  // when the running run ended (0: not yet)
-  static constexpr std::size_t closed_kept = epoch_stats_kept - 1;  // + the running run
-  epoch_record<n_last> history_[closed_kept]{};
-  std::size_t history_next_ = 0, history_count_ = 0;
+  epoch_history<n_last> history_;
   std::exception_ptr release_error_;  // from an on_release hook, rethrown by the next next()
   static constexpr std::size_t max_skip_causes = 16;
   mutable std::mutex skip_m_;  // only on the skip path

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/core/concepts.hpp"
 #include "sluice/core/config.hpp"
 
 namespace sluice {
@@ -145,39 +146,20 @@ inline std::uint64_t now_ns() noexcept {
                                         .count());
 }
 
-// Work a deferred sample does for its stage inside collate (decode writes itself into the batch
-// when collate asks): the sample adds its time here under its stage's name, and the loader moves
-// it from collate's busy time to that stage's after each batch. Each stage keeps its own entry, so
-// two deferred stages of one pipeline (decode<"jpg"> and decode<"depth.png">) are each credited
-// their own time; a stage past the first max_stages stays in collate's. One per thread, so no
-// sharing.
-struct deferred_time {
-  static constexpr std::size_t max_stages = 8;
-  std::array<std::string_view, max_stages> stage{};
-  std::array<std::uint64_t, max_stages> ns{};
-  std::size_t count = 0;
-  void add(std::string_view s, std::uint64_t t) noexcept {
-    for (std::size_t i = 0; i < count; ++i)
-      if (stage[i] == s) {
-        ns[i] += t;
-        return;
-      }
-    if (count < max_stages) {
-      stage[count] = s;
-      ns[count++] = t;
-    }
-  }
-};
-inline thread_local deferred_time t_deferred_time{};
-
+// Times a deferred sample's work for its stage into the context's timing_sink (core/concepts.hpp),
+// when it has one: nothing is read from the clock otherwise.
 class deferred_scope {
  public:
-  explicit deferred_scope(std::string_view stage) noexcept : stage_(stage), t0_(now_ns()) {}
+  deferred_scope(std::string_view stage, const sample_context& ctx) noexcept
+      : sink_(ctx.timing), stage_(stage), t0_(sink_ != nullptr ? now_ns() : 0) {}
   deferred_scope(const deferred_scope&) = delete;
   deferred_scope& operator=(const deferred_scope&) = delete;
-  ~deferred_scope() { t_deferred_time.add(stage_, now_ns() - t0_); }
+  ~deferred_scope() {
+    if (sink_ != nullptr) sink_->add(stage_, now_ns() - t0_);
+  }
 
  private:
+  timing_sink* sink_;
   std::string_view stage_;
   std::uint64_t t0_;
 };

@@ -120,9 +120,9 @@ class image_planner : public field_producer {
 // Runs `decode` (which writes field k of s) timed and reported as the decode stage's work, a
 // format_error naming the file, the record and the field.
 template <class Decode>
-void decode_into(const any_sample& s, const std::string& label, Decode&& decode) {
+void decode_into(const any_sample& s, const std::string& label, const sample_context& ctx, Decode&& decode) {
   constexpr std::string_view stage = "decode";
-  const deferred_scope timed(stage);
+  const deferred_scope timed(stage, ctx);
   try {
     try {
       decode();
@@ -141,7 +141,7 @@ struct codec_producer final : field_producer {
   std::string field;  // "field 'jpg'", for messages
   [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
   void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context& ctx) const override {
-    decode_into(s, field, [&] { codec.decode(s.fields[k].bytes, dst, ctx); });
+    decode_into(s, field, ctx, [&] { codec.decode(s.fields[k].bytes, dst, ctx); });
   }
   [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return codec_geometry(codec); }
 };
@@ -153,8 +153,8 @@ struct planned_codec_producer final : image_planner {
   Codec codec;
   std::string field;  // "field 'jpg'", for messages
   [[nodiscard]] std::size_t size(const any_sample&, std::size_t) const override { return codec.output_bytes(); }
-  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
-    decode_into(s, field, [&] { codec.decode_with(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
+  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context& ctx) const override {
+    decode_into(s, field, ctx, [&] { codec.decode_with(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
   }
   [[nodiscard]] field_geometry geometry(const any_sample&, std::size_t) const override { return codec_geometry(codec); }
   [[nodiscard]] codecs::image_transform plan(std::span<const std::byte> encoded, const sample_context& ctx) const override {
@@ -320,8 +320,8 @@ struct rendered_producer final : field_producer {
   [[nodiscard]] std::size_t size(const any_sample& s, std::size_t) const override {
     return follow->how.rendered->output_bytes(s.plan<follow_plan>().transform);
   }
-  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context&) const override {
-    decode_into(s, label, [&] { follow->how.rendered->render(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
+  void write(const any_sample& s, std::size_t k, std::span<std::byte> dst, const sample_context& ctx) const override {
+    decode_into(s, label, ctx, [&] { follow->how.rendered->render(s.fields[k].bytes, dst, s.plan<follow_plan>().transform); });
   }
   [[nodiscard]] field_geometry geometry(const any_sample& s, std::size_t) const override {
     return follow->how.rendered->geometry(s.plan<follow_plan>().transform);

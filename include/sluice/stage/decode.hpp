@@ -59,7 +59,7 @@ struct decoded_sample {
   [[nodiscard]] field_geometry geometry() const { return detail::codec_geometry(*codec); }
   static constexpr std::string_view stage_name = "decode";
   void write_into(std::span<std::byte> dst, const sample_context& ctx) const {
-    const detail::deferred_scope timed(stage_name);
+    const detail::deferred_scope timed(stage_name, ctx);
     try {
       try {
         codec->decode(encoded, dst, ctx);
@@ -288,7 +288,7 @@ struct decoded_field_sample {
   template <fixed_string N>
   void write(std::span<std::byte> dst, const sample_context& ctx) const {
     if constexpr (N == Name) {
-      const detail::deferred_scope timed(stage_name);
+      const detail::deferred_scope timed(stage_name, ctx);
       try {
         try {
           if constexpr (sizeof...(Follow) > 0) codec->decode_with(encoded<Name>(ctx), dst, transform);
@@ -377,7 +377,7 @@ struct decoded_field_sample {
   }
   template <rendered_follower F>
   void write_rendered(const F& fol, std::span<std::byte> dst, const sample_context& ctx) const {
-    const detail::deferred_scope timed(stage_name);
+    const detail::deferred_scope timed(stage_name, ctx);
     try {
       try {
         if constexpr (instance_follower<F>) {

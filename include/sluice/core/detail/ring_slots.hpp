@@ -1,0 +1,82 @@
+// sluice/core/detail/ring_slots.hpp — the ring's batch slots and their storage (a part of
+// core/loader.hpp's ring).
+//
+// What: a slot (the public batch_slot, its status, its batch stages' states, its sample ids) and
+// the table of slots: the ring's own, then those it grew by for batches the trainer keeps, in
+// chunks so that a slot never moves (workers and batch handles point at it); and touch_pages,
+// which the slot-warming thread uses to fault a slot's storage in before a worker writes it.
+// Invariants: slot i is at one address for the ring's life; the table only grows; a slot's
+// `stage_state` points at its own `states`.
+// Threads: the table grows under the ring's lock; slots past the ring's own are read under it too.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "sluice/core/batch.hpp"
+
+namespace sluice::detail {
+
+// warming: an unsized slot the warming thread is allocating and touching (counted as live by the
+// ring, not claimable, not a batch).
+enum class slot_status : std::uint8_t { free, filling, ready, failed, held, warming };
+
+template <class States>
+struct slot : slot_base {
+  slot_status status = slot_status::free;
+  std::exception_ptr error;
+  States states;
+  std::unique_ptr<std::uint64_t[]> id_store;
+};
+
+template <class Slot>
+class slot_table {
+ public:
+  explicit slot_table(std::size_t base) : base_(base), size_(base), own_(std::make_unique<Slot[]>(base)) {
+    for (std::size_t i = 0; i < base; ++i) own_[i].stage_state = &own_[i].states;
+  }
+  Slot& operator[](std::size_t i) noexcept {
+    if (i < base_) return own_[i];
+    i -= base_;
+    return grown_[i / chunk][i % chunk];
+  }
+  const Slot& operator[](std::size_t i) const noexcept { return const_cast<slot_table&>(*this)[i]; }
+  // Slots in the table: the ring's own (base()) and those it grew by.
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t base() const noexcept { return base_; }
+  [[nodiscard]] std::size_t grown() const noexcept { return size_ - base_; }
+  [[nodiscard]] bool is_grown(const Slot& s) const noexcept { return &s < own_.get() || &s >= own_.get() + base_; }
+  // One more slot (allocates a chunk of them every `chunk` slots; may throw std::bad_alloc).
+  void grow() {
+    if (grown() % chunk == 0) {
+      grown_.push_back(std::make_unique<Slot[]>(chunk));
+      for (std::size_t i = 0; i < chunk; ++i) grown_.back()[i].stage_state = &grown_.back()[i].states;
+    }
+    ++size_;
+  }
+
+ private:
+  static constexpr std::size_t chunk = 16;
+  std::size_t base_, size_;
+  std::unique_ptr<Slot[]> own_;
+  std::vector<std::unique_ptr<Slot[]>> grown_;
+};
+
+// Writes one byte in every page of [p, p + n) (storage nothing reads yet), a MiB at a time between
+// looks at `stop`.
+inline void touch_pages(std::byte* p, std::size_t n, const std::atomic<bool>& stop) noexcept {
+  constexpr std::size_t page = 4096, step = std::size_t{1} << 20;
+  if (n == 0) return;
+  for (std::size_t off = 0; off < n; off += step) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    const std::size_t end = off + step < n ? off + step : n;
+    for (std::size_t i = off; i < end; i += page) static_cast<volatile std::byte*>(p)[i] = std::byte{0};
+  }
+  static_cast<volatile std::byte*>(p)[n - 1] = std::byte{0};
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,301 @@
+// The loader's parts (core/detail/) tested alone: the epoch history without a thread, the batch
+// stage set's hook calls and failures, and the shared write's claim protocol with threads.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/core/detail/batch_stages.hpp"
+#include "sluice/core/detail/epoch_history.hpp"
+#include "sluice/core/detail/ring_slots.hpp"
+#include "sluice/core/detail/shared_write.hpp"
+
+using namespace sluice;
+
+namespace {
+
+constexpr std::size_t kStages = 2;  // two timed stages + the last index
+using history = detail::epoch_history<kStages>;
+
+history::snapshot snap(std::uint64_t epoch, std::uint64_t t, std::uint64_t batches) {
+  history::snapshot s;
+  s.epoch = epoch;
+  s.t_ns = t;
+  s.batches = batches;
+  s.samples = batches * 4;
+  for (std::size_t i = 0; i <= kStages; ++i) s.stage_ns[i] = t * (i + 1);
+  return s;
+}
+const history::names kNames{"read", "decode", "collate"};
+
+}  // namespace
+
+TEST_CASE("epoch history: the running run, its end time, closed runs newest first, the oldest evicted") {
+  history h;
+  CHECK_FALSE(h.running());
+  const auto none = [] { return std::pair{snap(0, 0, 0), false}; };
+  CHECK_FALSE(h.of_epoch(0, kNames, none).has_value());
+  CHECK(h.all(kNames, none).empty());
+
+  // Epoch 0 runs from t=100 with 0 batches; at t=160 it has 6.
+  h.open(snap(0, 100, 0));
+  auto now = [] { return std::pair{snap(0, 160, 6), false}; };
+  auto e0 = h.of_epoch(0, kNames, now);
+  REQUIRE(e0.has_value());
+  CHECK(e0->wall_ns == 60);
+  CHECK(e0->batches == 6);
+  CHECK(e0->samples == 24);
+  CHECK_FALSE(e0->complete);
+  REQUIRE(e0->stages.size() == 3);
+  CHECK(e0->stages[1].name == "decode");
+  CHECK(e0->stages[1].busy_ns == 120);
+
+  // It ends at t=150: later snapshots do not move its end.
+  h.mark_end(150);
+  CHECK(h.ended());
+  auto later = [] { return std::pair{snap(0, 900, 6), true}; };
+  e0 = h.of_epoch(0, kNames, later);
+  CHECK(e0->wall_ns == 50);
+  CHECK(e0->complete);
+  h.close(snap(0, 900, 6), true);
+  CHECK_FALSE(h.running());
+  e0 = h.of_epoch(0, kNames, none);
+  REQUIRE(e0.has_value());
+  CHECK(e0->wall_ns == 50);
+  CHECK(e0->complete);
+  h.close(snap(0, 999, 99), false);  // no run is open: nothing filed
+  CHECK(h.all(kNames, none).size() == 1);
+
+  // Epoch 0 again (a resumed run), not complete: the newest run of an epoch is the one found.
+  h.open(snap(0, 1000, 6));
+  h.close(snap(0, 1010, 7), false);
+  e0 = h.of_epoch(0, kNames, none);
+  CHECK(e0->wall_ns == 10);
+  CHECK(e0->batches == 1);
+  CHECK_FALSE(e0->complete);
+
+  // 20 more runs: only closed_kept closed runs stay, oldest first, the running one last.
+  for (std::uint64_t e = 1; e <= 20; ++e) {
+    h.open(snap(e, 2000 + 100 * e, 10 * e));
+    h.close(snap(e, 2000 + 100 * e + e, 10 * e + e), true);
+  }
+  h.open(snap(21, 9000, 500));
+  const auto run21 = [] { return std::pair{snap(21, 9005, 502), false}; };
+  const auto all = h.all(kNames, run21);
+  REQUIRE(all.size() == history::closed_kept + 1);
+  CHECK(history::closed_kept + 1 == epoch_stats_kept);
+  for (std::size_t i = 0; i < history::closed_kept; ++i) {
+    const std::uint64_t e = 21 - history::closed_kept + i;
+    CHECK(all[i].epoch == e);
+    CHECK(all[i].wall_ns == e);
+    CHECK(all[i].batches == e);
+  }
+  CHECK(all.back().epoch == 21);
+  CHECK(all.back().batches == 2);
+  CHECK_FALSE(h.of_epoch(0, kNames, run21).has_value());   // evicted
+  CHECK_FALSE(h.of_epoch(5, kNames, run21).has_value());   // evicted
+  CHECK(h.of_epoch(6, kNames, run21).has_value());         // the oldest kept
+}
+
+namespace {
+
+std::vector<std::string>* g_calls = nullptr;
+
+struct state_a {
+  int filled = 0;
+};
+struct stage_a {
+  static constexpr std::string_view name = "stage_a";
+  static constexpr hook hooks = hook::on_filled | hook::on_release;
+  using slot_state = state_a;
+  bool fail_filled = false;
+  void on_filled(batch_slot&, state_a& st) {
+    g_calls->push_back("a.on_filled");
+    ++st.filled;
+    if (fail_filled) throw std::runtime_error("a broke");
+  }
+  void on_release(batch_slot&, state_a&) { g_calls->push_back("a.on_release"); }
+};
+struct stage_b {
+  static constexpr std::string_view name = "stage_b";
+  static constexpr hook hooks = hook::on_filled | hook::before_fill | hook::storage;
+  bool fail_filled = false;
+  std::size_t allocated = 0, freed = 0;
+  void before_fill(batch_slot&, no_slot_state&) { g_calls->push_back("b.before_fill"); }
+  void on_filled(batch_slot&, no_slot_state&) {
+    g_calls->push_back("b.on_filled");
+    if (fail_filled) throw std::runtime_error("b broke");
+  }
+  void* allocate(std::size_t n) {
+    allocated += n;
+    return ::operator new(n);
+  }
+  void deallocate(void* p, std::size_t n) {
+    freed += n;
+    ::operator delete(p);
+  }
+};
+struct stage_c {  // no hooks at all
+  static constexpr std::string_view name = "stage_c";
+  static constexpr hook hooks = hook::none;
+};
+
+template <class... S>
+using slot_for = detail::slot<typename detail::batch_stage_set<S...>::states>;
+
+std::string stage_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const stage_error& s) {
+    return s.stage() + "/" + std::to_string(s.sample_id()) + "/" + s.cause();
+  } catch (...) {
+  }
+  return "not a stage_error";
+}
+
+}  // namespace
+
+TEST_CASE("batch stage set: hooks in order on declaring stages only, stop or go on after a failure, the first failure named") {
+  std::vector<std::string> calls;
+  g_calls = &calls;
+  std::tuple<stage_a, stage_c, stage_b> stages;
+  using set = detail::batch_stage_set<stage_a, stage_c, stage_b>;
+  set ss(stages);
+  slot_for<stage_a, stage_c, stage_b> s;
+  static_assert(set::checked<decltype(s)>);
+  static_assert(!set::own_storage);
+
+  CHECK(ss.invoke_hook<hook::on_filled>(s, 7, detail::on_hook_failure::go_on) == nullptr);
+  CHECK(calls == std::vector<std::string>{"a.on_filled", "b.on_filled"});
+  CHECK(std::get<0>(s.states).filled == 1);
+
+  // `around` sees each call with the stage's index among the batch stages.
+  calls.clear();
+  std::vector<std::size_t> indices;
+  (void)ss.invoke_hook<hook::on_filled>(s, 7, detail::on_hook_failure::go_on, [&](std::size_t i, auto&& call) {
+    indices.push_back(i);
+    call();
+  });
+  CHECK(indices == std::vector<std::size_t>{0, 2});
+
+  // Both fail: go_on runs both and returns the first; stop runs the first only.
+  std::get<0>(stages).fail_filled = std::get<2>(stages).fail_filled = true;
+  calls.clear();
+  auto e = ss.invoke_hook<hook::on_filled>(s, 7, detail::on_hook_failure::go_on);
+  CHECK(calls == std::vector<std::string>{"a.on_filled", "b.on_filled"});
+  CHECK(stage_of(e) == "stage_a/7/a broke");
+  calls.clear();
+  e = ss.invoke_hook<hook::on_filled>(s, 9, detail::on_hook_failure::stop);
+  CHECK(calls == std::vector<std::string>{"a.on_filled"});
+  CHECK(stage_of(e) == "stage_a/9/a broke");
+  std::get<0>(stages).fail_filled = false;
+  calls.clear();
+  e = ss.invoke_hook<hook::on_filled>(s, 3, detail::on_hook_failure::stop);
+  CHECK(calls == std::vector<std::string>{"a.on_filled", "b.on_filled"});
+  CHECK(stage_of(e) == "stage_b/3/b broke");
+
+  // A hook no stage declares calls nothing.
+  calls.clear();
+  CHECK(ss.invoke_hook<hook::on_deliver>(s, 0, detail::on_hook_failure::stop) == nullptr);
+  CHECK(calls.empty());
+
+  // Storage comes from the first stage that provides it.
+  void* p = ss.allocate(128);
+  CHECK(std::get<2>(stages).allocated == 128);
+  ss.deallocate(p, 128);
+  CHECK(std::get<2>(stages).freed == 128);
+
+  // Without a providing stage the loader's own storage is cache-line aligned.
+  std::tuple<stage_a> only_a;
+  detail::batch_stage_set<stage_a> own(only_a);
+  static_assert(detail::batch_stage_set<stage_a>::own_storage);
+  void* q = own.allocate(256);
+  CHECK(reinterpret_cast<std::uintptr_t>(q) % cache_line == 0);
+  own.deallocate(q, 256);
+  g_calls = nullptr;
+}
+
+TEST_CASE("slot table: slots keep their address as the table grows, grown slots are told apart") {
+  using slot_t = detail::slot<std::tuple<int>>;
+  detail::slot_table<slot_t> t(3);
+  CHECK(t.size() == 3);
+  CHECK(t.base() == 3);
+  slot_t* first = &t[0];
+  std::vector<slot_t*> addresses;
+  for (int i = 0; i < 40; ++i) {
+    t.grow();
+    addresses.push_back(&t[t.size() - 1]);
+  }
+  CHECK(t.size() == 43);
+  CHECK(t.grown() == 40);
+  CHECK(&t[0] == first);
+  for (int i = 0; i < 40; ++i) CHECK(&t[3 + static_cast<std::size_t>(i)] == addresses[static_cast<std::size_t>(i)]);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    CHECK(t[i].stage_state == &t[i].states);
+    CHECK(t.is_grown(t[i]) == (i >= 3));
+  }
+}
+
+TEST_CASE("shared write: each sample claimed once, the lowest failure kept, nothing after it written") {
+  constexpr std::size_t n = 5000;
+  for (const std::size_t fail_at : {std::size_t{0}, std::size_t{777}, std::size_t{4999}, detail::no_failure}) {
+    for (const std::size_t writers : {1, 4}) {
+      struct slot_t {};
+      detail::write_job<slot_t, int, int> job;
+      job.reset(1, 7);
+      job.n.store(n);
+      std::vector<std::atomic<int>> written(n);
+      std::atomic<std::size_t> total{0};
+      const auto run = [&] {
+        int plan = 0;
+        total += job.write_chunks(
+            plan, [] { return false; }, [] {},
+            [&](std::size_t i, int&) {
+              // A second failure, later in the order, must never replace the first.
+              if (i == fail_at || (fail_at != detail::no_failure && i == fail_at + 500 && i < n))
+                throw std::runtime_error("bad sample " + std::to_string(i));
+              written[i].fetch_add(1);
+            });
+      };
+      std::vector<std::thread> threads;
+      for (std::size_t w = 1; w < writers; ++w) threads.emplace_back(run);
+      run();
+      for (auto& t : threads) t.join();
+      CHECK(job.failed.load() == fail_at);
+      const std::size_t end = fail_at == detail::no_failure ? n : fail_at;
+      std::size_t ok = 0;
+      for (std::size_t i = 0; i < end; ++i) ok += written[i].load() == 1;
+      CHECK(ok == end);
+      for (std::size_t i = 0; i < n; ++i) CHECK(written[i].load() <= 1);
+      if (fail_at != detail::no_failure) {
+        REQUIRE(job.error != nullptr);
+        try {
+          std::rethrow_exception(job.error);
+        } catch (const std::runtime_error& e) {
+          CHECK(std::string(e.what()) == "bad sample " + std::to_string(fail_at));
+        }
+        if (writers == 1) CHECK(total.load() == fail_at);  // one writer stops at the failure
+      } else {
+        CHECK(total.load() == n);
+      }
+    }
+  }
+}
+
+TEST_CASE("shared write: a cancelled run stops within one sample") {
+  struct slot_t {};
+  detail::write_job<slot_t, int, int> job;
+  job.reset(3, 1000);
+  job.n.store(1000);
+  int plan = 0;
+  std::size_t calls = 0;
+  const std::size_t wrote = job.write_chunks(
+      plan, [&] { return calls >= 10; }, [] {}, [&](std::size_t, int&) { ++calls; });
+  CHECK(wrote == 10);
+  CHECK(calls == 10);
+  CHECK(job.failed.load() == detail::no_failure);
+}
