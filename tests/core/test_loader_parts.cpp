@@ -278,7 +278,12 @@ TEST_CASE("shared write: each sample claimed once, the lowest failure kept, noth
         } catch (const std::runtime_error& e) {
           CHECK(std::string(e.what()) == "bad sample " + std::to_string(fail_at));
         }
-        if (writers == 1) CHECK(total.load() == fail_at);  // one writer stops at the failure
+        if (writers == 1) {  // one writer stops at the failure: nothing after it is written
+          CHECK(total.load() == fail_at);
+          std::size_t after = 0;
+          for (std::size_t i = fail_at; i < n; ++i) after += written[i].load() != 0;
+          CHECK(after == 0);
+        }
       } else {
         CHECK(total.load() == n);
       }
