@@ -75,7 +75,7 @@ TEST_CASE("jpeg bad input: each case is a format_error with a cause") {
     auto at = sof_dims(b);
     b[at] = std::byte{0xfd}; b[at + 1] = std::byte{0xe8};
     b[at + 2] = std::byte{0xfd}; b[at + 3] = std::byte{0xe8};
-    jpeg dec({.width = 16, .height = 16, .mode = fit::stretch, .dct_scaling = false});
+    jpeg dec({.width = 16, .height = 16, .mode = fit::stretch}, {.dct_scaling = false});
     std::vector<std::byte> out(dec.output_bytes());
     try {
       dec.decode(b, out, {});

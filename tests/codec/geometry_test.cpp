@@ -85,10 +85,6 @@ struct scenes {
 
 const geometry_options rrc{.width = 96, .height = 80, .mode = fit::random_resized_crop, .random_flip = true};
 
-jpeg_options rrc_jpeg() {
-  return {.width = 96, .height = 80, .mode = fit::random_resized_crop, .random_flip = true};
-}
-
 }  // namespace
 
 TEST_CASE("random_resized_crop: windows lie in the image, with area and aspect in range, whole pixels") {
@@ -201,7 +197,7 @@ TEST_CASE("image_transform: map_point, map_box and flip, by hand") {
 TEST_CASE("jpeg: decode with a planned transform writes what decode with the context writes") {
   const scenes data(12);
   for (auto mode : {fit::crop, fit::stretch, fit::random_resized_crop}) {
-    jpeg_options o = rrc_jpeg();
+    geometry_options o = rrc;
     o.mode = mode;
     o.crop = crop_at::random;
     const jpeg dec(o);
@@ -213,7 +209,7 @@ TEST_CASE("jpeg: decode with a planned transform writes what decode with the con
       CHECK(a == b);
     }
   }
-  const jpeg dec(rrc_jpeg());
+  const jpeg dec(rrc);
   std::vector<std::byte> out(dec.output_bytes());
   auto t = dec.plan(data.jpegs[0], {});
   t.src_width += 1;
@@ -236,7 +232,7 @@ TEST_CASE("decode<img> with boxes: every kept box lands on its object, dropped r
   const scenes data(64);
   auto run = [&](std::size_t workers, bool drop) {
     auto loader = from(sample::shuffle(data.size(), {.seed = 5})) | read(data) |
-                  decode<"img">(jpeg(rrc_jpeg()), boxes<"boxes", "classes">{.drop_outside = drop}) |
+                  decode<"img">(jpeg(rrc), boxes<"boxes", "classes">{.drop_outside = drop}) |
                   collate({.batch = 8}, stack<"img">{}, ragged<"boxes">{.row = {4}}, ragged<"classes">{}) |
                   prefetch(2, {.workers = workers});
     std::vector<std::byte> images;
@@ -303,7 +299,7 @@ struct one_record {
 
 std::string first_error(const one_record& r) {
   auto loader = from(sample::sequential(r.size())) | read(r) |
-                decode<"img">(jpeg(rrc_jpeg()), boxes<"boxes", "classes">{}) |
+                decode<"img">(jpeg(rrc), boxes<"boxes", "classes">{}) |
                 collate({.batch = 1}, stack<"img">{}, ragged<"boxes">{.row = {4}}, ragged<"classes">{}) |
                 prefetch(1);
   try {

@@ -84,7 +84,7 @@ TEST_CASE("image: sniffing picks JPEG or PNG by the first bytes") {
 
 TEST_CASE("image: each record decodes exactly as its format's codec decodes it") {
   const mixed_records r(6);
-  const image_options o{.width = 16, .height = 12, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true,
+  const geometry_options o{.width = 16, .height = 12, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true,
                         .layout = image_layout::chw};
   const image dec(o);
   const jpeg j({.width = 16, .height = 12, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true,

@@ -240,7 +240,7 @@ struct coco_scenes {
   }
 };
 
-png_options rrc() {
+geometry_options rrc() {
   return {.width = 72, .height = 56, .mode = fit::random_resized_crop, .random_flip = true, .scale = {0.2, 1.0}};
 }
 

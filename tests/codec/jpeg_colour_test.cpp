@@ -37,7 +37,7 @@ std::vector<std::uint8_t> tj_decode(const std::vector<std::byte>& jpg, int w, in
   return px;
 }
 std::vector<std::uint8_t> decode_native(const std::vector<std::byte>& jpg, int w, int h, pixels f) {
-  const jpeg dec({.width = w, .height = h, .format = f, .mode = fit::stretch});
+  const jpeg dec({.width = w, .height = h, .mode = fit::stretch}, {.format = f});
   std::vector<std::byte> out(dec.output_bytes());
   dec.decode(jpg, out, {});
   std::vector<std::uint8_t> u(out.size());

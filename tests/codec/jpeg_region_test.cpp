@@ -58,7 +58,8 @@ std::vector<std::byte> reference(const std::vector<std::byte>& jpg, const jpeg& 
   tjDestroy(h);
   if (cmyk) codecs::detail::cmyk_to(full.data(), static_cast<std::size_t>(dw) * dh, c, codecs::detail::has_adobe_marker(jpg));
   std::vector<std::byte> out(codec.output_bytes());
-  resample(full.data(), dw, dh, static_cast<std::size_t>(dw) * c, c, out, to_plan(t, dw, dh, codec.options().layout));
+  resample(full.data(), dw, dh, static_cast<std::size_t>(dw) * c, c, out,
+           to_plan(t, dw, dh, codec.transform_options().layout));
   return out;
 }
 
@@ -94,26 +95,32 @@ TEST_CASE("jpeg region decode: the bytes of a full decode followed by the same r
   const auto srcs = sources();
   struct setup {
     const char* name;
+    geometry_options g;
     jpeg_options o;
   };
   const setup setups[] = {
-      {"random_resized_crop 224", {.mode = fit::random_resized_crop, .random_flip = true}},
-      {"random_resized_crop 64 chw", {.width = 64, .height = 48, .mode = fit::random_resized_crop, .random_flip = true,
-                                      .layout = image_layout::chw}},
-      {"random_resized_crop small scale", {.width = 96, .height = 96, .mode = fit::random_resized_crop,
-                                           .scale = {0.01, 0.1}}},
-      {"centre crop", {.width = 128, .height = 96}},
-      {"random crop, resize_scale 1.3", {.width = 100, .height = 120, .crop = crop_at::random, .resize_scale = 1.3,
-                                         .random_flip = true}},
-      {"stretch", {.width = 80, .height = 50, .mode = fit::stretch}},
-      {"grey random_resized_crop", {.width = 90, .height = 70, .format = pixels::grey,
-                                    .mode = fit::random_resized_crop}},
-      {"no DCT scaling, fast DCT", {.width = 64, .height = 64, .mode = fit::random_resized_crop, .dct_scaling = false,
-                                    .fast_dct = true}},
+      {"random_resized_crop 224", {.mode = fit::random_resized_crop, .random_flip = true}, {}},
+      {"random_resized_crop 64 chw",
+       {.width = 64, .height = 48, .mode = fit::random_resized_crop, .random_flip = true, .layout = image_layout::chw},
+       {}},
+      {"random_resized_crop small scale",
+       {.width = 96, .height = 96, .mode = fit::random_resized_crop, .scale = {0.01, 0.1}},
+       {}},
+      {"centre crop", {.width = 128, .height = 96}, {}},
+      {"random crop, resize_scale 1.3",
+       {.width = 100, .height = 120, .crop = crop_at::random, .resize_scale = 1.3, .random_flip = true},
+       {}},
+      {"stretch", {.width = 80, .height = 50, .mode = fit::stretch}, {}},
+      {"grey random_resized_crop",
+       {.width = 90, .height = 70, .mode = fit::random_resized_crop},
+       {.format = pixels::grey}},
+      {"no DCT scaling, fast DCT",
+       {.width = 64, .height = 64, .mode = fit::random_resized_crop},
+       {.dct_scaling = false, .fast_dct = true}},
   };
   std::size_t checked = 0, regions = 0;
   for (const auto& st : setups) {
-    const jpeg codec(st.o);
+    const jpeg codec(st.g, st.o);
     std::vector<std::byte> out(codec.output_bytes());
     for (const auto& s : srcs) {
       for (std::uint64_t id = 0; id < 24; ++id) {

@@ -54,7 +54,7 @@ TEST_CASE("jpeg: grey output") {
   std::vector<std::uint8_t> g(32 * 32);
   for (int i = 0; i < 32 * 32; ++i) g[i] = static_cast<std::uint8_t>((i % 32) * 8);
   auto enc = encode_jpeg(g, 32, 32, pixels::grey, 95);
-  jpeg dec({.width = 32, .height = 32, .format = pixels::grey, .mode = fit::stretch});
+  jpeg dec({.width = 32, .height = 32, .mode = fit::stretch}, {.format = pixels::grey});
   CHECK(dec.output_bytes() == 32u * 32u);
   std::vector<std::byte> out(dec.output_bytes());
   dec.decode(enc, out, {});
@@ -81,7 +81,7 @@ TEST_CASE("jpeg: DCT scaling picks the smallest sufficient factor of 1, 1/2, 1/4
   const int w = 256, h = 256;
   auto enc = encode_jpeg(gradient(w, h), w, h, pixels::rgb, 95);
   jpeg fast({.width = 32, .height = 32, .mode = fit::stretch});
-  jpeg full({.width = 32, .height = 32, .mode = fit::stretch, .dct_scaling = false});
+  jpeg full({.width = 32, .height = 32, .mode = fit::stretch}, {.dct_scaling = false});
   std::vector<std::byte> a(fast.output_bytes()), b(full.output_bytes());
   fast.decode(enc, a, {});
   full.decode(enc, b, {});

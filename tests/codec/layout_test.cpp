@@ -42,25 +42,26 @@ std::vector<std::byte> transpose_hwc(const std::vector<std::byte>& hwc, std::siz
   return chw;
 }
 
-jpeg_options with_layout(jpeg_options o, image_layout l) {
-  o.layout = l;
-  return o;
+geometry_options with_layout(geometry_options g, image_layout l) {
+  g.layout = l;
+  return g;
 }
 
 const std::vector<float> kMean{0.485f, 0.456f, 0.406f};
 const std::vector<float> kStd{0.229f, 0.224f, 0.225f};
 
-// y = (x / 255 - mean[c]) / std[c], computed the way the collators compute it (x * a + b with
-// a = scale / std, b = -mean / std, in float); `out` picks the layout of the result. Also checked
+// y = (x / 255 - mean[c]) / std[c], computed the way every normaliser computes it (one loop,
+// core/batch_ops.hpp: (x - mean / scale) * (scale / std) in float, the device kernel's arithmetic),
+// so the collators must match it bit for bit; `out` picks the layout of the result. Also checked
 // against the same formula in double.
 std::vector<float> reference(const std::vector<std::byte>& hwc, std::size_t c, image_layout out) {
   const std::size_t plane = hwc.size() / c;
   std::vector<float> y(hwc.size());
+  const float scale = 1.0f / 255.0f;
   for (std::size_t p = 0; p < plane; ++p)
     for (std::size_t k = 0; k < c; ++k) {
       const float x = static_cast<float>(std::to_integer<int>(hwc[p * c + k]));
-      const float a = (1.0f / 255.0f) / kStd[k], b = -kMean[k] / kStd[k];
-      const float v = x * a + b;
+      const float v = (x - kMean[k] / scale) * (scale / kStd[k]);
       const double exact = (static_cast<double>(x) / 255.0 - kMean[k]) / kStd[k];
       REQUIRE(std::abs(v - exact) < 1e-5);
       y[out == image_layout::chw ? k * plane + p : p * c + k] = v;
@@ -137,17 +138,22 @@ std::string nested_usage_error(Fn&& run) {
 TEST_CASE("jpeg layout: CHW output is the transpose of HWC output, bit for bit") {
   const int w = 64, h = 48;
   const auto enc = encode_jpeg(rgb_image(w, h), w, h, pixels::rgb, 92);
-  const std::vector<jpeg_options> cases{
-      {.width = w, .height = h, .mode = fit::stretch},             // plain decode (the row-copy path)
-      {.width = 32, .height = 32, .mode = fit::stretch},           // resize
-      {.width = 24, .height = 40, .dct_scaling = false},           // crop, scale 1 (copy path)
-      {.width = 20, .height = 20},                                 // resize + centre crop
-      {.width = 28, .height = 28, .crop = crop_at::random, .resize_scale = 1.3, .random_flip = true},
-      {.width = 96, .height = 72, .mode = fit::stretch, .random_flip = true},  // upscale + flip
+  struct setup {
+    geometry_options g;
+    jpeg_options o;
+  };
+  const std::vector<setup> cases{
+      {{.width = w, .height = h, .mode = fit::stretch}, {}},    // plain decode (the row-copy path)
+      {{.width = 32, .height = 32, .mode = fit::stretch}, {}},  // resize
+      {{.width = 24, .height = 40}, {.dct_scaling = false}},    // crop, scale 1 (copy path)
+      {{.width = 20, .height = 20}, {}},                        // resize + centre crop
+      {{.width = 28, .height = 28, .crop = crop_at::random, .resize_scale = 1.3, .random_flip = true}, {}},
+      {{.width = 96, .height = 72, .mode = fit::stretch, .random_flip = true}, {}},  // upscale + flip
   };
   for (std::size_t k = 0; k < cases.size(); ++k) {
     CAPTURE(k);
-    const jpeg hwc(with_layout(cases[k], image_layout::hwc)), chw(with_layout(cases[k], image_layout::chw));
+    const jpeg hwc(with_layout(cases[k].g, image_layout::hwc), cases[k].o);
+    const jpeg chw(with_layout(cases[k].g, image_layout::chw), cases[k].o);
     CHECK(hwc.output_bytes() == chw.output_bytes());
     for (std::uint64_t id = 0; id < 4; ++id) {
       const sample_context ctx{.seed = 7, .epoch = 1, .id = id};
@@ -161,8 +167,8 @@ TEST_CASE("jpeg layout: CHW output is the transpose of HWC output, bit for bit")
   std::vector<std::uint8_t> g(32 * 32);
   for (int i = 0; i < 32 * 32; ++i) g[i] = static_cast<std::uint8_t>((i % 32) * 8);
   const auto genc = encode_jpeg(g, 32, 32, pixels::grey, 95);
-  const jpeg gh({.width = 20, .height = 20, .format = pixels::grey});
-  const jpeg gc({.width = 20, .height = 20, .format = pixels::grey, .layout = image_layout::chw});
+  const jpeg gh({.width = 20, .height = 20}, {.format = pixels::grey});
+  const jpeg gc({.width = 20, .height = 20, .layout = image_layout::chw}, {.format = pixels::grey});
   std::vector<std::byte> a(gh.output_bytes()), b(gc.output_bytes());
   gh.decode(genc, a, {});
   gc.decode(genc, b, {});
@@ -172,7 +178,7 @@ TEST_CASE("jpeg layout: CHW output is the transpose of HWC output, bit for bit")
 TEST_CASE("jpeg layout: the codec states its geometry, a layout of none is refused") {
   const jpeg hwc({.width = 32, .height = 24});
   const jpeg chw({.width = 32, .height = 24, .layout = image_layout::chw});
-  const jpeg grey({.width = 32, .height = 24, .format = pixels::grey, .layout = image_layout::chw});
+  const jpeg grey({.width = 32, .height = 24, .layout = image_layout::chw}, {.format = pixels::grey});
   auto shape = [](const field_geometry& g) { return std::vector<std::int64_t>(g.shape.begin(), g.shape.begin() + g.ndim); };
   CHECK(hwc.geometry().layout == image_layout::hwc);
   CHECK(shape(hwc.geometry()) == std::vector<std::int64_t>{24, 32, 3});
@@ -188,7 +194,7 @@ TEST_CASE("jpeg layout: the codec states its geometry, a layout of none is refus
 TEST_CASE("collate layout: normalisation per channel is right for the layout the codec wrote") {
   const int n = 10, W = 24, H = 20;
   const jpeg_records r(n);
-  const jpeg_options base{.width = W, .height = H};
+  const geometry_options base{.width = W, .height = H};
   const jpeg hwc_codec(with_layout(base, image_layout::hwc));
   // Reference: each image decoded directly (HWC), normalised in the wanted layout.
   auto want = [&](image_layout out) {
@@ -215,11 +221,11 @@ TEST_CASE("collate layout: normalisation per channel is right for the layout the
   const auto chw_ref = want(image_layout::chw), hwc_ref = want(image_layout::hwc);
   REQUIRE(chw_ref.size() == static_cast<std::size_t>(n * W * H * 3));
   // The claim agrees with the codec.
-  CHECK(max_error(run(image_layout::chw, image_layout::chw), chw_ref) < 1e-6f);
-  CHECK(max_error(run(image_layout::hwc, image_layout::hwc), hwc_ref) < 1e-6f);
+  CHECK(max_error(run(image_layout::chw, image_layout::chw), chw_ref) == 0.f);
+  CHECK(max_error(run(image_layout::hwc, image_layout::hwc), hwc_ref) == 0.f);
   // No claim: the codec's layout is used.
-  CHECK(max_error(run(image_layout::chw, image_layout::none), chw_ref) < 1e-6f);
-  CHECK(max_error(run(image_layout::hwc, image_layout::none), hwc_ref) < 1e-6f);
+  CHECK(max_error(run(image_layout::chw, image_layout::none), chw_ref) == 0.f);
+  CHECK(max_error(run(image_layout::hwc, image_layout::none), hwc_ref) == 0.f);
   // The claim contradicts the codec: an error, never a result.
   const auto msg = nested_usage_error([&] { (void)run(image_layout::hwc, image_layout::chw); });
   CHECK(msg.find(".layout = chw") != std::string::npos);
@@ -230,7 +236,7 @@ TEST_CASE("collate layout: normalisation per channel is right for the layout the
   // .channels that contradict the codec (3 for a grey codec) are refused the same way.
   auto grey = [&] {
     auto loader = from(sample::sequential(r.size())) | read(r) |
-                  decode(jpeg({.width = W, .height = H, .format = pixels::grey})) |
+                  decode(jpeg({.width = W, .height = H}, {.format = pixels::grey})) |
                   collate({.batch = 4, .output = dtype::f32, .mean = kMean, .std = kStd, .channels = 3}) |
                   prefetch(2, {.workers = 1});
     for (auto& b : loader.epoch(0)) (void)b;
@@ -293,7 +299,7 @@ TEST_CASE("decode<\"jpg\">: the field sample protocol of the decoded sample") {
 TEST_CASE("decode<\"jpg\"> + normalized<\"jpg\">: float {n, 3, H, W} equal to a reference, either codec layout") {
   const int n = 10, W = 20, H = 16;
   const jpeg_fields rd(n);
-  const jpeg_options base{.width = W, .height = H, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true};
+  const geometry_options base{.width = W, .height = H, .crop = crop_at::random, .resize_scale = 1.2, .random_flip = true};
   const jpeg hwc_codec(with_layout(base, image_layout::hwc));
   const std::uint64_t seed = 5, epoch = 2;
   auto run = [&](image_layout codec_layout, image_layout claim) {
@@ -323,9 +329,9 @@ TEST_CASE("decode<\"jpg\"> + normalized<\"jpg\">: float {n, 3, H, W} equal to a 
     auto y = reference(px, 3, image_layout::chw);
     ref.insert(ref.end(), y.begin(), y.end());
   }
-  CHECK(max_error(run(image_layout::hwc, image_layout::none), ref) < 1e-6f);  // transposed by normalize
-  CHECK(max_error(run(image_layout::chw, image_layout::none), ref) < 1e-6f);  // written CHW by the codec
-  CHECK(max_error(run(image_layout::chw, image_layout::chw), ref) < 1e-6f);
+  CHECK(max_error(run(image_layout::hwc, image_layout::none), ref) == 0.f);  // transposed by normalize
+  CHECK(max_error(run(image_layout::chw, image_layout::none), ref) == 0.f);  // written CHW by the codec
+  CHECK(max_error(run(image_layout::chw, image_layout::chw), ref) == 0.f);
   // A .layout that contradicts the codec.
   const auto msg = nested_usage_error([&] { (void)run(image_layout::hwc, image_layout::chw); });
   CHECK(msg.find(".layout says CHW") != std::string::npos);

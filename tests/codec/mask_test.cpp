@@ -112,7 +112,7 @@ std::vector<std::uint8_t> expected_mask(const std::vector<std::uint8_t>& ids, in
   return out;
 }
 
-jpeg_options rrc_jpeg() {
+geometry_options rrc() {
   return {.width = kOutW, .height = kOutH, .mode = fit::random_resized_crop, .random_flip = true};
 }
 
@@ -153,9 +153,9 @@ struct run_result {
 template <class Reader>
 run_result run_masks(const Reader& r, const segs& data, std::size_t workers, std::uint64_t epoch) {
   auto loader = from(sample::shuffle(r.size(), {.seed = 5})) | read(r) |
-                decode<"jpg">(jpeg(rrc_jpeg()), mask<"seg.png">{.ignore_index = 255}) |
+                decode<"jpg">(jpeg(rrc()), mask<"seg.png">{.ignore_index = 255}) |
                 collate({.batch = 8}, stack<"jpg">{}, stack<"seg.png">{}) | prefetch(2, {.workers = workers});
-  const jpeg planner(rrc_jpeg());
+  const jpeg planner(rrc());
   run_result res;
   for (auto& b : loader.epoch(epoch)) {
     auto img = b.template get<"jpg">();
@@ -349,12 +349,12 @@ TEST_CASE("decode<jpg> with mask<seg.png>: a WebDataset shard of k.jpg + k.seg.p
 TEST_CASE("decode<jpg> with boxes<> and mask<> together: one transform for both") {
   const segs data(24);
   auto both = from(sample::shuffle(data.size(), {.seed = 2})) | read(data) |
-              decode<"jpg">(jpeg(rrc_jpeg()), boxes<"boxes", "classes">{.drop_outside = false},
+              decode<"jpg">(jpeg(rrc()), boxes<"boxes", "classes">{.drop_outside = false},
                             mask<"seg.png">{.ignore_index = 0}) |
               collate({.batch = 6}, stack<"jpg">{}, stack<"seg.png">{}, ragged<"boxes">{.row = {4}},
                       ragged<"classes">{}) |
               prefetch(2, {.workers = 2});
-  const jpeg planner(rrc_jpeg());
+  const jpeg planner(rrc());
   std::size_t centres = 0;
   for (auto& b : both.epoch(0)) {
     auto m = b.get<"seg.png">();
@@ -396,7 +396,7 @@ run_errors errors_of(const segs& data, std::uint64_t bad) {
   run_errors r;
   auto make = [&](on_error e) {
     return from(sample::sequential(data.size())) | read(data) |
-           decode<"jpg">(jpeg(rrc_jpeg()), mask<"seg.png">{}) |
+           decode<"jpg">(jpeg(rrc()), mask<"seg.png">{}) |
            collate({.batch = 4}, stack<"jpg">{}, stack<"seg.png">{}) | prefetch(2, {.workers = 2, .errors = e});
   };
   {
@@ -505,12 +505,12 @@ TEST_CASE("any_decode_stage with any_mask and any_boxes: run-time samples get th
                          field<"boxes.npy", float, variable>, field<"classes.npy", std::int64_t, variable>>;
   io::wds_dataset<wds_seg> typed(dir.file("seg-0.tar"));
   auto compiled = from(sample::shuffle(typed.size(), {.seed = 2})) | read(typed) |
-                  decode<"jpg">(jpeg(rrc_jpeg()), boxes<"boxes.npy", "classes.npy">{}, mask<"seg.png">{.ignore_index = 7}) |
+                  decode<"jpg">(jpeg(rrc()), boxes<"boxes.npy", "classes.npy">{}, mask<"seg.png">{.ignore_index = 7}) |
                   collate({.batch = 5}, stack<"jpg">{}, stack<"seg.png">{}, ragged<"boxes.npy">{.row = {4}}, ragged<"classes.npy">{}) |
                   prefetch(2, {.workers = 2, .errors = on_error::skip});
   io::wds_any any(dir.file("seg-0.tar"), {{"jpg"}, {"seg.png"}, {"boxes.npy", dtype::f32}, {"classes.npy", dtype::i64}});
   any_decode_stage dec(any.schema());
-  dec.add("jpg", jpeg(rrc_jpeg()), {any_boxes({"boxes.npy"}, {"classes.npy"}), any_mask("seg.png", 7)});
+  dec.add("jpg", jpeg(rrc()), {any_boxes({"boxes.npy"}, {"classes.npy"}), any_mask("seg.png", 7)});
   CHECK(dec.schema().describe() == "jpg (u8, fixed), seg.png (u8, fixed), boxes.npy (f32, variable), classes.npy (i64, variable)");
   auto run_time = from(sample::shuffle(any.size(), {.seed = 2})) | read(any) | dec |
                   collate({.batch = 5}, dec.schema(), {{"jpg", stack<>{}}, {"seg.png", stack<>{}}, {"boxes.npy", ragged<>{.row = {4}}},
@@ -547,6 +547,6 @@ TEST_CASE("any_decode_stage with any_mask and any_boxes: run-time samples get th
     CHECK(what.find("record 11") != std::string::npos);
     CHECK(what.find("field 'seg.png' (following 'jpg')") != std::string::npos);
   }
-  CHECK_THROWS_WITH_AS(any_decode_stage(any.schema()).add("jpg", jpeg(rrc_jpeg()), {any_mask("boxes.npy")}),
+  CHECK_THROWS_WITH_AS(any_decode_stage(any.schema()).add("jpg", jpeg(rrc()), {any_mask("boxes.npy")}),
                        doctest::Contains("field 'boxes.npy' (following 'jpg') holds f32 elements"), usage_error);
 }

@@ -22,8 +22,8 @@ using sluice_test::write_png;
 namespace {
 std::vector<std::uint8_t> decode_native(const sluice_test::png_spec& s, pixels f, bool alpha,
                                         image_layout l = image_layout::hwc) {
-  const png dec({.width = s.width, .height = s.height, .format = f, .mode = fit::stretch, .keep_alpha = alpha,
-                 .layout = l});
+  const png dec({.width = s.width, .height = s.height, .mode = fit::stretch, .layout = l},
+                {.format = f, .keep_alpha = alpha});
   std::vector<std::byte> out(dec.output_bytes());
   dec.decode(write_png(s), out, {});
   std::vector<std::uint8_t> u(out.size());
@@ -103,9 +103,10 @@ TEST_CASE("png: resize, crop and flip are the shared transform pass, CHW is the 
   const auto s = spec_of({PNG_COLOR_TYPE_RGB, 8}, false, 80, 60);
   const auto enc = write_png(s);
   const auto full = expected_png_pixels(s, true, false);
-  const png_options o{.width = 24, .height = 20, .crop = crop_at::random, .resize_scale = 1.3, .random_flip = true};
+  const geometry_options o{
+      .width = 24, .height = 20, .crop = crop_at::random, .resize_scale = 1.3, .random_flip = true};
   const png hwc(o);
-  png_options oc = o;
+  geometry_options oc = o;
   oc.layout = image_layout::chw;
   const png chw(oc);
   CHECK(chw.geometry().shape[0] == 3);
@@ -128,7 +129,7 @@ TEST_CASE("png: resize, crop and flip are the shared transform pass, CHW is the 
 
 TEST_CASE("png: RGBA output keeps four channels through resize, usage errors") {
   const auto s = spec_of({PNG_COLOR_TYPE_RGB_ALPHA, 8}, false, 40, 30);
-  const png dec({.width = 10, .height = 10, .keep_alpha = true, .layout = image_layout::chw});
+  const png dec({.width = 10, .height = 10, .layout = image_layout::chw}, {.keep_alpha = true});
   CHECK(dec.channels() == 4);
   CHECK(dec.output_bytes() == 400);
   CHECK(dec.geometry().shape[0] == 4);
@@ -231,7 +232,7 @@ TEST_CASE("png: no heap allocation per image once the largest image has been see
   for (int i = 0; i < 12; ++i)  // different kinds and sizes, the largest among them
     pngs.push_back(write_png(spec_of(kAllKinds[static_cast<std::size_t>(i) % std::size(kAllKinds)], i % 3 == 0,
                                      200 + 37 * (i % 4), 50 + 11 * (i % 5))));
-  const png dec({.width = 32, .height = 32, .keep_alpha = true});
+  const png dec({.width = 32, .height = 32}, {.keep_alpha = true});
   std::vector<std::byte> out(dec.output_bytes());
   for (const auto& p : pngs) dec.decode(p, out, {});  // warm-up
   const auto before = arena.heap_allocations;

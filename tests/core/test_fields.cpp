@@ -367,12 +367,18 @@ TEST_CASE("fields: normalize per channel in the input layout, or transposed in t
       else CHECK(img.shape()[3] == 3);
       for (std::size_t i = 0; i < b.size(); ++i) {
         const auto& px = r.images[b.ids()[i]];
+        // The same bits as sluice::normalize, the host reference of the device kernel.
+        sluice::normalize_params p{3};
+        for (int c = 0; c < 3; ++c) p.set(c, mean[c], sd[c]);
+        std::vector<float> same(48);
+        sluice::normalize(std::span<const std::uint8_t>(px.data(), 48), std::span<float>(same), p);
         for (std::size_t y = 0; y < 4; ++y)
           for (std::size_t x = 0; x < 4; ++x)
             for (std::size_t c = 0; c < 3; ++c) {
               const float want = (static_cast<float>(px[(y * 4 + x) * 3 + c]) - mean[c]) / sd[c];
               const std::size_t at = out == image_layout::chw ? c * 16 + y * 4 + x : (y * 4 + x) * 3 + c;
               CHECK(img[i * 48 + at] == doctest::Approx(want).epsilon(1e-6));
+              CHECK(img[i * 48 + at] == same[(y * 4 + x) * 3 + c]);
             }
       }
     }

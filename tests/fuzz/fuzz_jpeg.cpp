@@ -5,12 +5,12 @@
 #include "sluice/codec/jpeg.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const sluice::codecs::jpeg rgb({.width = 24, .height = 20, .crop = sluice::codecs::crop_at::random,
-                                         .resize_scale = 1.2, .random_flip = true,
-                                         .max_decoded_pixels = std::uint64_t{1} << 22});
-  static const sluice::codecs::jpeg grey({.width = 16, .height = 16, .format = sluice::codecs::pixels::grey,
-                                          .mode = sluice::codecs::fit::stretch,
-                                          .max_decoded_pixels = std::uint64_t{1} << 22});
+  static const sluice::codecs::jpeg rgb(
+      {.width = 24, .height = 20, .crop = sluice::codecs::crop_at::random, .resize_scale = 1.2, .random_flip = true},
+      {.max_decoded_pixels = std::uint64_t{1} << 22});
+  static const sluice::codecs::jpeg grey(
+      {.width = 16, .height = 16, .mode = sluice::codecs::fit::stretch},
+      {.format = sluice::codecs::pixels::grey, .max_decoded_pixels = std::uint64_t{1} << 22});
   static std::vector<std::byte> out(rgb.output_bytes());
   std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
   for (const auto* c : {&rgb, &grey}) {

@@ -6,13 +6,12 @@
 #include "sluice/codec/png.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const sluice::codecs::png rgb({.width = 24, .height = 20, .crop = sluice::codecs::crop_at::random,
-                                        .resize_scale = 1.2, .random_flip = true,
-                                        .max_decoded_pixels = std::uint64_t{1} << 22});
-  static const sluice::codecs::png grey_alpha({.width = 16, .height = 16, .format = sluice::codecs::pixels::grey,
-                                               .mode = sluice::codecs::fit::stretch, .keep_alpha = true,
-                                               .max_decoded_pixels = std::uint64_t{1} << 22,
-                                               .layout = sluice::image_layout::chw});
+  static const sluice::codecs::png rgb(
+      {.width = 24, .height = 20, .crop = sluice::codecs::crop_at::random, .resize_scale = 1.2, .random_flip = true},
+      {.max_decoded_pixels = std::uint64_t{1} << 22});
+  static const sluice::codecs::png grey_alpha(
+      {.width = 16, .height = 16, .mode = sluice::codecs::fit::stretch, .layout = sluice::image_layout::chw},
+      {.format = sluice::codecs::pixels::grey, .keep_alpha = true, .max_decoded_pixels = std::uint64_t{1} << 22});
   static std::vector<std::byte> out(rgb.output_bytes());
   std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
   for (const auto* c : {&rgb, &grey_alpha}) {

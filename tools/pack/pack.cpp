@@ -440,7 +440,7 @@ void decode_fully(std::span<const std::byte> b) {
 #if SLUICE_WITH_TURBOJPEG
   const auto hd = sluice::codecs::read_jpeg_header(b);
   // Output at the image's own size, no DCT scaling: every coefficient is decoded.
-  const sluice::codecs::jpeg dec{{.width = hd.width, .height = hd.height, .dct_scaling = false}};
+  const sluice::codecs::jpeg dec{{.width = hd.width, .height = hd.height}, {.dct_scaling = false}};
   thread_local std::vector<std::byte> out;
   out.resize(dec.output_bytes());
   dec.decode(b, out, {});

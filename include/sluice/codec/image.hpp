@@ -31,21 +31,9 @@
 
 namespace sluice::codecs {
 
-struct image_options {
-  int width = 224;
-  int height = 224;
-  pixels format = pixels::rgb;
-  fit mode = fit::crop;
-  crop_at crop = crop_at::center;
-  double resize_scale = 1.0;
-  bool random_flip = false;
-  bool dct_scaling = true;  // JPEG only: decode large images at a reduced DCT scale
-  bool fast_dct = false;    // JPEG only: TJFLAG_FASTDCT
-  std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;
-  image_layout layout = image_layout::hwc;
-  value_range scale{0.08, 1.0};             // fit::random_resized_crop (codec/transform.hpp)
-  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop
-};
+// What an image decode does beyond the geometry: a JPEG's options, of which PNG uses `format` and
+// `max_decoded_pixels` (dct_scaling and fast_dct are JPEG's only).
+using image_options = jpeg_options;
 
 enum class image_format { unknown, jpeg, png };
 
@@ -118,22 +106,17 @@ class image {
  public:
   using codec_concept = codec_tag;
 
-  image() : image(image_options{}) {}
-  explicit image(image_options o)
+  image() : image(geometry_options{}) {}
+  explicit image(geometry_options g, image_options o = {})
       : opt_(o),
-        jpeg_({.width = o.width, .height = o.height, .format = o.format, .mode = o.mode, .crop = o.crop,
-               .resize_scale = o.resize_scale, .random_flip = o.random_flip, .dct_scaling = o.dct_scaling,
-               .fast_dct = o.fast_dct, .max_decoded_pixels = o.max_decoded_pixels, .layout = o.layout,
-               .scale = o.scale, .ratio = o.ratio}),
-        png_({.width = o.width, .height = o.height, .format = o.format, .mode = o.mode, .crop = o.crop,
-              .resize_scale = o.resize_scale, .random_flip = o.random_flip, .keep_alpha = false,
-              .max_decoded_pixels = o.max_decoded_pixels, .layout = o.layout, .scale = o.scale, .ratio = o.ratio}) {}
+        jpeg_(g, o),
+        png_(g, {.format = o.format, .keep_alpha = false, .max_decoded_pixels = o.max_decoded_pixels}) {}
 
   [[nodiscard]] int channels() const noexcept { return jpeg_.channels(); }
   [[nodiscard]] std::size_t output_bytes() const noexcept { return jpeg_.output_bytes(); }
   [[nodiscard]] const image_options& options() const noexcept { return opt_; }
   [[nodiscard]] field_geometry geometry() const noexcept { return jpeg_.geometry(); }
-  [[nodiscard]] geometry_options transform_options() const noexcept { return jpeg_.transform_options(); }
+  [[nodiscard]] const geometry_options& transform_options() const noexcept { return jpeg_.transform_options(); }
   // Sample ctx's geometry for this image (reads the header only), JPEG or PNG alike.
   [[nodiscard]] image_transform plan(std::span<const std::byte> in, const sample_context& ctx) const {
     switch (sniff_image(in)) {

@@ -34,20 +34,12 @@
 
 namespace sluice::codecs {
 
+// What a JPEG decode does beyond the geometry (codecs::geometry_options: size, fit, flip, layout).
 struct jpeg_options {
-  int width = 224;
-  int height = 224;
   pixels format = pixels::rgb;
-  fit mode = fit::crop;
-  crop_at crop = crop_at::center;
-  double resize_scale = 1.0;
-  bool random_flip = false;
-  bool dct_scaling = true;          // decode large images at a reduced DCT scale
-  bool fast_dct = false;            // TJFLAG_FASTDCT: faster, slightly less accurate
+  bool dct_scaling = true;                                    // decode large images at a reduced DCT scale
+  bool fast_dct = false;                                      // TJFLAG_FASTDCT: faster, slightly less accurate
   std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;  // 64 Mpixel after DCT scaling
-  image_layout layout = image_layout::hwc;  // of the output: hwc (interleaved) or chw (planes)
-  value_range scale{0.08, 1.0};             // fit::random_resized_crop (codec/transform.hpp)
-  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop
 };
 
 struct jpeg_header {
@@ -261,32 +253,29 @@ class jpeg {
   using codec_concept = codec_tag;
 
   jpeg() = default;
-  explicit jpeg(jpeg_options o) : opt_(o) {
-    if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: jpeg output width and height must be positive");
-    if (o.layout != image_layout::hwc && o.layout != image_layout::chw)
+  explicit jpeg(geometry_options g, jpeg_options o = {}) : geo_(g), opt_(o) {
+    if (g.width <= 0 || g.height <= 0) throw usage_error("sluice: jpeg output width and height must be positive");
+    if (g.layout != image_layout::hwc && g.layout != image_layout::chw)
       throw usage_error("sluice: jpeg .layout is image_layout::hwc or image_layout::chw");
-    detail::check_geometry_options(transform_options());
+    detail::check_geometry_options(g);
   }
 
   [[nodiscard]] int channels() const noexcept { return opt_.format == pixels::rgb ? 3 : 1; }
   [[nodiscard]] std::size_t output_bytes() const noexcept {
-    return static_cast<std::size_t>(opt_.width) * static_cast<std::size_t>(opt_.height) * channels();
+    return static_cast<std::size_t>(geo_.width) * static_cast<std::size_t>(geo_.height) * channels();
   }
   [[nodiscard]] const jpeg_options& options() const noexcept { return opt_; }
   // What decode writes: shape {H, W, C} (hwc) or {C, H, W} (chw), and the layout.
   [[nodiscard]] field_geometry geometry() const noexcept {
-    const std::int64_t h = opt_.height, w = opt_.width, c = channels();
-    field_geometry g{.ndim = 3, .layout = opt_.layout};
-    if (opt_.layout == image_layout::chw) g.shape = {c, h, w};
+    const std::int64_t h = geo_.height, w = geo_.width, c = channels();
+    field_geometry g{.ndim = 3, .layout = geo_.layout};
+    if (geo_.layout == image_layout::chw)
+      g.shape = {c, h, w};
     else g.shape = {h, w, c};
     return g;
   }
   // The resize/crop/flip options of the transform pass (codec/transform.hpp).
-  [[nodiscard]] geometry_options transform_options() const noexcept {
-    return {.width = opt_.width, .height = opt_.height, .mode = opt_.mode, .crop = opt_.crop,
-            .resize_scale = opt_.resize_scale, .random_flip = opt_.random_flip, .layout = opt_.layout,
-            .scale = opt_.scale, .ratio = opt_.ratio};
-  }
+  [[nodiscard]] const geometry_options& transform_options() const noexcept { return geo_; }
   // Sample ctx's geometry for this JPEG (reads the header only): what decode(in, out, ctx)
   // applies, and what boxes and points of the same sample follow.
   [[nodiscard]] image_transform plan(std::span<const std::byte> in, const sample_context& ctx) const {
@@ -315,7 +304,8 @@ class jpeg {
   void decode_as(std::span<const std::byte> in, std::span<std::byte> out, const jpeg_header& hd,
                  const image_transform& t) const {
     if (out.size() < output_bytes()) throw usage_error("sluice: jpeg decode destination is smaller than output_bytes()");
-    if (t.src_width != hd.width || t.src_height != hd.height || t.out_width != opt_.width || t.out_height != opt_.height)
+    if (t.src_width != hd.width || t.src_height != hd.height || t.out_width != geo_.width ||
+        t.out_height != geo_.height)
       throw usage_error("sluice: jpeg decode given a transform planned for another image or output size");
     tjscalingfactor sf{1, 1};
     if (opt_.dct_scaling) sf = detail::pick_scale(source_scale_needed(t));
@@ -342,7 +332,7 @@ class jpeg {
     ci.scale_denom = static_cast<unsigned>(sf.denom);
     ci.dct_method = opt_.fast_dct ? JDCT_IFAST : JDCT_ISLOW;
     ci.do_fancy_upsampling = TRUE;
-    const geometry_plan p = to_plan(t, dw, dh, opt_.layout);
+    const geometry_plan p = to_plan(t, dw, dh, geo_.layout);
     const pixel_region need = source_region(p, dw, dh);
     const int x0 = std::max(0, need.x - region_margin), y0 = std::max(0, need.y - region_margin);
     const int x1 = std::min(dw, need.x + need.w + region_margin), y1 = std::min(dh, need.y + need.h + region_margin);
@@ -363,6 +353,7 @@ class jpeg {
     resample(scratch.data(), dw, dh, pitch, c, out, p, got);
   }
 
+  geometry_options geo_{};
   jpeg_options opt_{};
 };
 

@@ -36,19 +36,11 @@
 
 namespace sluice::codecs {
 
+// What a PNG decode does beyond the geometry (codecs::geometry_options: size, fit, flip, layout).
 struct png_options {
-  int width = 224;
-  int height = 224;
   pixels format = pixels::rgb;
-  fit mode = fit::crop;
-  crop_at crop = crop_at::center;
-  double resize_scale = 1.0;
-  bool random_flip = false;
   bool keep_alpha = false;  // add an alpha channel: RGBA (4) or grey + alpha (2)
   std::uint64_t max_decoded_pixels = std::uint64_t{1} << 26;  // 64 Mpixel
-  image_layout layout = image_layout::hwc;  // of the output: hwc (interleaved) or chw (planes)
-  value_range scale{0.08, 1.0};             // fit::random_resized_crop (codec/transform.hpp)
-  value_range ratio{3.0 / 4.0, 4.0 / 3.0};  // fit::random_resized_crop
 };
 
 struct png_header {
@@ -262,32 +254,28 @@ class png {
   using codec_concept = codec_tag;
 
   png() = default;
-  explicit png(png_options o) : opt_(o) {
-    if (o.width <= 0 || o.height <= 0) throw usage_error("sluice: png output width and height must be positive");
-    if (o.layout != image_layout::hwc && o.layout != image_layout::chw)
+  explicit png(geometry_options g, png_options o = {}) : geo_(g), opt_(o) {
+    if (g.width <= 0 || g.height <= 0) throw usage_error("sluice: png output width and height must be positive");
+    if (g.layout != image_layout::hwc && g.layout != image_layout::chw)
       throw usage_error("sluice: png .layout is image_layout::hwc or image_layout::chw");
-    detail::check_geometry_options(transform_options());
+    detail::check_geometry_options(g);
   }
 
   [[nodiscard]] int channels() const noexcept { return (opt_.format == pixels::rgb ? 3 : 1) + (opt_.keep_alpha ? 1 : 0); }
   [[nodiscard]] std::size_t output_bytes() const noexcept {
-    return static_cast<std::size_t>(opt_.width) * static_cast<std::size_t>(opt_.height) * channels();
+    return static_cast<std::size_t>(geo_.width) * static_cast<std::size_t>(geo_.height) * channels();
   }
   [[nodiscard]] const png_options& options() const noexcept { return opt_; }
   // What decode writes: shape {H, W, C} (hwc) or {C, H, W} (chw), and the layout.
   [[nodiscard]] field_geometry geometry() const noexcept {
-    const std::int64_t h = opt_.height, w = opt_.width, c = channels();
-    field_geometry g{.ndim = 3, .layout = opt_.layout};
-    if (opt_.layout == image_layout::chw) g.shape = {c, h, w};
+    const std::int64_t h = geo_.height, w = geo_.width, c = channels();
+    field_geometry g{.ndim = 3, .layout = geo_.layout};
+    if (geo_.layout == image_layout::chw) g.shape = {c, h, w};
     else g.shape = {h, w, c};
     return g;
   }
   // The resize/crop/flip options of the transform pass (codec/transform.hpp).
-  [[nodiscard]] geometry_options transform_options() const noexcept {
-    return {.width = opt_.width, .height = opt_.height, .mode = opt_.mode, .crop = opt_.crop,
-            .resize_scale = opt_.resize_scale, .random_flip = opt_.random_flip, .layout = opt_.layout,
-            .scale = opt_.scale, .ratio = opt_.ratio};
-  }
+  [[nodiscard]] const geometry_options& transform_options() const noexcept { return geo_; }
   // Sample ctx's geometry for this PNG (reads the header only): what decode(in, out, ctx)
   // applies, and what boxes and points of the same sample follow.
   [[nodiscard]] image_transform plan(std::span<const std::byte> in, const sample_context& ctx) const {
@@ -319,7 +307,7 @@ class png {
       throw format_error("<png data>", {}, "PNG of " + std::to_string(h.width) + "x" + std::to_string(h.height) +
                                               " has more than max_decoded_pixels");
     const image_transform t = given != nullptr ? *given : plan_transform(h.width, h.height, transform_options(), *ctx);
-    if (t.src_width != h.width || t.src_height != h.height || t.out_width != opt_.width || t.out_height != opt_.height)
+    if (t.src_width != h.width || t.src_height != h.height || t.out_width != geo_.width || t.out_height != geo_.height)
       throw usage_error("sluice: png decode given a transform planned for another image or output size");
     const int c = channels();
     const std::size_t pitch = static_cast<std::size_t>(h.width) * c;
@@ -327,9 +315,10 @@ class png {
     if (scratch.size() < pitch * h.height) scratch.resize(pitch * h.height);
     if (detail::png_read_pixels_c(r.png, r.info, c, scratch.data(), pitch, static_cast<std::uint32_t>(h.height)) != 0)
       detail::png_fail(r.src, "decode");
-    resample(scratch.data(), h.width, h.height, pitch, c, out, to_plan(t, h.width, h.height, opt_.layout));
+    resample(scratch.data(), h.width, h.height, pitch, c, out, to_plan(t, h.width, h.height, geo_.layout));
   }
 
+  geometry_options geo_{};
   png_options opt_{};
 };
 

@@ -8,7 +8,8 @@
 //                                 to float / f16 / bf16: out = (in - mean[c]) * (1 / std[c]).
 //                                 Computed in float as one subtraction then one multiplication, so
 //                                 the device gives the same float bit for bit; f16/bf16 round to
-//                                 nearest even from that float.
+//                                 nearest even from that float. collate({.output = f32}) and
+//                                 normalized<> run the same loop (detail::normalize_u8).
 //   cast_count_overflow(in, out)  float -> f16 or bf16, returns how many finite inputs became
 //                                 +-inf. fp16 overflows from 65520 on; bf16 only near 3.4e38.
 //   label_histogram(labels, counts) counts[l] = how many labels equal l, for l in [0, counts.size());
@@ -25,10 +26,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "sluice/core/error.hpp"
 #include "sluice/core/half.hpp"
+#include "sluice/core/tensor.hpp"
 
 namespace sluice {
 
@@ -65,16 +69,75 @@ template <class Out>
 inline constexpr bool is_batch_float = std::is_same_v<Out, float> || std::is_same_v<Out, f16> || std::is_same_v<Out, bf16>;
 }  // namespace detail
 
+namespace detail {
+// The one per-channel normalisation loop: y = (x - mean[c]) * inv_std[c] in float, a subtraction
+// then a multiplication (no fused multiply-add to differ by: cuda/batch_ops.cuh gives the same
+// bits). x holds n values of ch channels in layout `in` (none reads as hwc); y gets them in layout
+// `out`, transposed in the same pass when the two differ (then n is a whole number of pixels).
+// In place of a transpose, a tail past the last whole pixel continues channel = index % ch.
+template <class Out>
+void normalize_u8(const std::uint8_t* x, Out* y, std::size_t n, std::size_t ch, const float* mean,
+                  const float* inv_std, image_layout in, image_layout out) noexcept {
+  auto f = [&](std::uint8_t v, std::size_t c) { return from_float<Out>((static_cast<float>(v) - mean[c]) * inv_std[c]); };
+  const bool in_chw = in == image_layout::chw, out_chw = out == image_layout::chw;
+  if (ch == 1) {
+    for (std::size_t i = 0; i < n; ++i) y[i] = f(x[i], 0);
+    return;
+  }
+  const std::size_t plane = n / ch;
+  if (in_chw && out_chw) {
+    for (std::size_t c = 0; c < ch; ++c)
+      for (std::size_t p = 0; p < plane; ++p) y[c * plane + p] = f(x[c * plane + p], c);
+  } else if (!in_chw && !out_chw) {
+    for (std::size_t p = 0; p < plane; ++p)
+      for (std::size_t c = 0; c < ch; ++c) y[p * ch + c] = f(x[p * ch + c], c);
+    for (std::size_t i = plane * ch; i < n; ++i) y[i] = f(x[i], i - plane * ch);
+  } else if (!in_chw) {  // hwc -> chw
+    for (std::size_t c = 0; c < ch; ++c)
+      for (std::size_t p = 0; p < plane; ++p) y[c * plane + p] = f(x[p * ch + c], c);
+  } else {  // chw -> hwc
+    for (std::size_t p = 0; p < plane; ++p)
+      for (std::size_t c = 0; c < ch; ++c) y[p * ch + c] = f(x[c * plane + p], c);
+  }
+}
+
+// A collator's options, mean and std per channel on the scale of x * scale (e.g. 0.485 with
+// scale 1/255), as normalize_u8's mean and inv_std on the scale of x: (x * scale - m) / s ==
+// (x - m / scale) * (scale / s). Empty: mean 0, std 1; one value: every channel. `what` names the
+// collator in the usage_error for a count that fits neither, a std that is not positive, or a
+// scale that is zero or not finite.
+struct channel_affine {
+  std::vector<float> mean, inv_std;
+  channel_affine() = default;
+  channel_affine(const std::vector<float>& m, const std::vector<float>& s, float scale, std::size_t channels,
+                 const std::string& what) {
+    if (!(std::isfinite(scale) && scale != 0.f)) throw usage_error(what + ".scale must be finite and non-zero");
+    auto each = [&](const std::vector<float>& v, const char* name) {
+      if (!v.empty() && v.size() != 1 && v.size() != channels)
+        throw usage_error(what + name + " has " + std::to_string(v.size()) + " values for " + std::to_string(channels) +
+                          " channels");
+    };
+    each(m, ".mean");
+    each(s, ".std");
+    mean.resize(channels);
+    inv_std.resize(channels);
+    for (std::size_t c = 0; c < channels; ++c) {
+      const float mc = m.empty() ? 0.f : m[m.size() == 1 ? 0 : c];
+      const float sc = s.empty() ? 1.f : s[s.size() == 1 ? 0 : c];
+      if (!(sc > 0.f)) throw usage_error(what + ".std must be positive");
+      mean[c] = mc / scale;
+      inv_std[c] = scale / sc;
+    }
+  }
+};
+}  // namespace detail
+
 template <class Out>
 void normalize(std::span<const std::uint8_t> in, std::span<Out> out, const normalize_params& p) {
   static_assert(detail::is_batch_float<Out>, "sluice::normalize: output is float, sluice::f16 or sluice::bf16");
   if (out.size() < in.size()) throw usage_error("sluice::normalize: output is shorter than the input");
-  int c = 0;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const float diff = static_cast<float>(in[i]) - p.mean[c];
-    out[i] = detail::from_float<Out>(diff * p.inv_std[c]);
-    c = c + 1 == p.channels ? 0 : c + 1;
-  }
+  detail::normalize_u8(in.data(), out.data(), in.size(), static_cast<std::size_t>(p.channels), p.mean, p.inv_std,
+                       image_layout::hwc, image_layout::hwc);
 }
 
 template <class Out>

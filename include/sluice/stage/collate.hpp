@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "sluice/core/batch.hpp"
+#include "sluice/core/batch_ops.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
@@ -79,26 +80,10 @@ class collate_stage {
                         " (per-field collators write other types)");
     if (opt_.output == dtype::f32) {
       if (opt_.channels == 0) throw usage_error("sluice: collate: channels must be at least 1");
-      auto check = [&](const std::vector<float>& v, const char* what) {
-        if (!v.empty() && v.size() != opt_.channels && v.size() != 1)
-          throw usage_error(std::string("sluice: collate: ") + what + " has " + std::to_string(v.size()) +
-                            " values for " + std::to_string(opt_.channels) + " channels");
-      };
-      check(opt_.mean, "mean");
-      check(opt_.std, "std");
-      a_.resize(opt_.channels);
-      b_.resize(opt_.channels);
-      for (std::size_t c = 0; c < opt_.channels; ++c) {
-        float m = opt_.mean.empty() ? 0.f : opt_.mean[opt_.mean.size() == 1 ? 0 : c];
-        float s = opt_.std.empty() ? 1.f : opt_.std[opt_.std.size() == 1 ? 0 : c];
-        if (!(s > 0.f)) throw usage_error("sluice: collate: std must be positive");
-        a_[c] = opt_.scale / s;
-        b_[c] = -m / s;
-      }
+      norm_ = detail::channel_affine(opt_.mean, opt_.std, opt_.scale, opt_.channels, "sluice: collate: ");
     }
   }
 
-  [[nodiscard]] const collate_options& options() const noexcept { return opt_; }
   [[nodiscard]] std::size_t batch_size() const noexcept { return opt_.batch; }
   [[nodiscard]] bool drop_last() const noexcept { return opt_.drop_last; }
   [[nodiscard]] dtype output() const noexcept { return opt_.output; }
@@ -224,21 +209,8 @@ class collate_stage {
   }
 
   void to_float(const std::uint8_t* x, std::size_t n, float* y, image_layout producer) const noexcept {
-    const std::size_t ch = opt_.channels;
     const image_layout lay = opt_.layout != image_layout::none ? opt_.layout : producer;
-    if (ch == 1) {
-      const float a = a_[0], b = b_[0];
-      for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]) * a + b;
-    } else if (lay == image_layout::chw) {
-      const std::size_t plane = n / ch;
-      for (std::size_t c = 0; c < ch; ++c) {
-        const float a = a_[c], b = b_[c];
-        for (std::size_t i = 0; i < plane; ++i) y[c * plane + i] = static_cast<float>(x[c * plane + i]) * a + b;
-      }
-    } else {
-      for (std::size_t i = 0; i < n; i += ch)
-        for (std::size_t c = 0; c < ch && i + c < n; ++c) y[i + c] = static_cast<float>(x[i + c]) * a_[c] + b_[c];
-    }
+    detail::normalize_u8(x, y, n, opt_.channels, norm_.mean.data(), norm_.inv_std.data(), lay, lay);
   }
 
   static usage_error size_mismatch(std::size_t n, std::size_t expected) {
@@ -248,7 +220,7 @@ class collate_stage {
 
   collate_options opt_;
   std::size_t shape_elements_ = 0;  // product of .shape (0: no shape given)
-  std::vector<float> a_, b_;
+  detail::channel_affine norm_;  // f32 output: per channel, on the scale of the stored bytes
 };
 
 inline collate_stage collate(collate_options o = {}) { return collate_stage(std::move(o)); }

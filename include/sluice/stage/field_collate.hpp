@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "sluice/core/batch.hpp"
+#include "sluice/core/batch_ops.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/fixed_string.hpp"
@@ -248,8 +249,8 @@ struct normalized {
     std::size_t bytes = 0;
     std::size_t channels = 1;
     image_layout in = image_layout::none, out = image_layout::none;
-    field_geometry geo;  // output shape per sample
-    std::vector<float> a, b;
+    field_geometry geo;          // output shape per sample
+    detail::channel_affine norm;  // on the scale of the stored bytes
     std::vector<std::byte> tmp;
     std::size_t offset = 0;
   };
@@ -292,23 +293,7 @@ struct normalized {
     if (static_cast<std::size_t>(detail::product({g.shape.data(), g.ndim})) != n)
       detail::field_error<Name>(s, std::to_string(n) + " bytes do not hold an image of shape " +
                                        detail::shape_text({g.shape.data(), g.ndim}));
-    auto per_channel = [&](const std::vector<float>& v, float dflt, const char* what) {
-      if (!v.empty() && v.size() != 1 && v.size() != channels)
-        throw usage_error(nm + what + " has " + std::to_string(v.size()) + " values for " + std::to_string(channels) +
-                          " channels");
-      std::vector<float> r(channels);
-      for (std::size_t c = 0; c < channels; ++c) r[c] = v.empty() ? dflt : v[v.size() == 1 ? 0 : c];
-      return r;
-    };
-    const auto m = per_channel(mean, 0.f, ".mean");
-    const auto sd = per_channel(std, 1.f, ".std");
-    sc.a.resize(channels);
-    sc.b.resize(channels);
-    for (std::size_t c = 0; c < channels; ++c) {
-      if (!(sd[c] > 0.f)) throw usage_error(nm + ".std must be positive");
-      sc.a[c] = scale / sd[c];
-      sc.b[c] = -m[c] / sd[c];
-    }
+    sc.norm = detail::channel_affine(mean, std, scale, channels, nm);
     sc.in = in;
     sc.out = output == image_layout::none ? in : output;
     if (g.ndim == 3 && sc.out != in) {  // the output shape is the transposed one
@@ -344,30 +329,9 @@ struct normalized {
   template <class S>
   void finish(std::span<const S>, std::byte*, scratch&, const batch_layout&) const noexcept {}
 
-  // y = x * a[c] + b[c], reading the input layout and writing the output layout in one pass.
+  // One pass from the input layout to the output layout (core/batch_ops.hpp's normalize_u8).
   static void convert(const std::uint8_t* x, float* y, const scratch& sc) noexcept {
-    const std::size_t n = sc.bytes, ch = sc.channels;
-    const float* a = sc.a.data();
-    const float* b = sc.b.data();
-    if (ch == 1) {
-      const float a0 = a[0], b0 = b[0];
-      for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]) * a0 + b0;
-      return;
-    }
-    const std::size_t plane = n / ch;
-    if (sc.in == image_layout::chw && sc.out == image_layout::chw) {
-      for (std::size_t c = 0; c < ch; ++c)
-        for (std::size_t p = 0; p < plane; ++p) y[c * plane + p] = static_cast<float>(x[c * plane + p]) * a[c] + b[c];
-    } else if (sc.in == image_layout::hwc && sc.out == image_layout::hwc) {
-      for (std::size_t p = 0; p < plane; ++p)
-        for (std::size_t c = 0; c < ch; ++c) y[p * ch + c] = static_cast<float>(x[p * ch + c]) * a[c] + b[c];
-    } else if (sc.in == image_layout::hwc) {  // -> chw
-      for (std::size_t c = 0; c < ch; ++c)
-        for (std::size_t p = 0; p < plane; ++p) y[c * plane + p] = static_cast<float>(x[p * ch + c]) * a[c] + b[c];
-    } else {  // chw -> hwc
-      for (std::size_t p = 0; p < plane; ++p)
-        for (std::size_t c = 0; c < ch; ++c) y[p * ch + c] = static_cast<float>(x[c * plane + p]) * a[c] + b[c];
-    }
+    detail::normalize_u8(x, y, sc.bytes, sc.channels, sc.norm.mean.data(), sc.norm.inv_std.data(), sc.in, sc.out);
   }
 };
 
