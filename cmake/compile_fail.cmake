@@ -12,6 +12,7 @@ set(expect_WRONG_FIELD_DTYPE "element type is not the field's" "image")
 set(expect_VARIABLE_FIELD_STACKED "has a variable-length field" "pad<")
 set(expect_MISSPELT_HOOK "hook::on_filled: declared but not callable" "misspelt_hook")
 set(expect_HOOK_WRONG_SIGNATURE "hook::on_release: declared but not callable" "wrong_signature_hook")
+set(expect_REPORT_WRONG_SIGNATURE "a stage's report hook is" "wrong_report_stage")
 set(expect_UNDECLARED_HOOKS "a batch stage declares the hooks it implements" "undeclared_hooks")
 set(expect_INSTANCE_MASKS_WITHOUT_BOXES "instance_masks<Field, Boxes> follows the rows a boxes<Boxes")
 execute_process(

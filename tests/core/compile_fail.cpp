@@ -58,6 +58,16 @@ struct undeclared_hooks {  // no hooks declaration at all
   static constexpr std::string_view name = "undeclared";
   void on_filled(sluice::batch_slot&, sluice::no_slot_state&) {}
 };
+// A per-sample stage whose report hook takes the wrong argument (core/concepts.hpp: sample_stage).
+struct wrong_report_stage {
+  using stage_concept = sluice::sample_stage_tag;
+  static constexpr std::string_view name = "wrong_report";
+  template <class In>
+  In operator()(In in, const sluice::sample_context&) const {
+    return in;
+  }
+  void report(std::string&) const {}
+};
 }  // namespace
 
 int main() {
@@ -98,6 +108,8 @@ int main() {
   auto p = sluice::from(s) | sluice::read(r) | sluice::collate({.batch = 1}) | wrong_signature_hook{} | sluice::prefetch(2);
 #elif defined(UNDECLARED_HOOKS)
   auto p = sluice::from(s) | sluice::read(r) | sluice::collate({.batch = 1}) | undeclared_hooks{} | sluice::prefetch(2);
+#elif defined(REPORT_WRONG_SIGNATURE)
+  auto p = sluice::from(s) | sluice::read(r) | wrong_report_stage{} | sluice::collate({.batch = 1}) | sluice::prefetch(2);
 #elif defined(VARIABLE_FIELD_STACKED)
   field_reader fr;
   auto l = sluice::from(s) | sluice::read(fr) | sluice::collate({.batch = 1}) | sluice::prefetch(2);

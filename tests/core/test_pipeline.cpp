@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -100,6 +101,44 @@ TEST_CASE("a user's batch stage with declared hooks sees every batch, on_filled 
     CHECK(counter.bytes->load() >= 100 * 64);  // the records, and the labels and ids beside them
     CHECK(counter.released->load() == 7);
   }
+}
+
+namespace {
+// A per-sample stage that counts what passes and says so through the report hook.
+template <fixed_string Name>
+struct counting_stage {
+  using stage_concept = sample_stage_tag;
+  static constexpr std::string_view name = Name.view();
+  std::shared_ptr<std::atomic<std::uint64_t>> seen = std::make_shared<std::atomic<std::uint64_t>>(0);
+  template <class In>
+  In operator()(In in, const sample_context&) const {
+    seen->fetch_add(1, std::memory_order_relaxed);
+    return in;
+  }
+  void report(stage_report& r) const { r.add("seen", seen->load(std::memory_order_relaxed)).add("constant", 7); }
+};
+}  // namespace
+
+TEST_CASE("a stage's report hook: its counters in pipeline_stats::reports, in pipeline order") {
+  mem_reader r(40, 8);
+  counting_stage<"first"> a;
+  counting_stage<"second"> b;
+  auto loader = from(sample::sequential(40)) | read(r) | a | b | collate({.batch = 8}) | prefetch(2, {.workers = 2});
+  for (auto& batch : loader.epoch(0)) (void)batch;
+  const auto s = loader.stats();
+  REQUIRE(s.reports.size() == 2);
+  CHECK(s.reports[0].stage == "first");
+  CHECK(s.reports[1].stage == "second");
+  CHECK(s.reports[0]["seen"] == a.seen->load());
+  CHECK(s.reports[0]["seen"] >= 40);  // each sample at least once (a size probe may add one)
+  CHECK(s.reports[1]["constant"] == 7);
+  CHECK(s.reports[1]["missing"] == 0);
+  CHECK_FALSE(s.reports[1].has("missing"));
+  CHECK(s.report("second") == &s.reports[1]);
+  CHECK(s.report("third") == nullptr);
+  diag::json_writer w;
+  diag::to_json(w, s);
+  CHECK(std::move(w).str().find("\"reports\":[{\"stage\":\"first\",\"seen\":") != std::string::npos);
 }
 
 TEST_CASE("collate writes each sample once, in order, with labels and ids") {

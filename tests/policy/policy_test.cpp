@@ -533,14 +533,19 @@ TEST_CASE("loader: a cache stage changes nothing in the batches and hits from th
   CHECK(s.entries == 2000);
   // The same counters reach the pipeline's own stats.
   const auto ps = cached.stats();
-  REQUIRE(ps.caches.size() == 1);
-  CHECK(ps.caches[0].stage == "cache");
-  CHECK(ps.caches[0].hits == s.hits);
-  CHECK(ps.caches[0].misses == s.misses);
-  CHECK(ps.caches[0].bytes == 2000u * 32u);
-  CHECK(ps.caches[0].evictions == 0);
-  CHECK(ps.caches[0].hit_rate() > 0.49);
-  CHECK(plain.stats().caches.empty());
+  REQUIRE(ps.reports.size() == 1);
+  const sluice::stage_report* rep = ps.report("cache");
+  REQUIRE(rep != nullptr);
+  CHECK(rep == &ps.reports[0]);
+  CHECK((*rep)["hits"] == s.hits);
+  CHECK((*rep)["misses"] == s.misses);
+  CHECK((*rep)["bytes"] == 2000u * 32u);
+  CHECK(rep->has("evictions"));
+  CHECK((*rep)["evictions"] == 0);
+  CHECK_FALSE(rep->has("hit_rate"));
+  CHECK(static_cast<double>((*rep)["hits"]) / static_cast<double>((*rep)["hits"] + (*rep)["misses"]) > 0.49);
+  CHECK(plain.stats().reports.empty());
+  CHECK(plain.stats().report("cache") == nullptr);
 }
 
 TEST_CASE("loader: the worker tuner changes active workers, batches stay identical") {

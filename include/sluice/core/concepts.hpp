@@ -168,12 +168,23 @@ template <class S>
 concept collatable = bytes_sample<S> || deferred_sample<S>;
 
 // A per-sample stage: declares its tag and a name, and is callable on its input with a context.
+// Optional: `void report(sluice::stage_report& r) const`, called by loader.stats() on the thread
+// that asks, adds the stage's own counters (r.add("hits", n)) to pipeline_stats::reports; it must be
+// thread-safe against the stage's calls. A member named `report` of another signature fails to
+// compile where the stage is composed.
 template <class T>
 concept sample_stage = requires {
   typename T::stage_concept;
   requires std::same_as<typename T::stage_concept, sample_stage_tag>;
   { T::name } -> std::convertible_to<std::string_view>;
 };
+
+struct stage_report;  // core/stats.hpp
+template <class T>
+concept reports_itself = requires(const T& t, stage_report& r) { t.report(r); };
+// Whether T's `report` member, if any, is the hook above.
+template <class T>
+inline constexpr bool report_hook_well_formed = reports_itself<T> || !requires { &T::report; };
 
 template <class T>
 concept batch_stage = requires {

@@ -222,8 +222,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       }
     }
     history_.close(snapshot_locked(), delivered_ >= num_batches_);  // the workers are idle: final counters
-    if constexpr (preparing_sampler<typename SampleChain::sampler_type>) chain_.chain.sampler_.prepare(epoch);
-    const std::uint64_t n = chain_.chain.sampler_.size(epoch);
+    if constexpr (preparing_sampler<typename SampleChain::sampler_type>) chain_.chain.sampler().prepare(epoch);
+    const std::uint64_t n = chain_.chain.sampler().size(epoch);
     if (start > n) throw usage_error("sluice: resume position " + std::to_string(start) +
                                      " is past the end of epoch " + std::to_string(epoch) +
                                      " (" + std::to_string(n) + " samples)");
@@ -447,7 +447,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   [[nodiscard]] std::uint64_t batches_for(std::uint64_t e) const { return batches_from(e, 0); }
   // The batches a run of epoch `e` started at sample position `start` yields.
   [[nodiscard]] std::uint64_t batches_from(std::uint64_t e, std::uint64_t start) const {
-    const std::uint64_t n = chain_.chain.sampler_.size(e), b = chain_.collate.batch_size();
+    const std::uint64_t n = chain_.chain.sampler().size(e), b = chain_.collate.batch_size();
     const std::uint64_t rem = start < n ? n - start : 0;
     return chain_.collate.drop_last() ? rem / b : (rem + b - 1) / b;
   }
@@ -484,19 +484,19 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
         s.stages[i].calls += c.stage_calls[i].get();
       }
     }
-    // Cache stages report their tier's counters (hits, misses, bytes, evictions) here too.
+    // Stages with a report hook (core/concepts.hpp) add their own counters.
     std::apply(
         [&](const auto&... st) {
           auto one = [&](const auto& stage) {
-            if constexpr (requires { stage.stats().hits; stage.stats().evictions; }) {
-              const auto c = stage.stats();
-              s.caches.push_back({std::decay_t<decltype(stage)>::name, c.hits, c.misses, c.inserts, c.rejected,
-                                  c.evictions, c.bytes, c.entries, c.capacity_bytes});
+            if constexpr (reports_itself<std::decay_t<decltype(stage)>>) {
+              stage_report r{.stage = std::decay_t<decltype(stage)>::name, .counters = {}};
+              stage.report(r);
+              s.reports.push_back(std::move(r));
             }
           };
           (one(st), ...);
         },
-        chain_.chain.stages_);
+        chain_.chain.stages());
     s.depth = depth_;
     s.workers = active_workers_;
     s.capacity = slots_.size();
@@ -810,7 +810,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
       }
     }
     auto& ctr = counters_[w];
-    const auto& sampler = chain_.chain.sampler_;
+    const auto& sampler = chain_.chain.sampler();
     const auto& col = chain_.collate;
     std::uint64_t local_stage_ns[n_stages + 1] = {};  // sampled, 1 sample in stage_timing_stride (+1: never empty)
     std::uint64_t skipped = 0;
@@ -1385,7 +1385,7 @@ class loader {
     ring_->set_interrupt(std::move(check), every);
   }
   void set_workers(std::size_t n) { ring_->set_workers(n); }
-  [[nodiscard]] auto& sampler() noexcept { return ring_->chain().chain.sampler_; }
+  [[nodiscard]] auto& sampler() noexcept { return ring_->chain().chain.sampler(); }
   [[nodiscard]] Depth& depth_policy() noexcept { return ring_->depth_policy(); }
 
   class epoch_range {

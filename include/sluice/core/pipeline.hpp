@@ -104,10 +104,12 @@ class sample_chain {
 
   sample_chain(Sampler s, std::tuple<Stages...> st) : sampler_(std::move(s)), stages_(std::move(st)) {}
 
-  [[nodiscard]] Sampler& sampler() noexcept { return sampler_; }
-  [[nodiscard]] const Sampler& sampler() const noexcept { return sampler_; }
-  [[nodiscard]] std::tuple<Stages...>& stages() noexcept { return stages_; }
-  [[nodiscard]] const std::tuple<Stages...>& stages() const noexcept { return stages_; }
+  [[nodiscard]] Sampler& sampler() & noexcept { return sampler_; }
+  [[nodiscard]] const Sampler& sampler() const& noexcept { return sampler_; }
+  [[nodiscard]] Sampler&& sampler() && noexcept { return std::move(sampler_); }
+  [[nodiscard]] std::tuple<Stages...>& stages() & noexcept { return stages_; }
+  [[nodiscard]] const std::tuple<Stages...>& stages() const& noexcept { return stages_; }
+  [[nodiscard]] std::tuple<Stages...>&& stages() && noexcept { return std::move(stages_); }
 
   // Runs every stage on sample `id`. With Timed, adds each stage's duration to stage_ns[i]:
   // one clock read before the first stage and one after each (stages + 1 reads, not 2 a stage).
@@ -130,10 +132,10 @@ class sample_chain {
     return apply<Timed>(id, ctx, origin, stage_ns);
   }
 
+ private:
   Sampler sampler_;
   std::tuple<Stages...> stages_;
 
- private:
   template <std::size_t I, bool Timed, class In>
   SLUICE_ALWAYS_INLINE auto apply_from(In&& in, const sample_context& ctx, std::uint64_t* stage_ns,
                                        std::uint64_t& t, std::string_view& origin) const {
@@ -231,12 +233,14 @@ auto operator|(Chain&& c, Stage&& st) {
                                       detail::chain_fault::input_mismatch>::value;
     return c;
   } else {
+    static_assert(report_hook_well_formed<S>,
+                  "sluice: a stage's report hook is `void report(sluice::stage_report&) const` (core/concepts.hpp)");
     return std::apply(
         [&](auto&&... prev) {
           return sample_chain<typename C::sampler_type, std::decay_t<decltype(prev)>..., S>(
-              std::forward<Chain>(c).sampler_, std::tuple{std::move(prev)..., std::forward<Stage>(st)});
+              std::forward<Chain>(c).sampler(), std::tuple{std::move(prev)..., std::forward<Stage>(st)});
         },
-        std::forward<Chain>(c).stages_);
+        std::forward<Chain>(c).stages());
   }
 }
 

@@ -145,7 +145,7 @@ template <class BChain>
 [[nodiscard]] state_fingerprint chain_fingerprint(const BChain& chain, std::uint64_t epoch) {
   using sample_type = typename BChain::sample_chain_type::output_type;
   using collate_type = typename BChain::collate_type;
-  const auto& sampler = chain.chain.sampler_;
+  const auto& sampler = chain.chain.sampler();
   state_fingerprint f;
   const sampler_fingerprint sf = fingerprint_of(sampler, epoch);
   f.sampler_kind = sf.kind.empty() ? std::string("unnamed sampler") : sf.kind;
@@ -178,7 +178,7 @@ template <class BChain>
         };
         (one(st), ...);
       },
-      chain.chain.stages_);
+      chain.chain.stages());
   f.dataset_id = any_reader ? data.value() : 0;
   if constexpr (requires { static_cast<std::uint64_t>(sampler.dataset_size()); }) {
     if (f.dataset_samples == state_fingerprint::unknown)

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sluice/core/concepts.hpp"
@@ -37,13 +38,28 @@ struct stage_stats {
   std::uint64_t calls = 0;    // exact: samples (per-sample stages, collate), batches (batch stages)
 };
 
-// A cache stage's counters as the pipeline reports them (stage/cache.hpp fills them from its tier).
-struct cache_stage_stats {
-  std::string_view stage;
-  std::uint64_t hits = 0, misses = 0, inserts = 0, rejected = 0, evictions = 0;
-  std::uint64_t bytes = 0, entries = 0, capacity_bytes = 0;
-  [[nodiscard]] double hit_rate() const noexcept {
-    return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
+// What a stage says about itself, as named counters in the order it adds them. A per-sample stage
+// with the optional hook `void report(sluice::stage_report&) const` (core/concepts.hpp) is asked
+// on every loader.stats(); stage/cache.hpp's cache reports its tier (hits, misses, inserts,
+// rejected, evictions, bytes, entries, capacity_bytes).
+struct stage_report {
+  std::string_view stage;  // the stage's name
+  std::vector<std::pair<std::string, std::uint64_t>> counters;
+
+  stage_report& add(std::string key, std::uint64_t value) {
+    counters.emplace_back(std::move(key), value);
+    return *this;
+  }
+  // The counter called `key`; 0 when the stage did not report it.
+  [[nodiscard]] std::uint64_t operator[](std::string_view key) const noexcept {
+    for (const auto& [k, v] : counters)
+      if (k == key) return v;
+    return 0;
+  }
+  [[nodiscard]] bool has(std::string_view key) const noexcept {
+    for (const auto& kv : counters)
+      if (kv.first == key) return true;
+    return false;
   }
 };
 
@@ -68,7 +84,7 @@ struct pipeline_stats {
                                         // (loader_options::split_batches)
   std::vector<stage_stats> stages;      // per-sample stages in order, then "collate", then the batch
                                         // stages (pin, to_device): their worker-side hooks per batch
-  std::vector<cache_stage_stats> caches;  // one per cache stage, in pipeline order
+  std::vector<stage_report> reports;    // one per stage with a report hook, in pipeline order
   std::size_t depth = 0;                // current prefetch depth
   std::size_t workers = 0;              // active workers
   std::size_t capacity = 0;             // ring slots (max depth + max workers, + slots_grown)
@@ -85,6 +101,12 @@ struct pipeline_stats {
   [[nodiscard]] double samples_per_second() const noexcept {
     double t = static_cast<double>(consumer_wait_ns + consumer_busy_ns + warmup_wait_ns);
     return t > 0 ? static_cast<double>(samples) * 1e9 / t : 0.0;
+  }
+  // The first report of the stage called `name` (reports: in pipeline order), or nullptr.
+  [[nodiscard]] const stage_report* report(std::string_view name) const noexcept {
+    for (const auto& r : reports)
+      if (r.stage == name) return &r;
+    return nullptr;
   }
 };
 

@@ -67,12 +67,11 @@ inline void to_json(json_writer& w, const pipeline_stats& s) {
   w.end_array();
   w.key("bottleneck");
   to_json(w, bottleneck(s));
-  w.key("caches").begin_array();
-  for (const auto& c : s.caches) {
-    w.begin_object().field("stage", c.stage).field("hits", c.hits).field("misses", c.misses)
-        .field("hit_rate", c.hit_rate()).field("inserts", c.inserts).field("rejected", c.rejected)
-        .field("evictions", c.evictions).field("bytes", c.bytes).field("entries", c.entries)
-        .field("capacity_bytes", c.capacity_bytes).end_object();
+  w.key("reports").begin_array();
+  for (const auto& r : s.reports) {
+    w.begin_object().field("stage", r.stage);
+    for (const auto& [k, v] : r.counters) w.field(k, v);
+    w.end_object();
   }
   w.end_array()
       .field("depth", s.depth).field("workers", s.workers).field("capacity", s.capacity)

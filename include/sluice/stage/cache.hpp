@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "sluice/core/concepts.hpp"
+#include "sluice/core/stats.hpp"
 #include "sluice/policy/cache.hpp"
 
 namespace sluice {
@@ -117,6 +118,13 @@ class cache_stage {
   }
 
   [[nodiscard]] cache_stats stats() const { return tier_.stats(); }
+  // The tier's counters in loader.stats().reports (the report hook, core/concepts.hpp).
+  void report(stage_report& r) const {
+    const cache_stats c = tier_.stats();
+    r.add("hits", c.hits).add("misses", c.misses).add("inserts", c.inserts).add("rejected", c.rejected);
+    r.add("evictions", c.evictions).add("bytes", c.bytes).add("entries", c.entries);
+    r.add("capacity_bytes", c.capacity_bytes);
+  }
   [[nodiscard]] const Tier& tier() const noexcept { return tier_; }
 
  private:
