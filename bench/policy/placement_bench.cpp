@@ -1,5 +1,5 @@
 // Decode placement (policy/placement.hpp, stage/split_decode.hpp): host-only, device-only and
-// adaptive splits of each batch's images between the host workers and a device, through the real
+// balanced splits of each batch's images between the host workers and a device, through the real
 // loader, on a model of both sides with known costs:
 //   host    a codec that holds its thread for 200 us of wall time per image (a busy loop on the
 //           clock, so a preempted thread still finishes on time) and writes a pattern;
@@ -94,7 +94,7 @@ void run(benchmark::State& state, Policy policy) {
 
 void BM_placement_host_only(benchmark::State& s) { run(s, sluice::placement::host_only{}); }
 void BM_placement_device_only(benchmark::State& s) { run(s, sluice::placement::device_only{}); }
-void BM_placement_adaptive(benchmark::State& s) { run(s, sluice::placement::adaptive{}); }
+void BM_placement_balanced(benchmark::State& s) { run(s, sluice::placement::balanced{}); }
 
 void mixes(benchmark::internal::Benchmark* b) {
   for (const int workers : {1, 2})
@@ -151,7 +151,7 @@ void run_sim(benchmark::State& state, Make make) {
 
 void BM_placement_sim_host_only(benchmark::State& s) { run_sim(s, [] { return sluice::placement::host_only{}; }); }
 void BM_placement_sim_device_only(benchmark::State& s) { run_sim(s, [] { return sluice::placement::device_only{}; }); }
-void BM_placement_sim_adaptive(benchmark::State& s) { run_sim(s, [] { return sluice::placement::adaptive{}; }); }
+void BM_placement_sim_balanced(benchmark::State& s) { run_sim(s, [] { return sluice::placement::balanced{}; }); }
 void BM_placement_sim_oracle(benchmark::State& state) {
   const auto device_us = static_cast<double>(state.range(0));
   const auto workers = static_cast<std::size_t>(state.range(1));
@@ -177,8 +177,8 @@ void sim_mixes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_placement_sim_host_only)->Apply(sim_mixes);
 BENCHMARK(BM_placement_sim_device_only)->Apply(sim_mixes);
-BENCHMARK(BM_placement_sim_adaptive)->Apply(sim_mixes);
+BENCHMARK(BM_placement_sim_balanced)->Apply(sim_mixes);
 BENCHMARK(BM_placement_sim_oracle)->Apply(sim_mixes);
 BENCHMARK(BM_placement_host_only)->Apply(mixes);
 BENCHMARK(BM_placement_device_only)->Apply(mixes);
-BENCHMARK(BM_placement_adaptive)->Apply(mixes);
+BENCHMARK(BM_placement_balanced)->Apply(mixes);

@@ -7,7 +7,7 @@
 //     it was given to, and on_error::skip drops the same samples;
 //   - a device whose submit throws leaves its images to the host, counted and its text kept;
 //   - destroying a loader while the device holds jobs returns and leaks nothing (ASan in CI);
-//   - the adaptive policy, fed by real measurements, moves towards the faster side.
+//   - the balanced policy, fed by real measurements, moves towards the faster side.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -152,7 +152,7 @@ TEST_CASE("split_decode: the same batches as the host decoder for every split, w
       CHECK(all.batches == 6);
       const auto part = check_with(placement::fixed{0.3}, workers, share);
       CHECK(part.device_images == 5 * 2 + 1);  // round(0.3 * 8) = 2 a batch; round(1.2) = 1 of the last
-      check_with(placement::adaptive{}, workers, share);
+      check_with(placement::balanced{}, workers, share);
     }
 }
 
@@ -224,10 +224,10 @@ TEST_CASE("split_decode: destroying a loader while the device holds jobs returns
   CHECK(dev.jobs_run() >= 1);
 }
 
-TEST_CASE("split_decode: adaptive placement, fed by real timings, gives the faster side more") {
+TEST_CASE("split_decode: balanced placement, fed by real timings, gives the faster side more") {
   const pictures data(96);
   auto share_after = [&](auto device_codec, std::chrono::nanoseconds per_image) {
-    placement::adaptive place({.initial_fraction = 0.5});
+    placement::balanced place({.initial_fraction = 0.5});
     const simulated_device dev(device_codec, {.launch = 0ns, .per_image = per_image});
     auto loader = split_loader(data, dev, place, 1);
     for (std::uint64_t e = 0; e < 3; ++e) drain(loader, e);

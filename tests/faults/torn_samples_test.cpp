@@ -39,7 +39,7 @@ enum class wrap { none, pad, map };
 enum class change { truncate_page, truncate_inside_page, overwrite };
 
 const char* name(kind k) { return k == kind::fixed ? "fixed" : k == kind::npy ? "npy" : "tfrecord"; }
-const char* name(wrap w) { return w == wrap::none ? "none" : w == wrap::pad ? "pad_to" : "map"; }
+const char* name(wrap w) { return w == wrap::none ? "none" : w == wrap::pad ? "pad_bytes" : "map"; }
 const char* name(change c) {
   return c == change::truncate_page ? "truncate at a page" : c == change::truncate_inside_page ? "truncate inside a page"
                                                                                                 : "overwrite in place";
@@ -106,7 +106,7 @@ struct outcome {
   std::string error;
 };
 
-// Checks every byte of every delivered sample; `prefix` = pad_to's length prefix.
+// Checks every byte of every delivered sample; `prefix` = pad_bytes's length prefix.
 void check(const batch& b, bool prefix, outcome& o) {
   const std::size_t stride = kR + (prefix ? length_prefix_bytes : 0);
   REQUIRE(b.bytes().size() >= b.size() * stride);
@@ -147,7 +147,7 @@ outcome run_wrapped(const Reader& r, wrap w, on_error errors, change c, const st
   const loader_options lo{.workers = 2, .errors = errors};
   auto s = sample::shuffle(kN, {.seed = 11});
   if (w == wrap::pad) {
-    auto l = from(s) | read(r) | pad_to(kR) | collate({.batch = kBatch}) | prefetch(2, lo);
+    auto l = from(s) | read(r) | pad_bytes(kR) | collate({.batch = kBatch}) | prefetch(2, lo);
     return run(l, true, c, path, at);
   }
   if (w == wrap::map) {

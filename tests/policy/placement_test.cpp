@@ -1,7 +1,7 @@
 // Placement policies (policy/placement.hpp) against a model of the two sides: the host decodes an
 // image in `a` ns, the device decodes k images in launch + k * per_image ns. No clocks: each
 // batch's measurements come from the model, so the tests are exact and cannot be flaky.
-//   - adaptive settles within one image of the split that finishes a batch soonest, from either
+//   - balanced settles within one image of the split that finishes a batch soonest, from either
 //     end, for fast and slow devices, and that batch time is never worse than the better of
 //     host-only and device-only;
 //   - a hopeless side gets no images but a probe every probe_every batches, and is taken back
@@ -61,7 +61,7 @@ struct consumer_stats {
 
 }  // namespace
 
-TEST_CASE("adaptive placement settles within one image of the fastest split, never slower than either side alone") {
+TEST_CASE("balanced placement settles within one image of the fastest split, never slower than either side alone") {
   const std::size_t n = 64;
   const model models[] = {
       {100e3, 200e3, 25e3},    // a device 4x the host per image
@@ -73,7 +73,7 @@ TEST_CASE("adaptive placement settles within one image of the fastest split, nev
     for (const double start : {0.0, 0.5, 1.0}) {
       CAPTURE(m.per_image);
       CAPTURE(start);
-      const placement::adaptive p({.initial_fraction = start});
+      const placement::balanced p({.initial_fraction = start});
       const auto ks = run(p, m, n, 80);
       const std::size_t k = ks.back(), kb = m.best(n);
       CAPTURE(k);
@@ -87,10 +87,10 @@ TEST_CASE("adaptive placement settles within one image of the fastest split, nev
   }
 }
 
-TEST_CASE("adaptive placement: a hopeless device gets only probes, and is taken back when it recovers") {
+TEST_CASE("balanced placement: a hopeless device gets only probes, and is taken back when it recovers") {
   const std::size_t n = 32;
   const model slow{10e3, 5000e3, 100e3};  // one image on the device: 5.1 ms; the whole batch on the host: 0.32 ms
-  const placement::adaptive p({.initial_fraction = 0.5, .probe_every = 16});
+  const placement::balanced p({.initial_fraction = 0.5, .probe_every = 16});
   const auto ks = run(p, slow, n, 96);
   const auto tail = std::vector<std::size_t>(ks.begin() + 16, ks.end());
   const auto probes = static_cast<std::size_t>(std::count(tail.begin(), tail.end(), std::size_t{1}));
@@ -107,10 +107,10 @@ TEST_CASE("adaptive placement: a hopeless device gets only probes, and is taken 
   CHECK(p.fraction() > 0.5);
 }
 
-TEST_CASE("adaptive placement: a hopeless host gets only probes") {
+TEST_CASE("balanced placement: a hopeless host gets only probes") {
   const std::size_t n = 32;
   const model m{5000e3, 10e3, 10e3};  // one host image: 5 ms; the whole batch on the device: 0.33 ms
-  const placement::adaptive p({.probe_every = 8});
+  const placement::balanced p({.probe_every = 8});
   const auto ks = run(p, m, n, 64);
   const auto tail = std::vector<std::size_t>(ks.begin() + 8, ks.end());
   const auto probes = static_cast<std::size_t>(std::count(tail.begin(), tail.end(), n - 1));
@@ -119,10 +119,10 @@ TEST_CASE("adaptive placement: a hopeless host gets only probes") {
   CHECK(static_cast<std::size_t>(std::count(tail.begin(), tail.end(), n)) + probes == tail.size());
 }
 
-TEST_CASE("adaptive placement: the trainer's stall spends device time only while the loader is short") {
+TEST_CASE("balanced placement: the trainer's stall spends device time only while the loader is short") {
   const std::size_t n = 64;
   const model m{100e3, 200e3, 25e3};
-  const placement::adaptive p({.target_stall = 0.05, .budget_step = 0.25});
+  const placement::balanced p({.target_stall = 0.05, .budget_step = 0.25});
   run(p, m, n, 40);
   const std::size_t balanced = p.device_count(n);
   CHECK(balanced > n / 2);
@@ -152,28 +152,28 @@ TEST_CASE("adaptive placement: the trainer's stall spends device time only while
   CHECK(p.budget() == before);
 }
 
-TEST_CASE("host_only, device_only and fixed placements, and adaptive refuses nonsense options") {
+TEST_CASE("host_only, device_only and fixed placements, and balanced refuses nonsense options") {
   CHECK(placement::host_only{}.device_count(64) == 0);
   CHECK(placement::device_only{}.device_count(64) == 64);
   CHECK(placement::fixed{0.25}.device_count(64) == 16);
   CHECK(placement::fixed{1.5}.device_count(10) == 10);
   CHECK(placement::fixed{-1}.device_count(10) == 0);
-  CHECK(placement::adaptive{}.device_count(0) == 0);
-  CHECK_THROWS_AS(placement::adaptive({.initial_fraction = 1.5}), usage_error);
-  CHECK_THROWS_AS(placement::adaptive({.gain = 0}), usage_error);
-  CHECK_THROWS_AS(placement::adaptive({.probe_every = 0}), usage_error);
-  CHECK_THROWS_AS(placement::adaptive({.target_stall = 1.0}), usage_error);
+  CHECK(placement::balanced{}.device_count(0) == 0);
+  CHECK_THROWS_AS(placement::balanced({.initial_fraction = 1.5}), usage_error);
+  CHECK_THROWS_AS(placement::balanced({.gain = 0}), usage_error);
+  CHECK_THROWS_AS(placement::balanced({.probe_every = 0}), usage_error);
+  CHECK_THROWS_AS(placement::balanced({.target_stall = 1.0}), usage_error);
   // Copies share one state: what the pipeline's copy learns, the trainer's copy reads.
-  const placement::adaptive p;
-  const placement::adaptive copy = p;
+  const placement::balanced p;
+  const placement::balanced copy = p;
   copy.observe({.batch = 10, .on_device = 5, .host_ns = 500, .device_ns = 100});
   CHECK(p.batches_observed() == 1);
   CHECK(p.host_seconds_per_image() == doctest::Approx(100e-9));
   CHECK(p.device_seconds_per_image() == doctest::Approx(20e-9));
 }
 
-TEST_CASE("adaptive placement is safe to ask and tell from many threads") {
-  const placement::adaptive p;
+TEST_CASE("balanced placement is safe to ask and tell from many threads") {
+  const placement::balanced p;
   const model m{100e3, 200e3, 25e3};
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)

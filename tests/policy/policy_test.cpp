@@ -593,10 +593,10 @@ struct varlen_reader {
 };
 }  // namespace
 
-TEST_CASE("pad_to + length_bucketed through the loader: lengths travel with the batch, bucketing cuts padding") {
+TEST_CASE("pad_bytes + length_bucketed through the loader: lengths travel with the batch, bucketing cuts padding") {
   varlen_reader r(3000);
   auto run = [&](auto sampler) {
-    auto loader = sluice::from(std::move(sampler)) | sluice::read(r) | sluice::pad_to(512) |
+    auto loader = sluice::from(std::move(sampler)) | sluice::read(r) | sluice::pad_bytes(512) |
                   sluice::collate({.batch = 32}) | sluice::prefetch(2, {.workers = 2});
     std::uint64_t tokens = 0, trimmed = 0, samples = 0;
     bool ok = true;
@@ -625,7 +625,7 @@ TEST_CASE("pad_to + length_bucketed through the loader: lengths travel with the 
   CHECK(tok_b == tok_s);
   CHECK(trim_b * 2 < trim_s);
   // Too long without truncation: a stage_error naming the sample reaches the consumer.
-  auto strict = sluice::from(sluice::sample::sequential(3000)) | sluice::read(r) | sluice::pad_to(8) |
+  auto strict = sluice::from(sluice::sample::sequential(3000)) | sluice::read(r) | sluice::pad_bytes(8) |
                 sluice::collate({.batch = 32}) | sluice::prefetch(2);
   CHECK_THROWS_AS([&] { for (auto& b : strict.epoch(0)) (void)b; }(), sluice::stage_error);
 }

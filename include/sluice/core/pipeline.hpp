@@ -115,7 +115,7 @@ class sample_chain {
   // one clock read before the first stage and one after each (stages + 1 reads, not 2 a stage).
   // An exception from stage i is rethrown as stage_error naming stage i and the sample.
   // `origin` receives the file the sample came from: the first stage output that names one (the
-  // read stage's record view or field sample), so whatever wraps the sample afterwards (pad_to,
+  // read stage's record view or field sample), so whatever wraps the sample afterwards (pad_bytes,
   // map, decode, convert, cache) the loader still knows which file's bytes it carries.
   template <bool Timed = false>
   SLUICE_ALWAYS_INLINE output_type apply(std::uint64_t id, const sample_context& ctx, std::string_view& origin,

@@ -3,11 +3,11 @@
 //
 // A placement policy answers, per batch, how many of its n images the device decodes, and is told
 // afterwards what that cost (stage/split_decode.hpp asks and tells): host_only, device_only,
-// fixed{f}, or adaptive, which learns the split that makes both sides finish together, k =
+// fixed{f}, or balanced, which learns the split that makes both sides finish together, k =
 // n * a / (a + b) from the measured per-image host time a and device time b (launch cost
 // included), and so is never slower than the better single side, up to one image. Each side
 // keeps at least one image while both are useful; a hopeless side is probed every `probe_every`
-// batches. With the trainer's stall reported (observe_consumer(loader.stats())), adaptive spends
+// batches. With the trainer's stall reported (observe_consumer(loader.stats())), balanced spends
 // device time only while the loader is short: the project's thesis, that past the point where the
 // loader stops being the bottleneck more speed buys nothing.
 // Threads: every member function may be called from any thread; copies share their state, so a
@@ -57,7 +57,7 @@ struct fixed {
   void observe(const observation&) const noexcept {}
 };
 
-struct adaptive_options {
+struct balanced_options {
   double initial_fraction = 0.5;  // of each batch on the device before anything is measured
   double gain = 0.5;              // how far towards the measured balance each batch moves
   double smoothing = 0.3;         // weight of the newest batch in the averages of a and b
@@ -66,15 +66,15 @@ struct adaptive_options {
   double budget_step = 0.1;
 };
 
-class adaptive {
+class balanced {
  public:
-  static constexpr std::string_view name = "adaptive";
-  explicit adaptive(adaptive_options o = {}) : s_(std::make_shared<state>(o)) {
+  static constexpr std::string_view name = "balanced";
+  explicit balanced(balanced_options o = {}) : s_(std::make_shared<state>(o)) {
     if (!(o.initial_fraction >= 0.0 && o.initial_fraction <= 1.0) || !(o.gain > 0.0 && o.gain <= 1.0) ||
         !(o.smoothing > 0.0 && o.smoothing <= 1.0) || o.probe_every == 0 || !(o.target_stall > 0.0 && o.target_stall < 1.0) ||
         !(o.budget_step > 0.0 && o.budget_step <= 1.0))
       throw usage_error(
-          "sluice: placement::adaptive: initial_fraction in [0, 1], gain and smoothing in (0, 1], probe_every >= 1, "
+          "sluice: placement::balanced: initial_fraction in [0, 1], gain and smoothing in (0, 1], probe_every >= 1, "
           "target_stall in (0, 1) and budget_step in (0, 1] are required");
     s_->publish();
   }
@@ -145,8 +145,8 @@ class adaptive {
 
  private:
   struct state {
-    explicit state(adaptive_options o) : opt(o), fraction(o.initial_fraction) {}
-    adaptive_options opt;
+    explicit state(balanced_options o) : opt(o), fraction(o.initial_fraction) {}
+    balanced_options opt;
     std::mutex m;
     double fraction;      // balanced device share
     double budget = 1.0;  // of that share, allowed by the trainer's stall

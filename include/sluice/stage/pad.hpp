@@ -1,4 +1,4 @@
-// sluice/stage/pad.hpp — `pad_to(max_bytes)`: variable-length records (token sequences) into the
+// sluice/stage/pad.hpp — `pad_bytes(max_bytes)`: variable-length records (token sequences) into the
 // fixed-size slots collate needs, with each record's length kept beside it.
 //
 // collate writes fixed-size samples (the slot layout is one size per epoch). A padded sample is
@@ -10,7 +10,7 @@
 // A record longer than max_bytes is an error naming the sample (or is cut, with .truncate = true).
 //
 //   auto loader = sluice::from(sluice::sample::length_bucketed{lengths, {.batch = 32}})
-//               | sluice::read(tokens) | sluice::pad_to(4096) | sluice::collate({.batch = 32})
+//               | sluice::read(tokens) | sluice::pad_bytes(4096) | sluice::collate({.batch = 32})
 //               | sluice::prefetch(2);
 //   for (auto& b : loader.epoch(e)) { auto lens = sluice::padded_lengths(b); ... }
 //
@@ -38,7 +38,7 @@ namespace sluice {
 
 inline constexpr std::size_t length_prefix_bytes = 4;
 
-struct pad_options {
+struct pad_bytes_options {
   std::size_t max_bytes = 0;  // record bytes a slot holds (the prefix comes on top)
   std::byte pad{0};
   bool truncate = false;      // cut longer records instead of failing
@@ -49,7 +49,7 @@ struct padded_sample {
   std::uint64_t id = 0;
   std::int64_t label = -1;
   In source;  // kept whole: a cached record's pin stays alive until collate has copied it
-  pad_options options;
+  pad_bytes_options options;
 
   [[nodiscard]] std::size_t size_bytes() const noexcept { return length_prefix_bytes + options.max_bytes; }
   void write_into(std::span<std::byte> dst, const sample_context&) const {
@@ -62,21 +62,21 @@ struct padded_sample {
   }
 };
 
-class pad_stage {
+class pad_bytes_stage {
  public:
   using stage_concept = sample_stage_tag;
-  static constexpr std::string_view name = "pad";
+  static constexpr std::string_view name = "pad_bytes";
 
-  explicit pad_stage(pad_options o) : opt_(o) {
-    if (opt_.max_bytes == 0) throw usage_error("sluice: pad_to needs max_bytes >= 1");
-    if (opt_.max_bytes > 0xffffffffu) throw usage_error("sluice: pad_to: max_bytes must fit in 32 bits");
+  explicit pad_bytes_stage(pad_bytes_options o) : opt_(o) {
+    if (opt_.max_bytes == 0) throw usage_error("sluice: pad_bytes needs max_bytes >= 1");
+    if (opt_.max_bytes > 0xffffffffu) throw usage_error("sluice: pad_bytes: max_bytes must fit in 32 bits");
   }
   template <class In>
     requires bytes_sample<std::remove_cvref_t<In>>
   padded_sample<std::remove_cvref_t<In>> operator()(In&& in, const sample_context& ctx) const {
     const std::size_t n = in.bytes().size();
     if (n > opt_.max_bytes && !opt_.truncate)
-      throw std::length_error("record of " + std::to_string(n) + " bytes is longer than pad_to's " +
+      throw std::length_error("record of " + std::to_string(n) + " bytes is longer than pad_bytes's " +
                               std::to_string(opt_.max_bytes) + " (sample " + std::to_string(ctx.id) + ")");
     const std::uint64_t id = in.id;
     const std::int64_t label = in.label;
@@ -84,12 +84,12 @@ class pad_stage {
   }
 
  private:
-  pad_options opt_;
+  pad_bytes_options opt_;
 };
 
-inline pad_stage pad_to(std::size_t max_bytes, pad_options o = {}) {
+inline pad_bytes_stage pad_bytes(std::size_t max_bytes, pad_bytes_options o = {}) {
   o.max_bytes = max_bytes;
-  return pad_stage(o);
+  return pad_bytes_stage(o);
 }
 
 // The record length (bytes) stored in front of one padded sample.
