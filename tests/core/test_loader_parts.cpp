@@ -240,6 +240,49 @@ TEST_CASE("slot table: slots keep their address as the table grows, grown slots 
   }
 }
 
+TEST_CASE("slot storage: grown to the high-water mark, by a quarter at least, in cache lines, never for what fits") {
+  constexpr std::size_t line = 64;
+  CHECK(detail::storage_size(0, 0, 0, line) == line);              // at least one line
+  CHECK(detail::storage_size(0, 100, 0, line) == 128);             // rounded up to lines
+  CHECK(detail::storage_size(0, 100, 1000, line) == 1024);         // brought up to the largest slot
+  CHECK(detail::storage_size(1024, 1000, 1024, line) == 0);        // fits: keep it
+  CHECK(detail::storage_size(1024, 1024, 1024, line) == 0);
+  CHECK(detail::storage_size(1024, 1030, 1024, line) == 1280);     // grows by a quarter, not by 6 bytes
+  CHECK(detail::storage_size(1024, 4000, 1024, line) == 4032);     // or to what it needs, if more
+  CHECK(detail::storage_size(512, 100, 1024, line) == 1024);       // below the mark: brought up to it
+  CHECK(detail::storage_size(1024, 100, 4096, line) == 4096);
+  // A slowly growing field reallocates a few times, not once a batch.
+  std::size_t have = 0, allocations = 0;
+  for (std::size_t need = 1000; need < 100000; need += 100)
+    if (const std::size_t w = detail::storage_size(have, need, have, line); w != 0) {
+      CHECK(w >= need);
+      have = w;
+      ++allocations;
+    }
+  CHECK(allocations < 25);
+}
+
+TEST_CASE("slot warming: the first free slot without storage, until as many as allowed have storage or are in use") {
+  using slot_t = detail::slot<std::tuple<int>>;
+  detail::slot_table<slot_t> t(5);
+  std::byte storage[64];
+  CHECK(detail::warm_target(t, 3) == &t[0]);
+  t[0].status = detail::slot_status::filling;  // in use counts, with or without storage
+  CHECK(detail::warm_target(t, 3) == &t[1]);
+  t[1].data = storage;                          // free with storage counts
+  CHECK(detail::warm_target(t, 3) == &t[2]);
+  t[2].status = detail::slot_status::warming;
+  CHECK(detail::warm_target(t, 3) == nullptr);  // 3 of 3: enough
+  CHECK(detail::warm_target(t, 4) == &t[3]);
+  t[3].data = storage;
+  t[4].status = detail::slot_status::held;
+  CHECK(detail::warm_target(t, 10) == nullptr);  // nothing left to warm
+  t[1].data = nullptr;
+  t[1].status = detail::slot_status::free;
+  CHECK(detail::warm_target(t, 10) == &t[1]);
+  CHECK(detail::warm_target(t, 0) == nullptr);
+}
+
 TEST_CASE("shared write: each sample claimed once, the lowest failure kept, nothing after it written") {
   constexpr std::size_t n = 5000;
   for (const std::size_t fail_at : {std::size_t{0}, std::size_t{777}, std::size_t{4999}, detail::no_failure}) {

@@ -1148,27 +1148,21 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
   }
 
-  // The slot's storage holds at least `bytes`: it grows (by a quarter at least, so a slowly
-  // growing variable field reallocates a few times at warm-up, not every batch), never shrinks.
-  // A slot below the largest slot so far is brought up to it on its next use, so after warm-up
-  // every slot has the ring's high-water mark (with the growth step's headroom) and which slot a
-  // batch lands in cannot decide whether it allocates.
+  // The slot's storage holds at least `bytes`, grown by detail::storage_size's rule (never below
+  // the largest slot so far, by a quarter at least), never shrunk.
   void ensure_storage(slot_type& s, std::size_t bytes) {
-    bytes = std::max<std::size_t>(bytes, cache_line);
     std::size_t floor = 0;
     {
       std::lock_guard lk(m_);
       floor = slot_bytes_;
     }
-    if (s.data != nullptr && s.storage_bytes >= bytes && s.storage_bytes >= floor) return;
-    std::size_t want = std::max(bytes, floor);
+    const std::size_t want = storage_size(s.data != nullptr ? s.storage_bytes : 0, bytes, floor, cache_line);
+    if (want == 0) return;
     if (s.data != nullptr) {
-      if (s.storage_bytes < bytes) want = std::max(want, s.storage_bytes + s.storage_bytes / 4);
       stages_.deallocate(s.data, s.storage_bytes);
       s.data = nullptr;
       s.storage_bytes = 0;
     }
-    want = (want + cache_line - 1) / cache_line * cache_line;
     s.data = static_cast<std::byte*>(stages_.allocate(want));
     s.storage_bytes = want;
     bool start_warming = false;
@@ -1209,21 +1203,11 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     t.join();  // no room for its handle: wait for this run instead of keeping it
   }
 
-  // The slot the warming thread should prepare next, or nullptr: a free slot without storage,
-  // while fewer slots have storage (or are in use) than the run may fill at once (depth + active
-  // workers, at most the epoch's batches). A ring sized for a high max depth or max_workers, or a
-  // short epoch, gets no memory it may never use.
+  // The slot the warming thread should prepare next (detail::warm_target), or nullptr: it may
+  // fill as many slots at once as the run may (depth + active workers, at most the epoch's batches).
   slot_type* warm_target_locked() noexcept {
     if (!active_ || slots_.size() < 2) return nullptr;
-    const std::size_t allowed = std::min<std::uint64_t>({slots_.size(), depth_ + active_workers_, num_batches_});
-    std::size_t sized = 0;
-    slot_type* target = nullptr;
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      auto& c = slots_[i];
-      if (c.status != slot_status::free || c.data != nullptr) ++sized;
-      else if (target == nullptr) target = &c;
-    }
-    return sized < allowed ? target : nullptr;
+    return warm_target(slots_, std::min<std::uint64_t>({slots_.size(), depth_ + active_workers_, num_batches_}));
   }
 
   // The warming thread (see the header): gives free, never-used slots the largest slot size so far,

@@ -3,13 +3,15 @@
 //
 // What: a slot (the public batch_slot, its status, its batch stages' states, its sample ids) and
 // the table of slots: the ring's own, then those it grew by for batches the trainer keeps, in
-// chunks so that a slot never moves (workers and batch handles point at it); and touch_pages,
-// which the slot-warming thread uses to fault a slot's storage in before a worker writes it.
+// chunks so that a slot never moves (workers and batch handles point at it); the storage rules
+// (storage_size: how a slot's storage grows; warm_target: which slot the warming thread prepares
+// next) as functions of the table alone; and touch_pages, which faults a slot's storage in.
 // Invariants: slot i is at one address for the ring's life; the table only grows; a slot's
 // `stage_state` points at its own `states`.
 // Threads: the table grows under the ring's lock; slots past the ring's own are read under it too.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +70,34 @@ class slot_table {
 
 // Writes one byte in every page of [p, p + n) (storage nothing reads yet), a MiB at a time between
 // looks at `stop`.
+// The storage a slot needs for `bytes` when it holds `have` (0: none) and the largest slot so far
+// is `floor`, or 0 when what it holds will do. Never below `floor` (after warm-up every slot has
+// the high-water mark, so which slot a batch lands in cannot decide whether it allocates); when it
+// must grow for `bytes`, by a quarter at least (a slowly growing variable field reallocates a few
+// times, not every batch); a whole number of cache lines, at least one.
+inline std::size_t storage_size(std::size_t have, std::size_t bytes, std::size_t floor, std::size_t line) noexcept {
+  bytes = std::max(bytes, line);
+  if (have != 0 && have >= bytes && have >= floor) return 0;
+  std::size_t want = std::max(bytes, floor);
+  if (have != 0 && have < bytes) want = std::max(want, have + have / 4);
+  return (want + line - 1) / line * line;
+}
+
+// The slot the warming thread should prepare next, or nullptr: the first free slot without storage,
+// while fewer than `allowed` slots have storage or are in use (a ring sized for a high max depth,
+// or a short epoch, gets no memory it may never use).
+template <class Slot>
+Slot* warm_target(slot_table<Slot>& slots, std::size_t allowed) noexcept {
+  std::size_t sized = 0;
+  Slot* target = nullptr;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& c = slots[i];
+    if (c.status != slot_status::free || c.data != nullptr) ++sized;
+    else if (target == nullptr) target = &c;
+  }
+  return sized < allowed ? target : nullptr;
+}
+
 inline void touch_pages(std::byte* p, std::size_t n, const std::atomic<bool>& stop) noexcept {
   constexpr std::size_t page = 4096, step = std::size_t{1} << 20;
   if (n == 0) return;
