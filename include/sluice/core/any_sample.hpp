@@ -1,26 +1,23 @@
 // sluice/core/any_sample.hpp — samples whose fields are known at run time.
 //
-// A compiled pipeline names its fields in the type (core/schema.hpp). A front door — the Python
-// module, a trainer configured from a file — learns them only at run time: from the files (a
-// WebDataset's member extensions, an .npy member's dtype) or from what the user typed. For it, a
-// reader hands on an `any_sample`: the fields as an array of views, described once by an
-// `any_schema` (name, element type, fixed or variable a field), and collate takes one run-time
-// collator per field (stage/any_collate.hpp). The per-sample work is the compiled pipeline's: a
-// field is a view until collate writes it, and a field that is produced when written (a decoded
-// image) costs one indirect call to its producer, never one a byte.
+// A compiled pipeline names its fields in the type (core/schema.hpp). A front door — the Python module, a trainer
+// configured from a file — learns them only at run time: from the files (a WebDataset's member extensions, an .npy
+// member's dtype) or from what the user typed. For it, a reader hands on an `any_sample`: the fields as an array of
+// views, described once by an `any_schema` (name, element type, fixed or variable), and collate takes one run-time
+// collator per field (stage/any_collate.hpp). The per-sample work is the compiled pipeline's: a field is a view until
+// collate writes it, and a field that is produced when written (a decoded image) costs one indirect call to its
+// producer, never one a byte.
 //
 //   sluice::any_schema s{{{"jpg", sluice::dtype::u8}, {"cls", sluice::dtype::i64, sluice::extent::fixed}}};
 //   sluice::any_sample x{7, "train-0.tar", 2};   // 2 fields, empty views
 //   x.fields[0].bytes = jpeg;  x.fields[1].bytes = std::as_bytes(std::span(&label, 1));
 //
-// Field k of a sample is the schema's field k. A producer (field_producer) writes a field whose
-// bytes exist only once written: its size, its writer and its geometry replace the view's; the
-// view then holds the producer's input (the encoded image).
-//
-// A sample may also carry one plan: a small trivially copyable value a stage worked out for this
-// sample and its producers read when they write (stage/any_decode.hpp keeps the image's planned
-// crop, scale and flip there, so the boxes that follow the image and the image itself agree). It
-// is copied with the sample only when set.
+// Field k of a sample is the schema's field k. A producer (field_producer) writes a field whose bytes exist only once
+// written: its size, its writer and its geometry replace the view's; the view then holds the producer's input (the
+// encoded image). A sample may also carry one plan: a small trivially copyable value a stage worked out for this sample
+// and its producers read when they write (stage/any_decode.hpp keeps the image's planned crop, scale and flip there, so
+// the boxes that follow the image and the image itself agree). It is copied with the sample only when set. Readers and
+// decoding: docs/readers.md, docs/decode.md.
 #pragma once
 
 #include <algorithm>

@@ -1,24 +1,22 @@
 // sluice/core/batch_ops.hpp — numeric operations on a collated batch, on the host.
 //
-// These are the reference implementation of the device operations in sluice/cuda/batch_ops.cuh
-// (same names, same arguments, same results bit for bit where stated), and what a pipeline uses
-// when there is no GPU. All are single-threaded, allocate nothing, and take spans.
+// These are the reference implementation of the device operations in sluice/cuda/batch_ops.cuh (same names, same
+// arguments, same results bit for bit where stated), and what a pipeline uses when there is no GPU. All are
+// single-threaded, allocate nothing, and take spans.
 //
-//   normalize(in, out, params)    uint8 pixels, channels interleaved (HWC: channel = index % C),
-//                                 to float / f16 / bf16: out = (in - mean[c]) * (1 / std[c]).
-//                                 Computed in float as one subtraction then one multiplication, so
-//                                 the device gives the same float bit for bit; f16/bf16 round to
-//                                 nearest even from that float. collate({.output = f32}) and
-//                                 normalized<> run the same loop (detail::normalize_u8).
-//   cast_count_overflow(in, out)  float -> f16 or bf16, returns how many finite inputs became
-//                                 +-inf. fp16 overflows from 65520 on; bf16 only near 3.4e38.
-//   label_histogram(labels, counts) counts[l] = how many labels equal l, for l in [0, counts.size());
-//                                 returns how many labels fell outside (e.g. -1 for "no label").
-//   class_count_std(counts)       population standard deviation of the per-class counts (0 for a
-//                                 perfectly balanced batch), in double.
+//   normalize(in, out, params)    uint8 pixels, channels interleaved (HWC: channel = index % C), to float / f16 / bf16:
+//                                 out = (in - mean[c]) * (1 / std[c]). Computed in float as one subtraction then one
+//                                 multiplication, so the device gives the same float bit for bit; f16/bf16 round to
+//                                 nearest even from that float. collate({.output = f32}) and normalized<> run the same
+//                                 loop (detail::normalize_u8).
+//   cast_count_overflow(in, out)  float -> f16 or bf16, returns how many finite inputs became +-inf. fp16 overflows
+//                                 from 65520 on; bf16 only near 3.4e38.
+//   label_histogram(labels, counts) counts[l] = how many labels equal l, for l in [0, counts.size()); returns how many
+//                                 labels fell outside (e.g. -1 for "no label").
+//   class_count_std(counts)       population standard deviation of the per-class counts (0 for a perfectly balanced
+//                                 batch), in double.
 //
-//   sluice::normalize_params p{3};
-//   p.set(0, 0.485f * 255, 0.229f * 255); ...
+//   sluice::normalize_params p{3};  p.set(0, 0.485f * 255, 0.229f * 255); ...
 //   sluice::normalize(pixels, std::span<float>(out), p);
 #pragma once
 

@@ -1,9 +1,8 @@
 // sluice/core/schema.hpp — samples with named fields: the schema type and the field sample.
 //
-// A sample of a detection, segmentation or language-model trainer is more than one block and a
-// label. A schema names its fields and their element types at compile time; shapes stay run-time
-// values (an image size from the command line), and a field may be variable in its first
-// dimension (boxes [n, 4], tokens [n]):
+// A sample of a detection, segmentation or language-model trainer is more than one block and a label. A schema names
+// its fields and their element types at compile time; shapes stay run-time values (an image size from the command
+// line), and a field may be variable in its first dimension (boxes [n, 4], tokens [n]):
 //
 //   using det = sluice::schema<sluice::field<"image", std::uint8_t>,
 //                              sluice::field<"boxes", float, sluice::variable>,
@@ -11,18 +10,14 @@
 //   sluice::fields_sample<det> s{.id = i, .origin = path};
 //   s.set<"image">(pixels);   s.set<"boxes">(std::span<const float>(b));   // views, no copy
 //
-// A misspelt name (`s.set<"imgae">`) or a span of the wrong element type does not compile, and
-// the error names the field. Classification is the two-field schema {image, label}.
-//
-// The field-sample protocol (what collate's per-field collators call; a stage may wrap a sample
-// and override one field, as decode<"jpg"> does):
-//   typename S::schema_type;  s.id;  s.origin
-//   s.template size_of<N>()              bytes the field takes once written
-//   s.template write<N>(dst, ctx)        writes exactly size_of<N>() bytes
-//   s.template bytes_of<N>()             (optional) the bytes as a view, when no work is deferred
-//   s.template geometry_of<N>()          (optional) the shape and layout its producer wrote
-// Such a stage hands on replace_field_t<Schema, field<"jpg", std::uint8_t>>: the input's schema
-// with that one field's type changed (stage/decode.hpp).
+// Errors: a misspelt name (`s.set<"imgae">`) or a span of the wrong element type does not compile, and the error names
+// the field. Classification is the two-field schema {image, label}.
+// The field-sample protocol (what collate's per-field collators call): typename S::schema_type; s.id; s.origin;
+// s.template size_of<N>() (bytes the field takes once written); s.template write<N>(dst, ctx) (writes exactly
+// size_of<N>() bytes); optionally s.template bytes_of<N>() (the bytes as a view, when no work is deferred) and
+// s.template geometry_of<N>() (the shape and layout its producer wrote). A stage may wrap a sample and override one
+// field, as decode<"jpg"> does, handing on replace_field_t (below; stage/decode.hpp). More: docs/cpp.md,
+// docs/collate.md.
 #pragma once
 
 #include <array>

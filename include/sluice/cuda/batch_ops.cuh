@@ -1,20 +1,16 @@
 // sluice/cuda/batch_ops.cuh — the batch operations of sluice/core/batch_ops.hpp, on the device.
 //
-// Compile with nvcc (a .cu file that links sluice::cuda). Every function enqueues work on the
-// stream it is given and returns at once: no host synchronisation, no allocation. Scalars the
-// operations produce (overflow count, labels outside the range, the class std) are written to
-// device memory the caller owns; copy them back when the trainer wants them.
+// Compile with nvcc (a .cu file that links sluice::cuda). Every function enqueues work on the stream it is given and
+// returns at once: no host synchronisation, no allocation. Scalars the operations produce (overflow count, labels
+// outside the range, the class std) are written to device memory the caller owns; copy them back when needed.
 //
-// Results match the host reference bit for bit: normalize computes (x - mean) * inv_std as one
-// rounded subtraction and one rounded multiplication (__fsub_rn/__fmul_rn: nvcc cannot fuse
-// them), and converts with __float2half_rn / __float2bfloat16_rn (ties to even), which is what
-// sluice::to_f16 / to_bf16 do on the host. class_count_std sums integers in double (exact) and
-// uses the same formula; only its last rounding may differ (tests allow 1e-12 relative).
-//
-// Memory access: normalize reads 4 input bytes and writes 4 outputs per thread and step (one
-// 16-byte float4 store for float, 8 bytes for f16/bf16), coalesced across the warp, four steps in
-// flight per thread; cast reads one float4 and writes 8 bytes. Misaligned pointers fall back to
-// a scalar kernel (same results).
+// Results match the host reference bit for bit: normalize computes (x - mean) * inv_std as one rounded subtraction and
+// one rounded multiplication (__fsub_rn/__fmul_rn: nvcc cannot fuse them), and converts with __float2half_rn /
+// __float2bfloat16_rn (ties to even), which is what sluice::to_f16 / to_bf16 do on the host. class_count_std sums
+// integers in double (exact) and uses the same formula; only its last rounding may differ (tests allow 1e-12 relative).
+// Memory access: normalize reads 4 input bytes and writes 4 outputs per thread and step (one 16-byte float4 store for
+// float, 8 bytes for f16/bf16), coalesced across the warp, four steps in flight per thread; cast reads one float4 and
+// writes 8 bytes. Misaligned pointers fall back to a scalar kernel (same results).
 //
 //   sluice::cuda::normalize(d_pixels, d_out, n, params, stream);         // uint8 -> float
 //   sluice::cuda::cast_count_overflow(d_f32, d_f16, n, d_overflow, stream);

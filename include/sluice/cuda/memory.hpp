@@ -1,22 +1,21 @@
 // sluice/cuda/memory.hpp — pinned host memory and device memory pools (block_pool backends).
 //
-// Host-only (g++ compiles it; link sluice::cuda). Both pools are sluice::block_pool — reuse, a cap
-// in bytes, and the epoch shrink rule are described and tested there with host memory standing in.
-// Here each block also owns a CUDA event, its fence:
-//   - pinned_pool: the copy engine reads a pinned block asynchronously. Record the block's fence
-//     on the copy stream right after the cudaMemcpyAsync, then drop the lease; a worker that gets
-//     the block back while the copy is still running waits on the host (wait_before_write) before
-//     writing into it — the only wait, and only when the pool has nothing idle.
-//   - device_pool: the trainer's kernels read a device block asynchronously. Record the fence on
-//     the consumer's stream when the batch is released; the next copy into the block is ordered
-//     after it on the device (cudaStreamWaitEvent), with no host synchronisation.
-// Freeing a block waits for its fence first, so memory is never freed under a running copy or
-// kernel; the pools only free blocks whose fence is complete, except in their destructor.
+// Host-only (g++ compiles it; link sluice::cuda). Both pools are sluice::block_pool — reuse, a cap in bytes, and the
+// epoch shrink rule are described and tested there with host memory standing in (docs/device.md). Here each block also
+// owns a CUDA event, its fence:
+//   - pinned_pool: the copy engine reads a pinned block asynchronously. Record the block's fence on the copy stream
+//     right after the cudaMemcpyAsync, then drop the lease; a worker that gets the block back while the copy is still
+//     running waits on the host (wait_before_write) before writing into it — the only wait, and only when the pool has
+//     nothing idle.
+//   - device_pool: the trainer's kernels read a device block asynchronously. Record the fence on the consumer's stream
+//     when the batch is released; the next copy into the block is ordered after it on the device (cudaStreamWaitEvent),
+//     with no host synchronisation.
+// Freeing a block waits for its fence first, so memory is never freed under a running copy or kernel; the pools only
+// free blocks whose fence is complete, except in their destructor.
 //
 //   sluice::cuda::pinned_pool pinned{{}, {.cap_bytes = 1ull << 30}, "pinned pool"};
 //   auto host = pinned.acquire(bytes);
-//   sluice::cuda::wait_before_write(host);             // host waits only if the block is busy
-//   fill(host.data());
+//   sluice::cuda::wait_before_write(host);  fill(host.data());   // host waits only if the block is busy
 //   cudaMemcpyAsync(dev, host.data(), bytes, cudaMemcpyHostToDevice, copy_stream);
 //   sluice::cuda::record(host, copy_stream);           // then drop `host`
 #pragma once

@@ -1,21 +1,18 @@
 // sluice/diag/class_balance.hpp — what the sampler actually fed the model, class by class.
 //
-// `class_balance_monitor` sees each batch's labels (in batch order) and keeps, for the current
-// epoch:
-//   - per-class count in every batch, summarised as the mean and standard deviation across
-//     batches (Welford, no per-batch history is kept: memory is O(classes));
-//   - class_std: the standard deviation over classes of the mean per-batch count, in samples per
-//     batch. 0 for a perfectly balanced feed; for Fashion-MNIST with a 100:1 long tail and
-//     batch 64 it is about 8. This is the number the advisor compares with 1.5;
-//   - mean_within_batch_std: the std over classes of one batch's counts, averaged over batches
-//     (includes the multinomial noise of small batches: ~sqrt(B/K) even when balanced);
+// `class_balance_monitor` sees each batch's labels (in batch order) and keeps, for the current epoch:
+//   - per-class count in every batch: mean and std across batches (Welford, no per-batch history: memory O(classes));
+//   - class_std: the std over classes of the mean per-batch count, in samples per batch: 0 for a perfectly balanced
+//     feed, about 8 for Fashion-MNIST with a 100:1 long tail and batch 64; the advisor compares it with 1.5;
+//   - mean_within_batch_std: the std over classes of one batch's counts, averaged over batches (includes the
+//     multinomial noise of small batches: ~sqrt(B/K) even when balanced);
 //   - epoch shares: each class's share of the epoch and their std (percentage points);
-//   - runs: the longest run of consecutive samples with one label. An i.i.d. order with class
-//     probabilities p_c has a longest run of about max_c log_{1/p_c}(n p_c (1 - p_c)) (Schilling,
-//     1990) with spread ~1.28 / ln(1/p); a run beyond that expectation plus four spreads is flagged
-//     as non-i.i.d. order (e.g. a dataset stored sorted by class and read sequentially).
-// Labels outside [0, classes) are counted in `unknown_labels` and otherwise ignored.
-// Not thread-safe: call from the consumer (one batch at a time).
+//   - runs: the longest run of consecutive samples with one label. An i.i.d. order with class probabilities p_c has a
+//     longest run of about max_c log_{1/p_c}(n p_c (1 - p_c)) (Schilling, 1990) with spread ~1.28 / ln(1/p); a run
+//     beyond that plus four spreads is flagged as non-i.i.d. order (e.g. a dataset stored sorted by class, read
+//     sequentially).
+// Labels outside [0, classes) are counted in `unknown_labels`, otherwise ignored. Not thread-safe: call from the
+// consumer, one batch at a time. The advisor's rule: docs/advisor.md.
 //
 //   sluice::diag::class_balance_monitor mon{10};
 //   for (auto& b : loader.epoch(e)) mon.observe_batch(b.labels());

@@ -1,26 +1,23 @@
 // sluice/diag/report.hpp — every statistic sluice measures, as JSON.
 //
-// One `to_json(json_writer&, const X&)` per kind of measurement: the pipeline's own stats
-// (core/stats.hpp: stalls, step jitter, wait percentiles, per-stage busy time, bytes in flight),
-// class balance, process memory, drift windows, the noise-scale verdict and the advisor's
-// recommendations. A trainer composes them into one report:
+// One `to_json(json_writer&, const X&)` per kind of measurement: the pipeline's own stats (core/stats.hpp: stalls, step
+// jitter, wait percentiles, per-stage busy time, bytes in flight), class balance, process memory, drift windows, the
+// noise-scale verdict and the advisor's recommendations. A trainer composes them into one report:
 //
 //   sluice::diag::json_writer w;
 //   w.begin_object().key("pipeline");  sluice::diag::to_json(w, loader.stats());
 //   w.key("memory");                   sluice::diag::to_json(w, sluice::diag::read_process_memory());
+//   w.key("epochs");                   sluice::diag::to_json(w, std::span(loader.recent_epochs()));
 //   w.end_object();
 //   sluice::diag::write_text_file("report.json", w.str());
 //
-// Per epoch (loader.epoch_stats(e), loader.recent_epochs()): each epoch's stall fraction, worker
-// busy and wait, samples, batches, per-stage busy time with its share of worker time, and the
-// bottleneck stage (core/stats.hpp's bottleneck()); the cumulative stats carry their bottleneck too:
-//
-//   w.key("epochs"); sluice::diag::to_json(w, std::span(loader.recent_epochs()));
-//
-// Times are written in the units their names carry (…_ns); derived fractions are 0..1.
-// `record_pipeline_counters` puts the loader's live gauges (ready batches = queue depth, bytes in
-// flight, stall fraction so far) on a Chrome trace as "ph":"C" counters; `record_epoch_counters`
-// puts an epoch's per-stage shares of worker time and its stall fraction there at the epoch's end.
+// Per epoch (loader.epoch_stats(e), loader.recent_epochs()): each epoch's stall fraction, worker busy and wait,
+// samples, batches, per-stage busy time with its share of worker time, and the bottleneck stage (core/stats.hpp's
+// bottleneck()); the cumulative stats carry their bottleneck too. Times are written in the units their names carry
+// (…_ns); derived fractions are 0..1.
+// `record_pipeline_counters` puts the loader's live gauges (ready batches = queue depth, bytes in flight, stall
+// fraction so far) on a Chrome trace as "ph":"C" counters; `record_epoch_counters` puts an epoch's per-stage shares of
+// worker time and its stall fraction there at the epoch's end. What each figure means: docs/advisor.md.
 #pragma once
 
 #include <algorithm>

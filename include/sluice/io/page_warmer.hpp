@@ -1,25 +1,21 @@
-// sluice/io/page_warmer.hpp — a mapping's pages faulted in ahead of the first epoch, in the
-// background.
+// sluice/io/page_warmer.hpp — a mapping's pages faulted in ahead of the first epoch, in the background.
 //
-// A freshly mapped file costs its first epoch page faults even when every page is already in
-// the page cache (one per page, or per fault-around window or large folio, depending on the
-// kernel and file system). MAP_POPULATE removes them but makes open() wait for the whole file.
-// The warmer does the same work off the critical path: one shared thread takes the mappings
-// queued by io::mapped_file (map_options::populate = populate_mode::background, the default)
-// and runs madvise(MADV_POPULATE_READ) over each, 8 MiB at a time, oldest file first, while the
-// loader already reads. A page the loader reaches first is simply faulted by it.
+// A freshly mapped file costs its first epoch page faults even when every page is already in the page cache (one per
+// page, or per fault-around window or large folio, depending on the kernel and file system). MAP_POPULATE removes them
+// but makes open() wait for the whole file. The warmer does the same work off the critical path: one shared thread
+// takes the mappings queued by io::mapped_file (map_options::populate = populate_mode::background, the default) and
+// runs madvise(MADV_POPULATE_READ) over each, 8 MiB at a time, oldest file first, while the loader already reads. A
+// page the loader reaches first is simply faulted by it.
 //
-// Only a file of 1 MiB or more that fits in half the memory available is queued: MemAvailable, or
-// the room left under the process's memory cgroup limit when that is less (a container's limit,
-// cgroup v2 memory.max or v1 memory.limit_in_bytes). Populating more would evict the pages it
-// just brought in, or the trainer's. What it gains on a first epoch: bench/README.md (the first-
-// epoch row, bench/core BM_first_epoch). MADV_POPULATE_READ reports errors
-// instead of raising SIGBUS (a file truncated meanwhile stops its job with EFAULT); a kernel
-// without it (before Linux 5.14: EINVAL) turns the warmer off for the process. Either way the
-// data read is unaffected: warming is a hint.
-//
-// A mapping cancels its job before it unmaps (waiting at most for the chunk in progress), so the
-// thread never touches an address range that is gone. page_warm_stats() says what was done.
+// Only a file of 1 MiB or more that fits in half the memory available is queued: MemAvailable, or the room left under
+// the process's memory cgroup limit when that is less (a container's limit, cgroup v2 memory.max or v1
+// memory.limit_in_bytes). Populating more would evict the pages it just brought in, or the trainer's.
+// Errors: MADV_POPULATE_READ reports them instead of raising SIGBUS (a file truncated meanwhile stops its job with
+// EFAULT); a kernel without it (before Linux 5.14: EINVAL) turns the warmer off for the process. Either way the data
+// read is unaffected: warming is a hint.
+// Threads: a mapping cancels its job before it unmaps (waiting at most for the chunk in progress), so the thread never
+// touches an address range that is gone. page_warm_stats() says what was done. What it gains on a first epoch:
+// bench/README.md (the first-epoch row, bench/core BM_first_epoch); the populate modes: docs/formats.md.
 #pragma once
 
 #include <sys/mman.h>

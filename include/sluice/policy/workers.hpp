@@ -1,23 +1,20 @@
-// sluice/policy/workers.hpp — worker-count autotuning: hold the consumer's utilisation in a target
-// band with the fewest worker threads.
+// sluice/policy/workers.hpp — worker-count autotuning: hold the consumer's utilisation in a target band with the fewest
+// worker threads.
 //
-// Once per window of batches the tuner looks at the consumer's utilisation u = busy / (busy +
-// wait) and at how often it found the queue empty:
-//   add    one worker when u < band_low AND the producer is the bottleneck: fewer than half the
-//          requests in the window found a full queue (>= depth batches ready). A queue that is
-//          usually full while the consumer still waits points at bursts, which depth absorbs
-//          (depth::adaptive's job), not at too few workers;
-//   remove one worker when u > band_high (the consumer almost never waits: fewer threads
-//          would still keep it fed) for `remove_windows` consecutive windows;
+// Once per window of batches the tuner looks at the consumer's utilisation u = busy / (busy + wait) and at how often it
+// found the queue empty:
+//   add    one worker when u < band_low AND the producer is the bottleneck: fewer than half the requests in the window
+//          found a full queue (>= depth batches ready). A queue that is usually full while the consumer still waits
+//          points at bursts, which depth absorbs (depth::adaptive's job), not at too few workers;
+//   remove one worker when u > band_high (the consumer almost never waits: fewer threads would still keep it fed) for
+//          `remove_windows` consecutive windows;
 //   hold   inside the band.
-// Anti-oscillation as in depth::adaptive: decisions at window ends only, a change restarts the
-// window, and an add that undoes a removal doubles the removal patience.
-// Changing the worker count never changes the batches: the loader is ticket-based (batch k is a
-// pure function of (seed, epoch, k)), so any worker may fill any ticket.
-//
-// Plugging in: the loader asks its depth policy for `update_workers(signal)` when it has one and
-// applies the answer within [1, max_workers] (loader_options::max_workers threads exist; the
-// others sleep). `with_workers{depth_policy, autotune}` adds the tuner to any depth policy:
+// Anti-oscillation as in depth::adaptive: decisions at window ends only, a change restarts the window, and an add that
+// undoes a removal doubles the removal patience. Changing the worker count never changes the batches: the loader is
+// ticket-based (batch k is a pure function of (seed, epoch, k)), so any worker fills any ticket.
+// Plugging in: the loader asks its depth policy for `update_workers(signal)` when it has one and applies the answer
+// within [1, max_workers] (loader_options::max_workers threads exist; the others sleep). `with_workers{depth_policy,
+// autotune}` adds the tuner to any depth policy (depth policies: docs/policies.md):
 //
 //   | sluice::prefetch(sluice::with_workers{sluice::depth::adaptive{}, sluice::workers::autotune{}},
 //                      {.workers = 2, .max_workers = 8})

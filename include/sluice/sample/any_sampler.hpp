@@ -1,9 +1,8 @@
 // sluice/sample/any_sampler.hpp — any sampler behind one indirect call a position.
 //
-// A front door that picks the sampler at run time (the Python module, a trainer configured from a
-// file) would otherwise compile one loader per sampler type: every stage after the source is
-// instantiated again for each. any_sampler erases the sampler's type, so one loader type serves
-// them all:
+// A front door that picks the sampler at run time (the Python module, a trainer configured from a file) would otherwise
+// compile one loader per sampler type: every stage after the source is instantiated again for each. any_sampler erases
+// the sampler's type, so one loader type serves them all:
 //
 //   sluice::sample::any_sampler order = cfg.balanced
 //       ? sluice::sample::any_sampler(sluice::sample::class_balanced<inverse_log>(labels, {}, {.seed = 7}))
@@ -11,14 +10,12 @@
 //   auto loader = sluice::from(std::move(order)) | sluice::read(r) | sluice::collate({.batch = 256})
 //               | sluice::prefetch(2);
 //
-// It keeps everything the loader asks of the sampler it holds: the order (at, size), prepare(epoch)
-// where that sampler has one (it is a no-op otherwise), and its fingerprint (core/state.hpp): a
-// state saved through an any_sampler resumes only the same sampler, seed and data, and equals the
-// state of the same loader built with the sampler itself. The cost is one virtual call per
-// position (at) and per epoch (size, prepare): a few nanoseconds against the sample's own work.
-// Copies are deep (each holds its own sampler, as a copied sampler would); moves are cheap (a
-// moved-from any_sampler may only be assigned to or destroyed).
-// inner<S>() gives the sampler back, or nullptr when it is another type.
+// It keeps everything the loader asks of the sampler it holds: the order (at, size), prepare(epoch) where that sampler
+// has one (it is a no-op otherwise), and its fingerprint (core/state.hpp): a state saved through an any_sampler resumes
+// only the same sampler, seed and data, and equals the state of the same loader built with the sampler itself. The cost
+// is one virtual call per position (at) and per epoch (size, prepare): a few nanoseconds against the sample's own work.
+// Copies are deep (each holds its own sampler, as a copied sampler would); moves are cheap (a moved-from any_sampler
+// may only be assigned to or destroyed). inner<S>() gives the sampler back, or nullptr when it is another type.
 #pragma once
 
 #include <cstddef>

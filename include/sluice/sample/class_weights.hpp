@@ -1,23 +1,19 @@
-// sluice/sample/class_weights.hpp — per-class sampling weights from per-class counts, for
-// long-tailed label sets.
+// sluice/sample/class_weights.hpp — per-class sampling weights from per-class counts, for long-tailed label sets.
 //
-// Convention (the one every rule below follows): a rule maps a class's sample count n to the
-// weight of ONE sample of that class. The class's share of the draws, its "mass", is then
-// n * weight. So the rules read as:
+// Convention (the one every rule below follows): a rule maps a class's sample count n to the weight of ONE sample of
+// that class. The class's share of the draws, its "mass", is then n * weight. So the rules read as:
 //   inverse_frequency       weight 1/n              mass 1 for every class (class-balanced)
 //   inverse_log             weight 1/log(1+n)       mass n/log(1+n): rare classes up, softly
 //   effective_number{beta}  weight 1/E_n, E_n = (1-beta^n)/(1-beta)   (Cui et al., CVPR 2019)
 //                           beta -> 0: mass n (as the data); beta -> 1: mass 1 (balanced)
-//   power{q}                weight n^(q-1)          mass n^q: q=1 instance-balanced (as the
-//                           data), q=1/2 square-root, q=0 class-balanced
-//   power_schedule          power{q(epoch)} with q moving linearly from q_first to q_last over
-//                           `epochs` epochs, then held: instance-balanced first, balanced later
-//                           (the progressive schedule of Kang et al., ICLR 2020, done on q)
-// A class with n = 0 gets weight 0 (it has no samples to draw).
-// Every rule (namespace sluice::sample) is a small value type with `double weight(std::uint64_t n, std::uint64_t epoch)`;
-// `epoch_dependent` says whether samplers must rebuild their tables each epoch; `fingerprint()`
-// (optional for a user's rule, see rule_fingerprint) hashes its name and parameters for
-// loader.resume's check.
+//   power{q}                weight n^(q-1)          mass n^q: q=1 instance-balanced (as the data),
+//                           q=1/2 square-root, q=0 class-balanced
+//   power_schedule          power{q(epoch)} with q moving linearly from q_first to q_last over `epochs` epochs,
+//                           then held: instance-balanced first, balanced later (Kang et al., ICLR 2020, done on q)
+// A class with n = 0 gets weight 0 (it has no samples to draw). Every rule (namespace sluice::sample) is a small value
+// type with `double weight(std::uint64_t n, std::uint64_t epoch)`; `epoch_dependent` says whether samplers must rebuild
+// their tables each epoch; `fingerprint()` (optional for a user's rule, see rule_fingerprint) hashes its name and
+// parameters for loader.resume's check. Which rule the advisor recommends: docs/advisor.md.
 //
 //   auto counts = sluice::sample::count_labels(labels);          // per-class counts
 //   auto w = sluice::sample::class_weights(counts, sluice::sample::effective_number{0.999});

@@ -1,24 +1,22 @@
-// sluice/sample/fetch_ahead.hpp — open (fetch) the shards of the next windows before the loader
-// reaches them.
+// sluice/sample/fetch_ahead.hpp — open (fetch) the shards of the next windows before the loader reaches them.
 //
-// With shard_shuffle a rank reads its partitions' windows one after another; each window's first
-// read would wait for its shards to download. fetch_ahead wraps a rank's sampler,
-// distributed{shard_shuffle}, and a reader with prefetch(s) (io::remote_shards, io::mds_dataset):
-// when a worker asks for a position in window k of a partition, the shards of windows k + 1 ..
-// k + `windows` of that partition are handed to the reader's background thread, once each. The
-// ids are distributed{shard_shuffle}'s own; only the time shards arrive changes.
+// With shard_shuffle a rank reads its partitions' windows one after another; each window's first read would wait for
+// its shards to download. fetch_ahead wraps a rank's sampler, distributed{shard_shuffle}, and a reader with prefetch(s)
+// (io::remote_shards, io::mds_dataset): when a worker asks for a position in window k of a partition, the shards of
+// windows k + 1 .. k + `windows` of that partition are handed to the reader's background thread, once each. The ids are
+// distributed{shard_shuffle}'s own; only the time shards arrive changes.
 //
 //   sluice::sample::shard_shuffle order{data, {.seed = 7, .window = 16, .partitions = 8}};
-//   sluice::sample::fetch_ahead ahead{sluice::sample::distributed{order, {.rank = r, .world = w}}, data, {.windows = 1}};
+//   sluice::sample::fetch_ahead ahead{sluice::sample::distributed{order, {.rank = r, .world = w}}, data,
+//                                     {.windows = 1}};
 //   auto loader = sluice::from(ahead) | sluice::read(data) | ...;
 //
-// Between epochs (prepare of a new epoch, when the loader's workers are idle) the reader's
-// release_all() closes the last epoch's shards so the tier may evict them: a rank holds at most
-// one epoch's share (shards are not released within an epoch yet). Fetching ahead needs room for
-// the windows in flight plus those ahead: (partitions / world) × (window × (1 + windows) + 1)
-// shards a rank. The reader must outlive the loader (as read(data) requires anyway). at() is
-// thread-safe; its bookkeeping per sample is the window lookup (a binary search over the
-// partition's windows) and one atomic load once that window's successors are posted.
+// Between epochs (prepare of a new epoch, when the loader's workers are idle) the reader's release_all() closes the
+// last epoch's shards so the tier may evict them: a rank holds at most one epoch's share (shards are not released
+// within an epoch yet). Fetching ahead needs room for the windows in flight plus those ahead: (partitions / world) ×
+// (window × (1 + windows) + 1) shards a rank. The reader must outlive the loader (as read(data) requires anyway).
+// Threads: at() is thread-safe; its bookkeeping per sample is the window lookup (a binary search over the partition's
+// windows) and one atomic load once that window's successors are posted. More: docs/samplers.md, docs/remote.md.
 #pragma once
 
 #include <atomic>

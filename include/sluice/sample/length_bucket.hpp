@@ -1,21 +1,19 @@
-// sluice/sample/length_bucket.hpp — batches of similar lengths for variable-length records
-// (token sequences), to cut the padding a batch needs.
+// sluice/sample/length_bucket.hpp — batches of similar lengths for variable-length records (token sequences),
+// to cut the padding a batch needs.
 //
-// Each epoch, prepare(epoch) shuffles all ids (a Feistel permutation keyed on (seed, epoch)),
-// cuts the shuffled order into pools of `pool_batches` batches, sorts each pool by length, cuts
-// it into batches, and shuffles the order of all batches (a second permutation). So a batch holds
-// ids of similar length, while which ids meet in a pool — and the order in which batches come —
-// is random every epoch. pool_batches = 1 is plain shuffling; larger pools pad less and randomise
-// less (the usual trade; 50-100 is common).
-//
+// Each epoch, prepare(epoch) shuffles all ids (a Feistel permutation keyed on (seed, epoch)), cuts the shuffled order
+// into pools of `pool_batches` batches, sorts each pool by length, cuts it into batches, and shuffles the order of all
+// batches (a second permutation). So a batch holds ids of similar length, while which ids meet in a pool — and the
+// order in which batches come — is random every epoch. pool_batches = 1 is plain shuffling; larger pools pad less and
+// randomise less (the usual trade; 50-100 is common).
 // Guarantees
-//   * Every id appears exactly once an epoch; at(epoch, pos) reads the order prepare(epoch) built
-//     (O(n log pool) once per epoch on one thread; at() for an unprepared epoch throws
-//     usage_error). Deterministic in (seed, epoch); independent of threads.
-//   * Batches are aligned to the sampler's batch size: positions k*B .. k*B+B-1 are one bucketed
-//     batch, so collate's batch size must equal `batch` (the last batch may be short).
-// `padding_report` measures what a sampler's batches cost in padding: per batch every sequence is
-// padded to the batch's longest one.
+//   * Every id appears exactly once an epoch; at(epoch, pos) reads the order prepare(epoch) built (O(n log pool) once
+//     per epoch on one thread; at() for an unprepared epoch throws usage_error). Deterministic in (seed, epoch);
+//     independent of threads.
+//   * Batches are aligned to the sampler's batch size: positions k*B .. k*B+B-1 are one bucketed batch, so collate's
+//     batch size must equal `batch` (the last batch may be short).
+// `padding_report` measures what a sampler's batches cost in padding: per batch every sequence is padded to the batch's
+// longest one.
 //
 //   std::vector<std::uint32_t> lengths = ...;   // tokens per record
 //   sluice::sample::length_bucketed s{lengths, {.seed = 3, .batch = 32, .pool_batches = 64}};

@@ -1,26 +1,23 @@
 // sluice/sample/shard_split.hpp — whole shards per rank, shuffled inside the rank's share.
 //
-// `distributed` (sample/distributed.hpp) deals global positions round-robin, so every rank reads
-// from every shard. With many tar shards on remote or cold storage a rank should instead own
-// whole shards and never open the others. shard_split does that:
-//   - shard s belongs to rank s % world (fixed for the run: a rank's page cache and saved
-//     indexes stay useful from epoch to epoch);
-//   - each epoch, the rank's samples (all of its shards' samples) are visited in a fresh order,
-//     a Feistel permutation keyed by (seed, epoch, rank): O(1) memory, any position first;
-//   - every rank runs the same number of steps: size(epoch) is the smallest rank's sample count,
-//     and each epoch a rank with more drops a different, random remainder (tail::drop). Shards of
-//     equal size (what WebDataset writers make with a fixed count per shard) drop nothing.
-// Any reader with shard_count() and shard_range(s) ([first, last) global ids of shard s), such as
-// io::wds_dataset, gives it its shards; opened with `.sizes`, the dataset then maps only this
-// rank's shards.
+// `distributed` (sample/distributed.hpp) deals global positions round-robin, so every rank reads from every shard. With
+// many tar shards on remote or cold storage a rank should instead own whole shards and never open the others:
+//   - shard s belongs to rank s % world for the whole run (the rank's page cache and saved indexes stay useful);
+//   - each epoch, the rank's samples (all of its shards' samples) are visited in a fresh order, a Feistel permutation
+//     keyed by (seed, epoch, rank): O(1) memory, any position first;
+//   - every rank runs the same number of steps: size(epoch) is the smallest rank's sample count, and each epoch a rank
+//     with more drops a different, random remainder (tail::drop). Shards of equal size (what WebDataset writers make
+//     with a fixed count per shard) drop nothing.
+// Any reader with shard_count() and shard_range(s) ([first, last) global ids of shard s), such as io::wds_dataset,
+// gives it its shards; opened with `.sizes`, the dataset then maps only this rank's shards:
 //
 //   sluice::io::wds_dataset<wds> data{"train-{000000..000127}.tar", {.sizes = sizes}};
 //   auto r = sluice::sample::rank_from_environment();
 //   auto sampler = sluice::sample::shard_split{data, {.rank = r.rank, .world = r.world, .seed = 7}};
 //   auto loader = sluice::from(sampler) | sluice::read(data) | ...;
 //
-// A world larger than the shard count leaves ranks with no shard: a usage_error, since those ranks
-// would have nothing to read (and every rank's epoch would be empty).
+// Errors: a world larger than the shard count is a usage_error: ranks with no shard would have nothing to read (and
+// every rank's epoch would be empty). More examples: docs/readers.md, docs/remote.md.
 #pragma once
 
 #include <algorithm>

@@ -1,9 +1,8 @@
 // sluice/stage/convert.hpp — convert<"f", To>(): a field's elements widened to another type.
 //
-// Some consumers cannot take a field's stored type: PyTorch before 2.3 has no uint16 or uint32
-// tensors, so token ids stored as uint16 must reach it as int64; an embedding wants int64 or
-// int32 indices whatever the file holds. convert<"f", To>() changes field "f"'s element type to
-// To for every stage after it:
+// Some consumers cannot take a field's stored type: PyTorch before 2.3 has no uint16 or uint32 tensors, so token ids
+// stored as uint16 must reach it as int64; an embedding wants int64 or int32 indices whatever the file holds.
+// convert<"f", To>() changes field "f"'s element type to To for every stage after it:
 //
 //   auto loader = sluice::from(sluice::sample::shuffle(w.size(), {.seed = 1})) | sluice::read(w)
 //               | sluice::convert<"input", std::int64_t>() | sluice::convert<"target", std::int64_t>()
@@ -11,14 +10,14 @@
 //               | sluice::prefetch(2);
 //   // b.get<"input">() is int64 {8, L}
 //
-// The conversion runs where collate writes the field into the batch (each element read once and
-// written once, in the batch's memory: no intermediate buffer for a field the input holds as a
-// view; a deferred input field is written into the destination's tail and widened in place, front
-// to back). It works with every per-field collator (stack, ragged, pad, pack). Only conversions
-// that keep every value are allowed, checked at compile time: an integer type to a wider integer
-// type that holds all its values (uint16 -> int32/int64/uint32, int32 -> int64, ...), an integer
-// type to a floating type whose mantissa holds it (uint16 -> float, int32 -> double), float ->
-// double. The field's shape is unchanged; its extent (fixed or variable) too.
+// The conversion runs where collate writes the field into the batch (each element read once and written once, in the
+// batch's memory: no intermediate buffer for a field the input holds as a view; a deferred input field is written into
+// the destination's tail and widened in place, front to back). It works with every per-field collator (stack, ragged,
+// pad, pack).
+// Errors: only conversions that keep every value compile: an integer type to a wider integer type that holds all its
+// values (uint16 -> int32/int64/uint32, int32 -> int64, ...), an integer type to a floating type whose mantissa holds
+// it (uint16 -> float, int32 -> double), float -> double. The field's shape is unchanged; its extent (fixed or
+// variable) too. Token files: docs/tokens.md.
 #pragma once
 
 #include <cstddef>

@@ -1,25 +1,23 @@
 // sluice/stage/pin.hpp — `pin()`: batch slots live in page-locked (pinned) host memory.
 //
-// Put pin() right after collate when a host-to-device copy follows (to_device). Collate then
-// writes every sample once, straight into pinned memory, and the copy engine reads it from there
-// by DMA: one host copy of each sample, not two (pageable batch -> staging buffer -> device is what
-// a pageable cudaMemcpy does behind your back). The slots' memory comes from a capped pinned pool
-// (sluice::block_pool): reused across batches and loaders that share the pool, bounded by
-// `cap_bytes` (a slot that cannot get memory under the cap fails that batch with a usage_error
-// naming the cap), and trimmed at each epoch boundary of blocks that no loader needed for
-// `idle_epochs` epochs, or that exceed (1 + headroom) x the epoch's peak use.
-//
-// Backend: with the CUDA runtime (SLUICE_HAS_CUDART(), link sluice::cuda) the memory comes from
-// cudaHostAlloc; without it, from aligned host memory, so the same pipeline builds and runs.
-// Copies of the stage share their pool and counters, so keep one to read stats():
+// Put pin() right after collate when a host-to-device copy follows (to_device). Collate then writes every sample once,
+// straight into pinned memory, and the copy engine reads it from there by DMA: one host copy of each sample, not two
+// (pageable batch -> staging buffer -> device is what a pageable cudaMemcpy does behind your back). The slots' memory
+// comes from a capped pinned pool (sluice::block_pool): reused across batches and loaders that share the pool, bounded
+// by `cap_bytes` (a slot that cannot get memory under the cap fails that batch with a usage_error naming the cap), and
+// trimmed at each epoch boundary of blocks that no loader needed for `idle_epochs` epochs, or that exceed
+// (1 + headroom) x the epoch's peak use.
+// Backend: with the CUDA runtime (SLUICE_HAS_CUDART(), link sluice::cuda) the memory comes from cudaHostAlloc; without
+// it, from aligned host memory, so the same pipeline builds and runs. Copies of the stage share their pool and
+// counters, so keep one to read stats():
 //
 //   auto pinned = sluice::pin({.cap_bytes = 2ull << 30});
 //   auto loader = sluice::from(sampler) | sluice::read(shard) | sluice::collate({.batch = 256})
 //               | pinned | sluice::to_device(stream) | sluice::prefetch(2);
 //   ...; pinned.stats().bytes_in_place;   // bytes collate wrote straight into pinned memory
 //
-// Hooks (core/loader.hpp): allocate/deallocate provide slot storage; on_filled counts the bytes
-// written in place and applies the pool's epoch rule when a new epoch starts.
+// Hooks (core/loader.hpp): allocate/deallocate provide slot storage; on_filled counts the bytes written in place and
+// applies the pool's epoch rule when a new epoch starts. The pool and the copy: docs/device.md.
 #pragma once
 
 #include <algorithm>
