@@ -12,8 +12,10 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/sluiceConfig.cmake.in
 # consumer use a package installed from a 64-bit build.
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/sluiceConfigVersion.cmake
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+# sluiceConfig.cmake finds the optional dependencies with the build's own rules.
+configure_file(${PROJECT_SOURCE_DIR}/cmake/SluiceDependencies.cmake ${PROJECT_BINARY_DIR}/SluiceDependencies.cmake COPYONLY)
 install(FILES ${PROJECT_BINARY_DIR}/sluiceConfig.cmake ${PROJECT_BINARY_DIR}/sluiceConfigVersion.cmake
-  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
+  ${PROJECT_SOURCE_DIR}/cmake/SluiceDependencies.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
 
 # The optional parts travel too, each in its own export set, so a consumer gets sluice::zlib,
 # sluice::jpeg, sluice::png, sluice::dlpack, sluice::curl and sluice::cuda when it has their dependencies (sluiceConfig.cmake looks for them

@@ -1,9 +1,11 @@
 # Optional components. Each becomes an INTERFACE target only when its dependency is found, and
-# the headers that need it say so at the top. The core (sluice::sluice) needs only Threads.
+# the headers that need it say so at the top. The core (sluice::sluice) needs only Threads. How each
+# dependency is found: cmake/SluiceDependencies.cmake (an installed sluice uses the same file).
+include(SluiceDependencies)
 
 # zlib: gzip-compressed IDX files (sluice/io/idx.hpp).
-find_package(ZLIB QUIET)
-if(ZLIB_FOUND)
+sluice_find_dependency(zlib _sluice_found)
+if(_sluice_found)
   add_library(sluice_zlib INTERFACE)
   add_library(sluice::zlib ALIAS sluice_zlib)
   target_link_libraries(sluice_zlib INTERFACE sluice ZLIB::ZLIB)
@@ -13,15 +15,11 @@ endif()
 # libjpeg-turbo: sluice/codec/jpeg.hpp reads headers and encodes through its TurboJPEG API and
 # decodes through its libjpeg API (region decode: jpeg_crop_scanline, jpeg_skip_scanlines), so it
 # needs both (Debian: libturbojpeg0-dev and libjpeg62-turbo-dev).
-find_package(PkgConfig QUIET)
-if(PkgConfig_FOUND)
-  pkg_check_modules(SLUICE_TURBOJPEG QUIET IMPORTED_TARGET libturbojpeg)
-  pkg_check_modules(SLUICE_LIBJPEG QUIET IMPORTED_TARGET libjpeg)
-endif()
+sluice_find_dependency(jpeg _sluice_found)
 if(SLUICE_TURBOJPEG_FOUND AND NOT SLUICE_LIBJPEG_FOUND)
   message(STATUS "sluice: TurboJPEG found but not libjpeg-turbo's libjpeg API (Debian: libjpeg62-turbo-dev); no sluice::jpeg")
 endif()
-if(SLUICE_TURBOJPEG_FOUND AND SLUICE_LIBJPEG_FOUND)
+if(_sluice_found)
   add_library(sluice_jpeg INTERFACE)
   add_library(sluice::jpeg ALIAS sluice_jpeg)
   target_link_libraries(sluice_jpeg INTERFACE sluice PkgConfig::SLUICE_TURBOJPEG PkgConfig::SLUICE_LIBJPEG)
@@ -29,10 +27,8 @@ if(SLUICE_TURBOJPEG_FOUND AND SLUICE_LIBJPEG_FOUND)
 endif()
 
 # libpng: sluice/codec/png.hpp (and, with sluice::jpeg, codec/image.hpp).
-if(PkgConfig_FOUND)
-  pkg_check_modules(SLUICE_LIBPNG QUIET IMPORTED_TARGET libpng)
-endif()
-if(SLUICE_LIBPNG_FOUND)
+sluice_find_dependency(png _sluice_found)
+if(_sluice_found)
   add_library(sluice_png INTERFACE)
   add_library(sluice::png ALIAS sluice_png)
   target_link_libraries(sluice_png INTERFACE sluice PkgConfig::SLUICE_LIBPNG)
@@ -41,8 +37,8 @@ endif()
 
 # DLPack's header (Debian: libdlpack-dev): sluice/core/dlpack.hpp. Header-only, nothing to link;
 # the target puts its directory on the include path (a no-op for /usr/include).
-find_path(SLUICE_DLPACK_INCLUDE_DIR dlpack/dlpack.h DOC "Directory holding dlpack/dlpack.h")
-if(SLUICE_DLPACK_INCLUDE_DIR)
+sluice_find_dependency(dlpack _sluice_found)
+if(_sluice_found)
   add_library(sluice_dlpack INTERFACE)
   add_library(sluice::dlpack ALIAS sluice_dlpack)
   target_link_libraries(sluice_dlpack INTERFACE sluice)
@@ -52,8 +48,8 @@ endif()
 
 # libcurl (Debian: libcurl4-openssl-dev): sluice/io/remote.hpp, shards fetched by http:// URL into a
 # node-local disk tier.
-find_package(CURL QUIET)
-if(CURL_FOUND)
+sluice_find_dependency(curl _sluice_found)
+if(_sluice_found)
   add_library(sluice_curl INTERFACE)
   add_library(sluice::curl ALIAS sluice_curl)
   target_link_libraries(sluice_curl INTERFACE sluice CURL::libcurl)
