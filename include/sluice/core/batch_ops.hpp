@@ -99,6 +99,17 @@ void normalize_u8(const std::uint8_t* x, Out* y, std::size_t n, std::size_t ch, 
   }
 }
 
+// The layout a normaliser reads: what the producer wrote, else the user's claim (none: none).
+// A claim the producer contradicts is a usage_error, never a reinterpretation: the per-channel
+// values would go to the wrong channels. `who` names the option, e.g. "collate's .layout".
+inline image_layout agreed_layout(image_layout claimed, image_layout wrote, const std::string& who) {
+  auto name = [](image_layout l) { return l == image_layout::chw ? "CHW" : "HWC"; };
+  if (claimed != image_layout::none && wrote != image_layout::none && claimed != wrote)
+    throw usage_error(who + " says " + name(claimed) + " but the producer wrote " + name(wrote) +
+                      " pixels: the per-channel values would go to the wrong channels; drop it or make the two agree");
+  return wrote != image_layout::none ? wrote : claimed;
+}
+
 // A collator's options, mean and std per channel on the scale of x * scale (e.g. 0.485 with
 // scale 1/255), as normalize_u8's mean and inv_std on the scale of x: (x * scale - m) / s ==
 // (x - m / scale) * (scale / s). Empty: mean 0, std 1; one value: every channel. `what` names the

@@ -149,11 +149,7 @@ class collate_stage {
     if constexpr (requires { s.geometry(); }) {  // a decoder says how it laid out the pixels
       const field_geometry g = s.geometry();
       const image_layout wrote = g.layout;
-      if (opt_.output == dtype::f32 && opt_.channels > 1 && opt_.layout != image_layout::none &&
-          wrote != image_layout::none && wrote != opt_.layout)
-        throw usage_error(std::string("collate({.layout = ") + (opt_.layout == image_layout::chw ? "chw" : "hwc") +
-                          "}) but the decoder wrote " + (wrote == image_layout::chw ? "CHW" : "HWC") +
-                          " pixels: the per-channel mean/std would go to the wrong channels");
+      if (opt_.output == dtype::f32 && opt_.channels > 1) (void)detail::agreed_layout(opt_.layout, wrote, "collate's .layout");
       if (opt_.output == dtype::f32 && opt_.channels > 1 && wrote != image_layout::none && g.ndim == 3) {
         const auto c = g.shape[wrote == image_layout::chw ? 0 : 2];
         if (c != static_cast<std::int64_t>(opt_.channels))

@@ -271,11 +271,7 @@ struct normalized {
     }
     const std::string nm = "sluice: normalized<\"" + std::string(detail::field_label<Name>(s)) + "\">: ";
     field_geometry g = detail::producer_geometry<Name>(s);
-    image_layout in = g.layout;
-    if (layout != image_layout::none && in != image_layout::none && layout != in)
-      throw usage_error(nm + ".layout says " + (layout == image_layout::chw ? "CHW" : "HWC") + " but the producer wrote " +
-                        (in == image_layout::chw ? "CHW" : "HWC") + "; drop .layout or make the two agree");
-    if (in == image_layout::none) in = layout;
+    const image_layout in = detail::agreed_layout(layout, g.layout, nm + ".layout");
     if (g.ndim == 0 && !shape.empty()) {
       g.ndim = static_cast<std::uint8_t>(std::min(shape.size(), max_dims - 1));
       for (std::size_t i = 0; i < g.ndim; ++i) g.shape[i] = shape[i];
