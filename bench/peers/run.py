@@ -13,7 +13,9 @@ the "DALI CPU pipeline" rows need NVIDIA DALI in an interpreter given as --dali-
  without it, or when it cannot import nvidia.dali, those rows say "not measured: DALI not installed";
  the "SPDL" rows likewise need Meta's SPDL in an interpreter given as --spdl-python, e.g.
     /usr/bin/python3 -m venv /work/venv-spdl && /work/venv-spdl/bin/pip install spdl numpy
- with Debian's FFmpeg libraries, libavcodec59 and friends, which SPDL decodes with)
+ with Debian's FFmpeg libraries, libavcodec59 and friends, which SPDL decodes with; and the
+ "Grain" rows need Google's Grain in an interpreter given as --grain-python, e.g.
+    /usr/bin/python3 -m venv /work/venv-grain && /work/venv-grain/bin/pip install grain numpy pillow)
 
 It needs Debian's python3-torch, python3-numpy and python3-pil (and python3-torchvision for
 torchvision.io.decode_jpeg), which install for /usr/bin/python3, not for a python3 found first on
@@ -391,6 +393,8 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 
 DALI_NAME = "DALI CPU pipeline"
 SPDL_NAME = "SPDL (load_image_batch)"
+GRAIN_LOADER = "Grain DataLoader (processes)"
+GRAIN_DATASET = "Grain MapDataset (threads)"
 
 
 class NotBuilt(Exception):
@@ -460,6 +464,10 @@ def main():
     ap.add_argument("--spdl-python", default="", help="a Python interpreter that imports spdl (e.g. a venv's "
                     "bin/python after `pip install spdl numpy`): Meta's SPDL is measured in a subprocess with it; "
                     "without it the SPDL rows are reported as not measured")
+    ap.add_argument("--grain-python", default="", help="a Python interpreter that imports grain (e.g. a venv's "
+                    "bin/python after `pip install grain numpy pillow`): Google's Grain is measured in a subprocess "
+                    "with it, its DataLoader (worker processes) and its MapDataset (threads); without it the Grain "
+                    "rows are reported as not measured")
     ap.add_argument("--cpus", default="", help="comma list of CPU numbers to confine every loader to "
                     "(this process, the peer programs and DataLoader workers inherit it), e.g. 0 for "
                     "an equal-cores comparison on one core; default: every CPU")
@@ -490,6 +498,21 @@ def main():
     spdl, spdl_missing = peer_version(args.spdl_python, "SPDL", "spdl.io, importlib.metadata", "--spdl-python",
                                          "importlib.metadata.version('spdl')") if "jpeg" in groups else (None, None)
 
+    grain, grain_missing = peer_version(args.grain_python, "Grain", "grain.python, importlib.metadata",
+                                       "--grain-python", "importlib.metadata.version('grain')") \
+        if groups & {"raw", "jpeg"} else (None, None)
+    grain_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grain_peer.py")
+
+    def add_grain(group, files):
+        """Grain's DataLoader at worker_count 0/1/2 and its MapDataset at 1/2 reader threads."""
+        for api, name, settings in (("loader", GRAIN_LOADER, (0, 1, 2)), ("dataset", GRAIN_DATASET, (1, 2))):
+            for n in settings:
+                if grain:
+                    jobs.append((group, name, n, (lambda api=api, n=n: run_program(
+                        [args.grain_python, grain_prog, group] + files + [api, str(n), secs, str(BATCH)]))))
+                else:
+                    not_measured[(group, name, n)] = grain_missing
+
     def have(p):
         return os.access(p, os.X_OK)
 
@@ -504,6 +527,7 @@ def main():
         if have(libtorch_prog):
             for w in (0, 2):
                 jobs.append(("raw", "libtorch data API", w, (lambda w=w: run_program([libtorch_prog, rec, lab, str(w), secs]))))
+        add_grain("raw", [rec, lab, str(RECORD_BYTES)])
         if have(sluice_prog):
             for w in (1, 2):  # sluice's workers are threads beside the consumer; 1 is its least
                 jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
@@ -554,6 +578,7 @@ def main():
             for t in (1, 2):
                 jobs.append(("jpeg", SPDL_NAME + ", decode only (extra)", t, (lambda t=t: run_program(
                     [args.spdl_python, spdl_prog, pack, offs, jlab, str(t), secs, str(BATCH), "decode-only"]))))
+        add_grain("jpeg", [pack, offs, jlab])
         if have(sluice_prog):
             for w in (1, 2):
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
@@ -638,6 +663,9 @@ def main():
                   best_of(group, lambda n: n.startswith("PyTorch")))
             ratio(f"raw: best sluice vs best libtorch data API (any workers, {cores} cores)", sl,
                   best_of(group, lambda n: n.startswith("libtorch")))
+            grain_gone = grain_missing if grain is None else "Grain: no round succeeded"
+            ratio(f"raw: best sluice vs best Grain (DataLoader worker processes 0-2 or MapDataset threads 1-2, "
+                  f"{cores} cores)", sl, best_of(group, lambda n: n.startswith("Grain")), grain_gone)
             ratio(f"raw: best sluice / memcpy roofline (1 thread)", sl, best_of(group, lambda n: "roofline" in n, 1))
             # Equal threads, each side's median over the rounds, with the roofline's own spread
             # over the rounds beside the ratio: a ratio to a yardstick that moves is read with it.
@@ -696,6 +724,11 @@ def main():
                   best_of(group, spdl_peer), spdl_gone)
             ratio(f"jpeg (extra): best sluice vs best SPDL without resize ({cores} cores)", sl,
                   best_of(group, lambda n: n.startswith(SPDL_NAME) and "decode only" in n), spdl_gone)
+            grain_gone = grain_missing if grain is None else "Grain: no round succeeded"
+            ratio(f"jpeg: best sluice vs best Grain + PIL (DataLoader worker processes 0-2 or MapDataset threads 1-2, "
+                  f"{cores} cores)", sl, best_of(group, lambda n: n.startswith("Grain")), grain_gone)
+            ratio(f"jpeg: best sluice vs best peer, Grain and SPDL among them where measured (any setting, {cores} cores)",
+                  sl, best_of(group, is_peer))
             three = (lambda n: vs_best(n) or spdl_peer(n))
             ratio(f"jpeg: best sluice from Python vs best of DataLoader + decode_jpeg, DALI and SPDL "
                   f"(any workers, {cores} cores)", best_of(group, module),
@@ -728,6 +761,8 @@ def main():
         v["dali"] = dali
     if spdl:
         v["spdl"] = spdl
+    if grain:
+        v["grain"] = grain
     v["cores_used"] = cores
     v["cpus"] = sorted(os.sched_getaffinity(0))
     v["torch_threads"] = torch.get_num_threads()
