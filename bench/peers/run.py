@@ -393,6 +393,7 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 
 DALI_NAME = "DALI CPU pipeline"
 SPDL_NAME = "SPDL (load_image_batch)"
+SPDL_RAW_NAME = "SPDL (pipeline, memmap gather)"
 GRAIN_LOADER = "Grain DataLoader (processes)"
 GRAIN_DATASET = "Grain MapDataset (threads)"
 
@@ -496,7 +497,9 @@ def main():
     not_measured = {}
     dali, dali_missing = dali_version(args.dali_python) if "jpeg" in groups else (None, None)
     spdl, spdl_missing = peer_version(args.spdl_python, "SPDL", "spdl.io, importlib.metadata", "--spdl-python",
-                                         "importlib.metadata.version('spdl')") if "jpeg" in groups else (None, None)
+                                         "importlib.metadata.version('spdl')") \
+        if groups & {"raw", "jpeg"} else (None, None)
+    spdl_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spdl_peer.py")
 
     grain, grain_missing = peer_version(args.grain_python, "Grain", "grain.python, importlib.metadata",
                                        "--grain-python", "importlib.metadata.version('grain')") \
@@ -528,6 +531,12 @@ def main():
             for w in (0, 2):
                 jobs.append(("raw", "libtorch data API", w, (lambda w=w: run_program([libtorch_prog, rec, lab, str(w), secs]))))
         add_grain("raw", [rec, lab, str(RECORD_BYTES)])
+        for t in (1, 2):  # SPDL's pipeline: gather concurrency and num_threads
+            if spdl:
+                jobs.append(("raw", SPDL_RAW_NAME, t, (lambda t=t: run_program(
+                    [args.spdl_python, spdl_prog, "raw", rec, lab, str(RECORD_BYTES), str(t), secs, str(BATCH)]))))
+            else:
+                not_measured[("raw", SPDL_RAW_NAME, t)] = spdl_missing
         if have(sluice_prog):
             for w in (1, 2):  # sluice's workers are threads beside the consumer; 1 is its least
                 jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
@@ -567,7 +576,6 @@ def main():
             for t in (1, 2):
                 jobs.append(("jpeg", DALI_NAME + ", decode only (extra)", t, (lambda t=t: run_program(
                     [args.dali_python, dali_prog, filelist, str(t), secs, str(BATCH), "decode-only"]))))
-        spdl_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spdl_peer.py")
         for t in (1, 2):  # SPDL's pipeline: decode concurrency and num_threads
             if spdl:
                 jobs.append(("jpeg", SPDL_NAME, t, (lambda t=t: run_program(
@@ -657,6 +665,8 @@ def main():
     cxx = (lambda n: n.startswith("sluice") and "Python" not in n)
     module = (lambda n: n == "sluice (Python module)")
     for group in ("raw", "jpeg", "weighted"):
+        if group not in groups:
+            continue  # --only left it out: nothing to compare
         sl = best_of(group, cxx)
         if group == "raw":
             ratio(f"raw: best sluice vs best PyTorch DataLoader (any workers, {cores} cores)", sl,
@@ -664,6 +674,9 @@ def main():
             ratio(f"raw: best sluice vs best libtorch data API (any workers, {cores} cores)", sl,
                   best_of(group, lambda n: n.startswith("libtorch")))
             grain_gone = grain_missing if grain is None else "Grain: no round succeeded"
+            ratio(f"raw: best sluice vs best SPDL pipeline (concurrency 1 or 2, {cores} cores)", sl,
+                  best_of(group, lambda n: n == SPDL_RAW_NAME), spdl_missing if spdl is None else "SPDL: no round succeeded")
+            ratio(f"raw: best sluice vs best peer of any kind (any setting, {cores} cores)", sl, best_of(group, is_peer))
             ratio(f"raw: best sluice vs best Grain (DataLoader worker processes 0-2 or MapDataset threads 1-2, "
                   f"{cores} cores)", sl, best_of(group, lambda n: n.startswith("Grain")), grain_gone)
             ratio(f"raw: best sluice / memcpy roofline (1 thread)", sl, best_of(group, lambda n: "roofline" in n, 1))

@@ -15,6 +15,9 @@ JPEGs of run.py's pack read into memory once (as the page-cached pack is for eve
                                                                  -> spdl.io.to_numpy: (B, 64, 64, 3) u8
                      .add_sink(2).build(num_threads=NUM_THREADS)
 A new shuffled order each epoch. Rate: samples a second over SECONDS after 3 warm-up batches.
+Raw records (run.py's raw group), the same pipeline with a gather stage instead of the decode:
+    ENV/bin/python bench/peers/spdl_peer.py raw RECORDS LABELS RECORD_BYTES NUM_THREADS SECONDS [BATCH]
+    .pipe(gather, concurrency=NUM_THREADS)   records[idx] of an np.memmap of the file: (B, bytes) u8
 On the workload's 64x64 JPEGs the resize is the identity, as it is for sluice's and DALI's.
 "decode-only" asks for no size (width=height=None: decode and RGB conversion only; an extra, right
 only because every image of this workload is already 64x64, as DALI's "decode only" extra).
@@ -24,7 +27,49 @@ import sys
 import time
 
 
+def raw_main(a):
+    records, labels, record_bytes, threads, seconds = a[2], a[3], int(a[4]), int(a[5]), float(a[6])
+    batch = int(a[7]) if len(a) >= 8 else 256
+    try:
+        import numpy as np
+        from spdl.pipeline import PipelineBuilder
+    except ImportError as e:
+        print(f"SPDL not installed ({e})", file=sys.stderr)
+        return 3
+    lab = np.fromfile(labels, dtype="<i8")
+    mm = np.memmap(records, dtype=np.uint8, mode="r", shape=(len(lab), record_bytes))
+
+    def source():
+        rng = np.random.default_rng(7)
+        while True:
+            order = rng.permutation(len(lab))
+            for s in range(0, len(order) - batch + 1, batch):
+                yield np.sort(order[s:s + batch])
+
+    def gather(idx):
+        return mm[idx], lab[idx]  # fancy indexing copies the records out of the mapping
+
+    pipeline = (PipelineBuilder().add_source(source()).pipe(gather, concurrency=threads, output_order="completion")
+                .add_sink(2).build(num_threads=threads))
+    with pipeline.auto_stop():
+        it = iter(pipeline)
+        for _ in range(3):
+            next(it)
+        samples = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            x, _ = next(it)
+            if x.shape != (batch, record_bytes):
+                raise RuntimeError(f"unexpected batch {x.shape}")
+            samples += x.shape[0]
+        rate = samples / (time.perf_counter() - t0)
+    print(f"samples_per_s {rate:.1f}")
+    return 0
+
+
 def main():
+    if len(sys.argv) in (7, 8) and sys.argv[1] == "raw":
+        return raw_main(sys.argv)
     if len(sys.argv) not in (6, 7, 8) or (len(sys.argv) == 8 and sys.argv[7] != "decode-only"):
         print(__doc__, file=sys.stderr)
         return 2
