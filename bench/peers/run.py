@@ -538,7 +538,7 @@ def main():
             else:
                 not_measured[("raw", SPDL_RAW_NAME, t)] = spdl_missing
         if have(sluice_prog):
-            for w in (1, 2):  # sluice's workers are threads beside the consumer; 1 is its least
+            for w in (0, 1, 2):  # worker threads beside the consumer; 0: each batch filled on the consumer's thread
                 jobs.append(("raw", "sluice", w, (lambda w=w: run_program([sluice_prog, "raw", rec, lab, str(w), secs]))))
         module_dir = os.path.join(args.build, "python", "module")
         if os.path.isdir(module_dir):
@@ -588,7 +588,7 @@ def main():
                     [args.spdl_python, spdl_prog, pack, offs, jlab, str(t), secs, str(BATCH), "decode-only"]))))
         add_grain("jpeg", [pack, offs, jlab])
         if have(sluice_prog):
-            for w in (1, 2):
+            for w in (0, 1, 2):  # 0: each batch decoded on the consumer's thread, as num_workers=0
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
     if "weighted" in groups:
         for name, (how, threads) in WEIGHTED_PEERS.items():
