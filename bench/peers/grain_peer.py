@@ -22,7 +22,8 @@ batches (worker start-up excluded), each batch checked for its shape.
 
 import io
 import sys
-import time
+
+from peer_timing import rate_of
 
 
 class RecordSource:
@@ -88,16 +89,11 @@ def main():
     else:
         ds = gp.MapDataset.source(src).shuffle(seed=7).repeat().batch(batch_size=batch, drop_remainder=True)
         it = iter(ds.to_iter_dataset(gp.ReadOptions(num_threads=n)))
-    for _ in range(3):
-        next(it)
-    samples = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        x, y = next(it)
+    def check(x, y):
         if x.shape != shape or len(y) != batch:
             raise RuntimeError(f"unexpected batch {x.shape} / {len(y)} labels")
-        samples += x.shape[0]
-    rate = samples / (time.perf_counter() - t0)
+
+    rate = rate_of(it, seconds, check)
     print(f"samples_per_s {rate:.1f}")
     return 0
 

@@ -24,7 +24,8 @@ only because every image of this workload is already 64x64, as DALI's "decode on
 """
 
 import sys
-import time
+
+from peer_timing import rate_of
 
 
 def raw_main(a):
@@ -51,18 +52,12 @@ def raw_main(a):
 
     pipeline = (PipelineBuilder().add_source(source()).pipe(gather, concurrency=threads, output_order="completion")
                 .add_sink(2).build(num_threads=threads))
+    def check(x, _):
+        if x.shape != (batch, record_bytes):
+            raise RuntimeError(f"unexpected batch {x.shape}")
+
     with pipeline.auto_stop():
-        it = iter(pipeline)
-        for _ in range(3):
-            next(it)
-        samples = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            x, _ = next(it)
-            if x.shape != (batch, record_bytes):
-                raise RuntimeError(f"unexpected batch {x.shape}")
-            samples += x.shape[0]
-        rate = samples / (time.perf_counter() - t0)
+        rate = rate_of(iter(pipeline), seconds, check)
     print(f"samples_per_s {rate:.1f}")
     return 0
 
@@ -107,15 +102,7 @@ def main():
         pipeline = (PipelineBuilder().add_source(source()).pipe(decode, concurrency=threads, output_order="completion")
                     .add_sink(2).build(num_threads=threads))
         with pipeline.auto_stop():
-            it = iter(pipeline)
-            for _ in range(3):
-                next(it)
-            samples = 0
-            t0 = time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                x, _ = next(it)
-                samples += x.shape[0]
-            rate = samples / (time.perf_counter() - t0)
+            rate = rate_of(iter(pipeline), seconds)
     except Exception as e:  # FFmpeg libraries missing or of another major version
         print(f"SPDL could not decode here ({type(e).__name__}: {e})", file=sys.stderr)
         return 3
