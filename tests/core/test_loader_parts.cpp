@@ -1,5 +1,6 @@
-// The loader's parts (core/detail/) tested alone: the epoch history without a thread, the batch
-// stage set's hook calls and failures, and the shared write's claim protocol with threads.
+// The loader's parts (core/detail/) tested alone: the epoch history and one batch's fill without a
+// thread, the batch stage set's hook calls and failures, and the shared write's claim protocol
+// with threads.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/core/detail/batch_fill.hpp"
 #include "sluice/core/detail/batch_stages.hpp"
 #include "sluice/core/detail/epoch_history.hpp"
 #include "sluice/core/detail/ring_slots.hpp"
@@ -96,9 +98,9 @@ TEST_CASE("epoch history: the running run, its end time, closed runs newest firs
   }
   CHECK(all.back().epoch == 21);
   CHECK(all.back().batches == 2);
-  CHECK_FALSE(h.of_epoch(0, kNames, run21).has_value());   // evicted
-  CHECK_FALSE(h.of_epoch(5, kNames, run21).has_value());   // evicted
-  CHECK(h.of_epoch(6, kNames, run21).has_value());         // the oldest kept
+  CHECK_FALSE(h.of_epoch(0, kNames, run21).has_value());  // evicted
+  CHECK_FALSE(h.of_epoch(5, kNames, run21).has_value());  // evicted
+  CHECK(h.of_epoch(6, kNames, run21).has_value());        // the oldest kept
 }
 
 namespace {
@@ -159,7 +161,8 @@ std::string stage_of(const std::exception_ptr& e) {
 
 }  // namespace
 
-TEST_CASE("batch stage set: hooks in order on declaring stages only, stop or go on after a failure, the first failure named") {
+TEST_CASE(
+    "batch stage set: hooks in order on declaring stages only, stop or go on after a failure, the first failure named") {
   std::vector<std::string> calls;
   g_calls = &calls;
   std::tuple<stage_a, stage_c, stage_b> stages;
@@ -242,14 +245,14 @@ TEST_CASE("slot table: slots keep their address as the table grows, grown slots 
 
 TEST_CASE("slot storage: grown to the high-water mark, by a quarter at least, in cache lines, never for what fits") {
   constexpr std::size_t line = 64;
-  CHECK(detail::storage_size(0, 0, 0, line) == line);              // at least one line
-  CHECK(detail::storage_size(0, 100, 0, line) == 128);             // rounded up to lines
-  CHECK(detail::storage_size(0, 100, 1000, line) == 1024);         // brought up to the largest slot
-  CHECK(detail::storage_size(1024, 1000, 1024, line) == 0);        // fits: keep it
+  CHECK(detail::storage_size(0, 0, 0, line) == line);        // at least one line
+  CHECK(detail::storage_size(0, 100, 0, line) == 128);       // rounded up to lines
+  CHECK(detail::storage_size(0, 100, 1000, line) == 1024);   // brought up to the largest slot
+  CHECK(detail::storage_size(1024, 1000, 1024, line) == 0);  // fits: keep it
   CHECK(detail::storage_size(1024, 1024, 1024, line) == 0);
-  CHECK(detail::storage_size(1024, 1030, 1024, line) == 1280);     // grows by a quarter, not by 6 bytes
-  CHECK(detail::storage_size(1024, 4000, 1024, line) == 4032);     // or to what it needs, if more
-  CHECK(detail::storage_size(512, 100, 1024, line) == 1024);       // below the mark: brought up to it
+  CHECK(detail::storage_size(1024, 1030, 1024, line) == 1280);  // grows by a quarter, not by 6 bytes
+  CHECK(detail::storage_size(1024, 4000, 1024, line) == 4032);  // or to what it needs, if more
+  CHECK(detail::storage_size(512, 100, 1024, line) == 1024);    // below the mark: brought up to it
   CHECK(detail::storage_size(1024, 100, 4096, line) == 4096);
   // A slowly growing field reallocates a few times, not once a batch.
   std::size_t have = 0, allocations = 0;
@@ -269,7 +272,7 @@ TEST_CASE("slot warming: the first free slot without storage, until as many as a
   CHECK(detail::warm_target(t, 3) == &t[0]);
   t[0].status = detail::slot_status::filling;  // in use counts, with or without storage
   CHECK(detail::warm_target(t, 3) == &t[1]);
-  t[1].data = storage;                          // free with storage counts
+  t[1].data = storage;  // free with storage counts
   CHECK(detail::warm_target(t, 3) == &t[2]);
   t[2].status = detail::slot_status::warming;
   CHECK(detail::warm_target(t, 3) == nullptr);  // 3 of 3: enough
@@ -346,4 +349,187 @@ TEST_CASE("shared write: a cancelled run stops within one sample") {
   CHECK(wrote == 10);
   CHECK(calls == 10);
   CHECK(job.failed.load() == detail::no_failure);
+}
+
+namespace {
+
+// A sample chain of one stage and a collator, each failing where a test says: what
+// detail::batch_fill needs of them and nothing more. Sample i of the epoch is id 100 + i; the
+// batch is one u32 tensor of the ids written in order.
+struct fake_sampler {
+  std::uint64_t at(std::uint64_t, std::uint64_t pos) const noexcept { return 100 + pos; }
+};
+struct fake_chain {
+  using output_type = std::uint64_t;
+  static constexpr std::size_t stage_count = 1;
+  std::vector<std::uint64_t> fail_stage;  // ids whose stage throws
+  const fake_sampler& sampler() const noexcept { return s; }
+  template <bool Timed = false>
+  std::uint64_t apply(std::uint64_t id, const sample_context&, std::string_view& origin,
+                      std::uint64_t* ns = nullptr) const {
+    origin = {};
+    if (Timed && ns != nullptr) ns[0] += 1;
+    for (auto f : fail_stage)
+      if (f == id) throw stage_error("map", id, "stage broke");  // as sample_chain names a stage
+    return id;
+  }
+  fake_sampler s;
+};
+struct fake_collate {
+  static constexpr std::string_view name = "collate";
+  struct scratch_type {
+    std::size_t begun = 0, checked = 0;
+  };
+  std::vector<std::uint64_t> fail_check, fail_write;  // ids the check / the write refuse
+  void begin(scratch_type& sc) const {
+    ++sc.begun;
+    sc.checked = 0;
+  }
+  void check(std::uint64_t id, scratch_type& sc) const {
+    for (auto f : fail_check)
+      if (f == id) throw std::runtime_error("check refused");
+    ++sc.checked;
+  }
+  void plan(std::span<const std::uint64_t> samples, scratch_type&, batch_layout& l) const {
+    const std::int64_t n = static_cast<std::int64_t>(samples.size());
+    l.add("ids", dtype::u32, std::span<const std::int64_t>(&n, 1));
+  }
+  void finish(std::span<const std::uint64_t>, std::byte*, scratch_type&, const batch_layout&) const {}
+};
+using fill_t = detail::batch_fill<fake_chain, fake_collate>;
+using fill_slot = detail::slot<std::tuple<>>;
+
+// Runs a whole fill of positions [0, n) as the ring does; `cancel_after` cancels it after that
+// many cancellation checks. Returns the ids written, in order (empty on error or cancel).
+struct fill_result {
+  bool completed = false;
+  std::vector<std::uint64_t> written;
+  std::uint64_t skipped = 0, skip_calls = 0, writes = 0;
+  std::size_t begun = 0;
+  std::string error;
+};
+fill_result run_fill(const fake_chain& chain, const fake_collate& col, std::uint64_t n, on_error errors,
+                     std::size_t cancel_after = static_cast<std::size_t>(-1)) {
+  fill_result r;
+  const fill_t f(chain, col);
+  fill_t::scratch_type ws;
+  fill_slot s;
+  std::vector<std::uint64_t> ids(n), storage;
+  s.ids = ids.data();
+  fill_t::tally t;
+  std::uint64_t counter = 0;
+  std::size_t checks = 0;
+  const detail::fill_run run{.epoch = 3, .first = 0, .last = n, .errors = errors, .check_files = false};
+  auto cancelled = [&] { return checks++ >= cancel_after; };
+  auto skip = [&] { ++r.skip_calls; };
+  bool ok = f.gather(run, ws, s.ids, counter, t, s.error, cancelled, skip);
+  if (ok)
+    ok = f.write(
+        run, s, ws, t, cancelled,
+        [&](fill_slot& sl, std::size_t bytes) {
+          storage.assign((bytes + 7) / 8, 0);
+          sl.data = reinterpret_cast<std::byte*>(storage.data());
+        },
+        [&](fill_slot& sl, fill_t::scratch_type& w) {
+          ++r.writes;
+          detail::write_outcome o;
+          r.written.clear();
+          for (std::size_t i = 0; i < w.samples.size(); ++i) {
+            CHECK(sl.ids[i] == w.samples[i]);  // ids stay aligned with the samples
+            CHECK(w.positions[i] + 100 == w.samples[i]);
+            for (auto id : col.fail_write)
+              if (id == w.samples[i]) {
+                try {
+                  throw std::runtime_error("write broke");
+                } catch (...) {
+                  o.failed = i;
+                  o.error = std::current_exception();
+                  return o;
+                }
+              }
+            r.written.push_back(w.samples[i]);
+          }
+          return o;
+        },
+        skip);
+  r.completed = ok;
+  r.skipped = t.skipped;
+  r.begun = ws.collate.begun;
+  if (s.error) {
+    r.error = stage_of(s.error);
+    CHECK(s.layout.count == 0);  // an error leaves nothing planned
+    r.written.clear();
+  } else if (ok) {
+    CHECK(s.layout.count == (ws.samples.empty() ? 0u : 1u));  // every sample skipped: nothing planned
+    if (s.layout.count == 1) CHECK(s.layout.tensors[0].shape[0] == static_cast<std::int64_t>(r.written.size()));
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batch fill: every sample once in order, a skip drops and counts stage, check and write failures") {
+  fake_chain chain;
+  fake_collate col;
+  auto r = run_fill(chain, col, 6, on_error::raise);
+  CHECK(r.completed);
+  CHECK(r.written == std::vector<std::uint64_t>{100, 101, 102, 103, 104, 105});
+  CHECK(r.writes == 1);
+  CHECK(r.skipped == 0);
+
+  // Raise: the first failure is the batch's error, named by the stage that failed.
+  chain.fail_stage = {102};
+  r = run_fill(chain, col, 6, on_error::raise);
+  CHECK(r.error == "map/102/stage broke");
+  CHECK(r.writes == 0);
+  chain.fail_stage = {};
+  col.fail_check = {101};
+  r = run_fill(chain, col, 6, on_error::raise);
+  CHECK(r.error == "collate/101/check refused");
+  col.fail_check = {};
+  col.fail_write = {104};
+  r = run_fill(chain, col, 6, on_error::raise);
+  CHECK(r.error == "collate/104/write broke");
+
+  // Skip: a stage failure and a check failure are dropped before the write; a write failure
+  // drops its sample, re-checks the rest and re-plans (one more begin and write).
+  chain.fail_stage = {100};
+  col.fail_check = {103};
+  col.fail_write = {104};
+  r = run_fill(chain, col, 6, on_error::skip);
+  CHECK(r.completed);
+  CHECK(r.error.empty());
+  CHECK(r.written == std::vector<std::uint64_t>{101, 102, 105});
+  CHECK(r.skipped == 3);
+  CHECK(r.skip_calls == 3);
+  CHECK(r.writes == 2);
+  CHECK(r.begun == 2);
+
+  // Every sample skipped: an empty batch, no write, no error.
+  chain.fail_stage = {100, 101};
+  col.fail_check = {};
+  col.fail_write = {};
+  r = run_fill(chain, col, 2, on_error::skip);
+  CHECK(r.completed);
+  CHECK(r.error.empty());
+  CHECK(r.written.empty());
+  CHECK(r.writes == 0);
+  CHECK(r.skipped == 2);
+}
+
+TEST_CASE("batch fill: a cancelled fill returns false in either phase and writes nothing after") {
+  fake_chain chain;
+  fake_collate col;
+  // Cancelled during gather (before the third sample).
+  auto r = run_fill(chain, col, 6, on_error::raise, 2);
+  CHECK_FALSE(r.completed);
+  CHECK(r.writes == 0);
+  // Cancelled at the write phase's first check (6 in gather, then 1).
+  r = run_fill(chain, col, 6, on_error::raise, 6);
+  CHECK_FALSE(r.completed);
+  CHECK(r.writes == 0);
+  // Cancelled right after the write: the batch is not finished.
+  r = run_fill(chain, col, 6, on_error::raise, 7);
+  CHECK_FALSE(r.completed);
+  CHECK(r.writes == 1);
 }

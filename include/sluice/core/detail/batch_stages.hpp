@@ -1,5 +1,5 @@
 // sluice/core/detail/batch_stages.hpp — the loader's batch stages as one set (a part of
-// core/loader.hpp's ring).
+// the loader's ring, core/detail/ring.hpp).
 //
 // What: each stage's per-slot state, its declared hooks checked against its members, the slot
 // storage one of them may provide, and invoke_hook: the one place a hook is called and its failure

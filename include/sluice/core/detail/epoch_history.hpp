@@ -1,5 +1,5 @@
 // sluice/core/detail/epoch_history.hpp — the loader's per-epoch figures as plain data (a part of
-// core/loader.hpp's ring).
+// the loader's ring, core/detail/ring.hpp).
 //
 // What: the running epoch run's counters at its start (and its end time, once it ended), and the
 // last epoch_stats_kept - 1 closed runs in a fixed ring, each as a pair of counter snapshots; an

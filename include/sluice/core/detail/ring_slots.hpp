@@ -1,5 +1,5 @@
 // sluice/core/detail/ring_slots.hpp — the ring's batch slots and their storage (a part of
-// core/loader.hpp's ring).
+// the loader's ring, core/detail/ring.hpp).
 //
 // What: a slot (the public batch_slot, its status, its batch stages' states, its sample ids) and
 // the table of slots: the ring's own, then those it grew by for batches the trainer keeps, in

@@ -1,5 +1,5 @@
 // sluice/core/detail/shared_write.hpp — one batch's write, shared between workers (a part of
-// core/loader.hpp's ring; loader_options::split_batches).
+// the loader's ring, core/detail/ring.hpp; loader_options::split_batches).
 //
 // What: the owner of a batch publishes its samples and its collator's plan as a write_job; it and
 // any helpers claim chunks of samples from one atomic counter and write them.
@@ -31,11 +31,11 @@ struct write_job {
   const std::string_view* origins = nullptr;
   std::uint64_t epoch = 0, gen = 0, ticket = 0;
   std::size_t chunk = 1;
-  Plan plan{};                             // the owner's scratch as plan() left it
-  bool open = false;                       // under the ring's lock: helpers may join
-  std::size_t helpers = 0;                 // under the ring's lock: helpers inside
-  std::atomic<std::size_t> n{0};           // samples (atomic: peeked at without the lock)
-  std::atomic<std::size_t> next{0};        // the first sample no writer has claimed
+  Plan plan{};                                  // the owner's scratch as plan() left it
+  bool open = false;                            // under the ring's lock: helpers may join
+  std::size_t helpers = 0;                      // under the ring's lock: helpers inside
+  std::atomic<std::size_t> n{0};                // samples (atomic: peeked at without the lock)
+  std::atomic<std::size_t> next{0};             // the first sample no writer has claimed
   std::atomic<std::size_t> failed{no_failure};  // the lowest sample that failed to write
   std::mutex error_m;
   std::exception_ptr error;  // that sample's error (under error_m)
