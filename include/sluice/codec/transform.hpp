@@ -388,11 +388,22 @@ void bilinear_fixed(const std::uint8_t* src, int src_w, int src_h, std::size_t s
                     std::uint8_t* out, const geometry_plan& p, pixel_region origin) {
   const int c = C > 0 ? C : c_runtime;
   const std::size_t plane = static_cast<std::size_t>(p.out_width) * p.out_height;
-  thread_local std::vector<tap> tx, ty;
-  thread_local std::vector<std::int32_t> wx;
-  thread_local std::vector<std::int16_t> mid;
+  // One thread_local, bound to plain references once: in a shared library (the Python module) each
+  // use of a thread_local is a call to __tls_get_addr, which the loops below would pay per row.
+  struct scratch {
+    std::vector<tap> tx, ty;
+    std::vector<std::int32_t> wx;
+    std::vector<std::int16_t> mid;
+    std::vector<std::int32_t> wv;  // SSE2: per column, its (w0, w1) pair four times: one load
+  };
+  thread_local scratch tls;
+  scratch& sc = tls;
+  auto& tx = sc.tx;
+  auto& ty = sc.ty;
+  auto& wx = sc.wx;
+  auto& mid = sc.mid;
 #if defined(__SSE2__)
-  thread_local std::vector<std::int32_t> wv;  // per column, its (w0, w1) pair four times: one load
+  auto& wv = sc.wv;
 #endif
   make_taps(tx, p.out_width, src_w, p.step_x, p.offset_x, p.flip, origin.x);
   make_taps(ty, p.out_height, src_h, p.step_y, p.offset_y, false, origin.y);
@@ -478,7 +489,9 @@ void bilinear_float(const std::uint8_t* src, int src_w, int src_h, std::size_t s
                     std::uint8_t* out, const geometry_plan& p, pixel_region origin) {
   const int c = C > 0 ? C : c_runtime;
   const std::size_t plane = static_cast<std::size_t>(p.out_width) * p.out_height;
-  thread_local std::vector<tap> tx, ty;
+  thread_local std::vector<tap> tls_tx, tls_ty;
+  auto& tx = tls_tx;  // bound once (see bilinear_fixed)
+  auto& ty = tls_ty;
   make_taps(tx, p.out_width, src_w, p.step_x, p.offset_x, p.flip, origin.x);
   make_taps(ty, p.out_height, src_h, p.step_y, p.offset_y, false, origin.y);
   for (int y = 0; y < p.out_height; ++y) {
@@ -573,7 +586,8 @@ inline void resample_nearest(const std::uint8_t* src, int src_w, int src_h, std:
   const std::size_t ow = static_cast<std::size_t>(t.out_width), oh = static_cast<std::size_t>(t.out_height);
   if (dst.size() < ow * oh) throw usage_error("sluice: resample_nearest destination is smaller than the output");
   // The source column of each output column, -1 outside the source.
-  thread_local std::vector<std::int32_t> cols;
+  thread_local std::vector<std::int32_t> tls_cols;
+  auto& cols = tls_cols;  // bound once (see bilinear_fixed)
   cols.resize(ow);
   for (int x = 0; x < t.out_width; ++x) {
     const int xo = t.flip ? t.out_width - 1 - x : x;
