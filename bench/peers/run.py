@@ -112,6 +112,43 @@ def make_workload(data, n_records, n_jpegs, n_weights):
                 pass
 
 
+def make_rrc_workload(data, n_jpegs):
+    """ImageNet-size JPEGs for the rrc group: 500x375 q90 (an ImageNet training image's typical
+    size), noisy colour fields that compress like photos (~60-90 KiB), in the same pack layout as
+    the 64x64 ones, in data/rrc/."""
+    import numpy as np
+    from PIL import Image
+    d = os.path.join(data, "rrc")
+    os.makedirs(d, exist_ok=True)
+    pack, offs = os.path.join(d, "images.jpgpack"), os.path.join(d, "images.offsets")
+    if not (os.path.exists(offs) and os.path.getsize(offs) == (n_jpegs + 1) * 8):
+        t = time.time()
+        rng = np.random.default_rng(20261206)
+        yy, xx = np.mgrid[0:375, 0:500].astype(np.float32)
+        offsets = [0]
+        with open(pack, "wb") as f:
+            for _ in range(n_jpegs):
+                a, b, c = rng.random(3) * 6.28
+                img = np.stack([
+                    128 + 90 * np.sin(xx / (30 + 40 * a) + a) * np.cos(yy / (25 + 30 * b)),
+                    128 + 90 * np.sin(yy / (20 + 35 * b) + c) * np.cos(xx / (45 + 20 * c)),
+                    128 + 90 * np.cos((xx + yy) / (35 + 30 * c) + b),
+                ], axis=-1) + rng.normal(0, 10, size=(375, 500, 3))
+                buf = io.BytesIO()
+                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB").save(buf, "JPEG", quality=90)
+                f.write(buf.getvalue())
+                offsets.append(offsets[-1] + len(buf.getvalue()))
+        np.asarray(offsets, dtype=np.uint64).tofile(offs)
+        long_tailed_labels(n_jpegs, rng).tofile(os.path.join(d, "images.labels"))
+        print(f"# wrote {n_jpegs} 500x375 JPEGs ({offsets[-1] / 2**20:.1f} MiB, mean {offsets[-1] / n_jpegs:.0f} B) "
+              f"in {time.time() - t:.1f} s")
+    for name in ("images.jpgpack", "images.offsets", "images.labels"):
+        with open(os.path.join(d, name), "rb") as f:
+            while f.read(1 << 24):
+                pass
+    return d
+
+
 # ---------------------------------------------------------------- PyTorch (Python) peers
 
 class RecordDataset:
@@ -138,10 +175,14 @@ class RecordDataset:
 class JpegDataset:
     """Map-style dataset over the packed JPEG file; decode with PIL or torchvision.io.decode_jpeg."""
 
-    def __init__(self, data, decoder):
+    def __init__(self, data, decoder, rrc=False):
         import numpy as np
         self.data = data
         self.decoder = decoder
+        self.rrc = None
+        if rrc:  # torchvision's ImageNet training transform: RandomResizedCrop(224) + a random flip
+            import torchvision.transforms as T
+            self.rrc = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()])
         self.offsets = np.fromfile(os.path.join(data, "images.offsets"), dtype=np.uint64).astype(np.int64)
         self.labels = np.fromfile(os.path.join(data, "images.labels"), dtype=np.int64)
         self.pack = None
@@ -158,10 +199,15 @@ class JpegDataset:
         if self.decoder == "pil":
             from PIL import Image
             # HWC uint8 as decoded (what sluice's codec writes too); no permute, no float.
-            img = torch.from_numpy(np.array(Image.open(io.BytesIO(raw.tobytes())).convert("RGB")))
+            pil = Image.open(io.BytesIO(raw.tobytes())).convert("RGB")
+            if self.rrc is not None:
+                pil = self.rrc(pil)
+            img = torch.from_numpy(np.array(pil))
         else:
             import torchvision.io
             img = torchvision.io.decode_jpeg(torch.from_numpy(np.array(raw)))
+            if self.rrc is not None:  # on the CHW uint8 tensor, as torchvision documents for tensors
+                img = self.rrc(img)
         return img, int(self.labels[i])
 
 
@@ -270,6 +316,18 @@ def sluice_module_jpeg_rate(module_dir, tar, workers, seconds):
     import sluice
     ld = sluice.loader("wds", path=tar, batch_size=BATCH, size=[64, 64], layout="hwc", output="uint8",
                        sampler="shuffle", seed=7, drop_last=True, workers=workers, prefetch=2)
+    return module_loop_rate(ld, "image", seconds)
+
+
+def sluice_module_rrc_rate(module_dir, tar, workers, seconds):
+    """The rrc workload through the Python module: WebDataset .jpg + .cls, random_resized_crop to
+    224x224 + flip, HWC uint8, batches of 256."""
+    if module_dir not in sys.path:
+        sys.path.insert(0, module_dir)
+    import sluice
+    ld = sluice.loader("wds", path=tar, batch_size=BATCH, size=[224, 224], crop="random_resized", flip=True,
+                       layout="hwc", output="uint8", sampler="shuffle", seed=7, drop_last=True, workers=workers,
+                       prefetch=2)
     return module_loop_rate(ld, "image", seconds)
 
 
@@ -393,6 +451,8 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 
 DALI_NAME = "DALI CPU pipeline"
 SPDL_NAME = "SPDL (load_image_batch)"
+RRC_PIL = "PyTorch DataLoader + PIL + RandomResizedCrop"
+RRC_DECODE_JPEG = "PyTorch DataLoader + decode_jpeg + RandomResizedCrop"
 SPDL_RAW_NAME = "SPDL (pipeline, memmap gather)"
 GRAIN_LOADER = "Grain DataLoader (processes)"
 GRAIN_DATASET = "Grain MapDataset (threads)"
@@ -455,10 +515,12 @@ def main():
     ap.add_argument("--records", type=int, default=65536)
     ap.add_argument("--jpegs", type=int, default=8192)
     ap.add_argument("--weights", type=int, default=1_000_000)
+    ap.add_argument("--rrc-jpegs", type=int, default=1024, help="500x375 JPEGs for the rrc group")
     ap.add_argument("--seconds", type=float, default=3.0, help="measuring time per loader and round")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best is reported")
     ap.add_argument("--json", default=None, help="also write the results here")
-    ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted,startup")
+    ap.add_argument("--only", default="", help="comma list of groups: raw,jpeg,weighted,startup (the default) "
+                    "and rrc (ImageNet-size JPEGs, RandomResizedCrop 224 + flip; only when named)")
     ap.add_argument("--dali-python", default="", help="a Python interpreter that imports nvidia.dali "
                     "(e.g. a venv's bin/python): NVIDIA DALI's CPU pipeline is measured in a subprocess "
                     "with it; without it the DALI rows are reported as not measured")
@@ -478,6 +540,8 @@ def main():
     cores = len(os.sched_getaffinity(0))
     started = {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": loadavg()}
     groups = set(args.only.split(",")) if args.only else {"raw", "jpeg", "weighted", "startup"}
+    if "rrc" in groups and args.rrc_jpegs < BATCH:  # batches drop the last partial one: none at all
+        ap.error(f"--rrc-jpegs {args.rrc_jpegs}: at least one batch ({BATCH}) of images is needed")
 
     import torch
     bench_dir = os.path.join(args.build, "bench", "peers")
@@ -590,6 +654,34 @@ def main():
         if have(sluice_prog):
             for w in (0, 1, 2):  # 0: each batch decoded on the consumer's thread, as num_workers=0
                 jobs.append(("jpeg", "sluice (TurboJPEG)", w, (lambda w=w: run_program([sluice_prog, "jpeg", pack, offs, jlab, str(w), secs]))))
+    if "rrc" in groups:
+        dr = make_rrc_workload(d, args.rrc_jpegs)
+        rpack, roffs, rlab = (os.path.join(dr, n) for n in ("images.jpgpack", "images.offsets", "images.labels"))
+        decoders = ["pil"]
+        try:
+            import torchvision.io
+            if hasattr(torchvision.io, "decode_jpeg"):
+                decoders.append("torchvision")
+        except ImportError:
+            pass
+        for dec in decoders:
+            dsr = JpegDataset(dr, dec, rrc=True)
+            name = RRC_PIL if dec == "pil" else RRC_DECODE_JPEG
+            for w in (0, 1, 2):
+                jobs.append(("rrc", name, w, (lambda w=w, dsr=dsr: time_loader(torch_loader_factory(dsr, w), args.seconds))))
+        module_dir = os.path.join(args.build, "python", "module")
+        if os.path.isdir(module_dir):
+            rtar = wds_from_pack(dr)
+            for w in (0, 1, 2):
+                jobs.append(("rrc", "sluice (Python module)", w,
+                             (lambda w=w: sluice_module_rrc_rate(module_dir, rtar, w, args.seconds))))
+        for peer in (DALI_NAME, SPDL_NAME, "Grain"):
+            for t in (1, 2):  # written for the 64x64 workload only so far
+                not_measured[("rrc", peer, t)] = "its RandomResizedCrop pipeline is not written in bench/peers yet"
+        if have(sluice_prog):
+            for w in (0, 1, 2):
+                jobs.append(("rrc", "sluice (TurboJPEG)", w,
+                             (lambda w=w: run_program([sluice_prog, "rrc", rpack, roffs, rlab, str(w), secs]))))
     if "weighted" in groups:
         for name, (how, threads) in WEIGHTED_PEERS.items():
             jobs.append(("weighted", name, 0, (lambda how=how, threads=threads: torch_weighted(d, args.seconds, how, threads))))
@@ -664,7 +756,7 @@ def main():
 
     cxx = (lambda n: n.startswith("sluice") and "Python" not in n)
     module = (lambda n: n == "sluice (Python module)")
-    for group in ("raw", "jpeg", "weighted"):
+    for group in ("raw", "jpeg", "rrc", "weighted"):
         if group not in groups:
             continue  # --only left it out: nothing to compare
         sl = best_of(group, cxx)
@@ -695,6 +787,14 @@ def main():
             for w in (1, 2):
                 ratio(f"raw: sluice from Python / same pipeline from C++, workers={w}", best_of(group, module, w),
                       best_of(group, lambda n: n == "sluice", w))
+        elif group == "rrc":
+            ratio(f"rrc: best sluice vs best PyTorch loader (PIL or decode_jpeg + RandomResizedCrop, any workers, "
+                  f"{cores} cores)", sl, best_of(group, lambda n: n.startswith("PyTorch")))
+            for w in (1, 2):
+                ratio(f"rrc (extra, equal worker count): sluice workers={w} vs best PyTorch loader at workers={w}",
+                      best_of(group, cxx, w), best_of(group, lambda n: n.startswith("PyTorch"), w))
+            ratio(f"rrc: best sluice from Python vs best PyTorch loader ({cores} cores)", best_of(group, module),
+                  best_of(group, lambda n: n.startswith("PyTorch")))
         elif group == "jpeg":
             ratio(f"jpeg: best sluice vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)", sl,
                   best_of(group, lambda n: n.startswith("PyTorch")))

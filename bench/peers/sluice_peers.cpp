@@ -14,6 +14,11 @@
 //       shuffle -> read(packed JPEGs) -> decode (TurboJPEG, 64x64 RGB, HWC uint8) -> collate(256)
 //       -> prefetch; needs codec/jpeg.hpp (sluice::jpeg).
 //
+//   sluice_peers rrc images.jpgpack images.offsets images.labels <workers> <seconds>
+//       the same over ImageNet-size JPEGs (run.py's rrc/ folder), each decoded with the ImageNet
+//       training transform: random_resized_crop to 224x224 (scale [0.08, 1], ratio [3/4, 4/3])
+//       and a random horizontal flip, HWC uint8; only the crop's region is decoded.
+//
 //   sluice_peers weighted weights.f64 <seconds>
 //       the alias-method weighted sampler: build its table over the weights, then draw as many
 //       ids as there are weights with draw_n, 256 at a time; repeated; draws/s including the build
@@ -232,9 +237,14 @@ struct jpeg_sample {
 };
 #endif
 
-int jpeg(const char* pack, const char* offsets, const char* labels, std::size_t workers, double seconds) {
+int jpeg(const char* pack, const char* offsets, const char* labels, std::size_t workers, double seconds,
+         bool rrc = false) {
   const packed_jpegs reader{pack, offsets, labels};
-  const sluice::codecs::jpeg codec{{.width = 64, .height = 64}};
+  const sluice::codecs::jpeg codec = rrc ? sluice::codecs::jpeg{{.width = 224,
+                                                                  .height = 224,
+                                                                  .mode = sluice::codecs::fit::random_resized_crop,
+                                                                  .random_flip = true}}
+                                         : sluice::codecs::jpeg{{.width = 64, .height = 64}};
 #ifdef SLUICE_PEERS_HAVE_DECODE_STAGE
   auto decode = sluice::decode(codec);
 #else
@@ -282,10 +292,11 @@ int main(int argc, char** argv) try {
   if (mode == "raw" && argc == 6)
     return raw(argv[2], argv[3], static_cast<std::size_t>(std::atoi(argv[4])), std::atof(argv[5]));
 #ifdef SLUICE_PEERS_HAVE_JPEG
-  if (mode == "jpeg" && argc == 7)
-    return jpeg(argv[2], argv[3], argv[4], static_cast<std::size_t>(std::atoi(argv[5])), std::atof(argv[6]));
+  if ((mode == "jpeg" || mode == "rrc") && argc == 7)
+    return jpeg(argv[2], argv[3], argv[4], static_cast<std::size_t>(std::atoi(argv[5])), std::atof(argv[6]),
+                mode == "rrc");
 #else
-  if (mode == "jpeg") {
+  if (mode == "jpeg" || mode == "rrc") {
     std::fprintf(stderr, "sluice_peers: built without codec/jpeg.hpp or TurboJPEG\n");
     return 3;
   }
@@ -302,7 +313,8 @@ int main(int argc, char** argv) try {
                "usage: %s roofline records.u8 labels.i64 <seconds> [threads]\n"
                "       %s raw records.u8 labels.i64 <workers> <seconds>\n"
                "       %s jpeg images.jpgpack images.offsets images.labels <workers> <seconds>\n"
-               "       %s weighted weights.f64 <seconds>\n", argv[0], argv[0], argv[0], argv[0]);
+               "       %s rrc images.jpgpack images.offsets images.labels <workers> <seconds>\n"
+               "       %s weighted weights.f64 <seconds>\n", argv[0], argv[0], argv[0], argv[0], argv[0]);
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "sluice_peers: %s\n", e.what());
