@@ -63,9 +63,38 @@ def long_tailed_labels(n, rng):
     return labels
 
 
-def make_workload(data, n_records, n_jpegs, n_weights):
+def write_jpeg_pack(d, n_jpegs, h, w, field, noise, rng):
+    """n_jpegs h x w q90 JPEGs of colour fields plus noise into d/images.{jpgpack,offsets,labels}
+    (field(xx, yy, a, b, c) gives the three channels for each image's random a, b, c)."""
     import numpy as np
     from PIL import Image
+    t = time.time()
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    offsets = [0]
+    with open(os.path.join(d, "images.jpgpack"), "wb") as f:
+        for _ in range(n_jpegs):
+            a, b, c = rng.random(3) * 6.28
+            img = np.stack(field(xx, yy, a, b, c), axis=-1) + rng.normal(0, noise, size=(h, w, 3))
+            buf = io.BytesIO()
+            Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB").save(buf, "JPEG", quality=90)
+            f.write(buf.getvalue())
+            offsets.append(offsets[-1] + len(buf.getvalue()))
+    np.asarray(offsets, dtype=np.uint64).tofile(os.path.join(d, "images.offsets"))
+    long_tailed_labels(n_jpegs, rng).tofile(os.path.join(d, "images.labels"))
+    print(f"# wrote {n_jpegs} {w}x{h} JPEGs ({offsets[-1] / 2**20:.1f} MiB, mean {offsets[-1] / n_jpegs:.0f} B) "
+          f"in {time.time() - t:.1f} s")
+
+
+def warm_page_cache(d, names):
+    """Reads the files once so every loader reads from memory, not from disk."""
+    for name in names:
+        with open(os.path.join(d, name), "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+def make_workload(data, n_records, n_jpegs, n_weights):
+    import numpy as np
     os.makedirs(data, exist_ok=True)
     rng = np.random.default_rng(20261129)
     rec = os.path.join(data, "records.u8")
@@ -78,38 +107,20 @@ def make_workload(data, n_records, n_jpegs, n_weights):
                 f.write(rng.integers(0, 256, size=k * RECORD_BYTES, dtype=np.uint8).tobytes())
         long_tailed_labels(n_records, rng).tofile(os.path.join(data, "labels.i64"))
         print(f"# wrote {n_records} records ({n_records * RECORD_BYTES / 2**20:.0f} MiB) in {time.time() - t:.1f} s")
-    pack = os.path.join(data, "images.jpgpack")
     offs = os.path.join(data, "images.offsets")
     if not (os.path.exists(offs) and os.path.getsize(offs) == (n_jpegs + 1) * 8):
-        t = time.time()
         # Smooth colour fields plus mild noise: compresses like a small natural image (~2-4 KiB),
         # not like white noise (which no one stores as JPEG) nor a flat colour (which decodes
         # unrealistically fast).
-        yy, xx = np.mgrid[0:64, 0:64].astype(np.float32)
-        offsets = [0]
-        with open(pack, "wb") as f:
-            for j in range(n_jpegs):
-                a, b, c = rng.random(3) * 6.28
-                img = np.stack([
-                    128 + 100 * np.sin(xx / (7 + 5 * a) + a) * np.cos(yy / (9 + 3 * b)),
-                    128 + 100 * np.sin(yy / (6 + 4 * b) + c),
-                    128 + 100 * np.cos((xx + yy) / (11 + 4 * c) + b),
-                ], axis=-1) + rng.normal(0, 8, size=(64, 64, 3))
-                buf = io.BytesIO()
-                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB").save(buf, "JPEG", quality=90)
-                f.write(buf.getvalue())
-                offsets.append(offsets[-1] + len(buf.getvalue()))
-        np.asarray(offsets, dtype=np.uint64).tofile(offs)
-        long_tailed_labels(n_jpegs, rng).tofile(os.path.join(data, "images.labels"))
-        print(f"# wrote {n_jpegs} JPEGs ({offsets[-1] / 2**20:.1f} MiB, mean {offsets[-1] / n_jpegs:.0f} B) in {time.time() - t:.1f} s")
+        write_jpeg_pack(data, n_jpegs, 64, 64, lambda xx, yy, a, b, c: (
+            128 + 100 * np.sin(xx / (7 + 5 * a) + a) * np.cos(yy / (9 + 3 * b)),
+            128 + 100 * np.sin(yy / (6 + 4 * b) + c),
+            128 + 100 * np.cos((xx + yy) / (11 + 4 * c) + b)), 8, rng)
     w = os.path.join(data, "weights.f64")
     if not (os.path.exists(w) and os.path.getsize(w) == n_weights * 8):
         (rng.pareto(1.5, size=n_weights) + 0.01).astype(np.float64).tofile(w)
-    # Warm the page cache so every loader reads from memory, not from disk.
-    for name in ("records.u8", "labels.i64", "images.jpgpack", "images.offsets", "images.labels", "weights.f64"):
-        with open(os.path.join(data, name), "rb") as f:
-            while f.read(1 << 24):
-                pass
+    warm_page_cache(data, ("records.u8", "labels.i64", "images.jpgpack", "images.offsets", "images.labels",
+                           "weights.f64"))
 
 
 def make_rrc_workload(data, n_jpegs):
@@ -117,35 +128,15 @@ def make_rrc_workload(data, n_jpegs):
     size), noisy colour fields that compress like photos (~60-90 KiB), in the same pack layout as
     the 64x64 ones, in data/rrc/."""
     import numpy as np
-    from PIL import Image
     d = os.path.join(data, "rrc")
     os.makedirs(d, exist_ok=True)
-    pack, offs = os.path.join(d, "images.jpgpack"), os.path.join(d, "images.offsets")
+    offs = os.path.join(d, "images.offsets")
     if not (os.path.exists(offs) and os.path.getsize(offs) == (n_jpegs + 1) * 8):
-        t = time.time()
-        rng = np.random.default_rng(20261206)
-        yy, xx = np.mgrid[0:375, 0:500].astype(np.float32)
-        offsets = [0]
-        with open(pack, "wb") as f:
-            for _ in range(n_jpegs):
-                a, b, c = rng.random(3) * 6.28
-                img = np.stack([
-                    128 + 90 * np.sin(xx / (30 + 40 * a) + a) * np.cos(yy / (25 + 30 * b)),
-                    128 + 90 * np.sin(yy / (20 + 35 * b) + c) * np.cos(xx / (45 + 20 * c)),
-                    128 + 90 * np.cos((xx + yy) / (35 + 30 * c) + b),
-                ], axis=-1) + rng.normal(0, 10, size=(375, 500, 3))
-                buf = io.BytesIO()
-                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB").save(buf, "JPEG", quality=90)
-                f.write(buf.getvalue())
-                offsets.append(offsets[-1] + len(buf.getvalue()))
-        np.asarray(offsets, dtype=np.uint64).tofile(offs)
-        long_tailed_labels(n_jpegs, rng).tofile(os.path.join(d, "images.labels"))
-        print(f"# wrote {n_jpegs} 500x375 JPEGs ({offsets[-1] / 2**20:.1f} MiB, mean {offsets[-1] / n_jpegs:.0f} B) "
-              f"in {time.time() - t:.1f} s")
-    for name in ("images.jpgpack", "images.offsets", "images.labels"):
-        with open(os.path.join(d, name), "rb") as f:
-            while f.read(1 << 24):
-                pass
+        write_jpeg_pack(d, n_jpegs, 375, 500, lambda xx, yy, a, b, c: (
+            128 + 90 * np.sin(xx / (30 + 40 * a) + a) * np.cos(yy / (25 + 30 * b)),
+            128 + 90 * np.sin(yy / (20 + 35 * b) + c) * np.cos(xx / (45 + 20 * c)),
+            128 + 90 * np.cos((xx + yy) / (35 + 30 * c) + b)), 10, np.random.default_rng(20261206))
+    warm_page_cache(d, ("images.jpgpack", "images.offsets", "images.labels"))
     return d
 
 
