@@ -202,6 +202,15 @@ class JpegDataset:
         return img, int(self.labels[i])
 
 
+def jpeg_decoders():
+    """The DataLoader's JPEG decoders here: PIL, and torchvision.io.decode_jpeg where installed."""
+    try:
+        import torchvision.io
+        return ["pil", "torchvision"] if hasattr(torchvision.io, "decode_jpeg") else ["pil"]
+    except ImportError:
+        return ["pil"]
+
+
 def time_loader(make_loader, seconds):
     """Samples/s of a DataLoader in steady state: warm-up batches (worker start-up) excluded;
     epochs are restarted as needed (persistent workers keep that cheap)."""
@@ -601,13 +610,7 @@ def main():
                 jobs.append(("raw", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_rate(module_dir, d, w, args.seconds))))
     if "jpeg" in groups:
-        decoders = ["pil"]
-        try:
-            import torchvision.io
-            if hasattr(torchvision.io, "decode_jpeg"):
-                decoders.append("torchvision")
-        except ImportError:
-            pass
+        decoders = jpeg_decoders()
         for dec in decoders:
             dsj = JpegDataset(d, dec)
             name = "PyTorch DataLoader + PIL" if dec == "pil" else "PyTorch DataLoader + decode_jpeg"
@@ -648,13 +651,7 @@ def main():
     if "rrc" in groups:
         dr = make_rrc_workload(d, args.rrc_jpegs)
         rpack, roffs, rlab = (os.path.join(dr, n) for n in ("images.jpgpack", "images.offsets", "images.labels"))
-        decoders = ["pil"]
-        try:
-            import torchvision.io
-            if hasattr(torchvision.io, "decode_jpeg"):
-                decoders.append("torchvision")
-        except ImportError:
-            pass
+        decoders = jpeg_decoders()
         for dec in decoders:
             dsr = JpegDataset(dr, dec, rrc=True)
             name = RRC_PIL if dec == "pil" else RRC_DECODE_JPEG
