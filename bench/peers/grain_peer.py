@@ -4,6 +4,7 @@ Run by run.py with the interpreter given as --grain-python (Grain lives in its o
 `/usr/bin/python3 -m venv ENV && ENV/bin/pip install grain numpy pillow`):
     ENV/bin/python bench/peers/grain_peer.py raw  RECORDS LABELS RECORD_BYTES API N SECONDS [BATCH]
     ENV/bin/python bench/peers/grain_peer.py jpeg PACK OFFSETS LABELS        API N SECONDS [BATCH]
+    ENV/bin/python bench/peers/grain_peer.py rrc  PACK OFFSETS LABELS        API N SECONDS [BATCH]
 prints `samples_per_s <rate>` like the other peer programs; exits with status 3 when grain cannot be
 imported (run.py then reports the rows as not measured).
 
@@ -16,7 +17,10 @@ API is how a Grain user runs it, each at the setting N:
 The data source is what a Grain user writes for these files: raw, a record of the file mapped with
 np.memmap (opened lazily, so each worker process maps it itself) copied out, and its int64 label;
 jpeg, the JPEG's bytes decoded with PIL to an HWC uint8 array (Grain has no decoder of its own;
-PIL is what its examples use), and its label. Rate: samples a second over SECONDS after 3 warm-up
+PIL is what its examples use), and its label; rrc, the same decode followed by the ImageNet training
+transform written with PIL as torchvision's PIL path does it (RandomResizedCrop's parameters: up to
+10 draws of scale in [0.08, 1] and log-ratio in [3/4, 4/3], else the centre crop; then
+`Image.resize((224, 224), BILINEAR, box=crop)` and a flip with probability 1/2). Rate: samples a second over SECONDS after 3 warm-up
 batches (worker start-up excluded), each batch checked for its shape.
 """
 
@@ -43,9 +47,29 @@ class RecordSource:
         return np.array(self.mm[i]), self.labels[i]
 
 
+def random_resized_crop_box(rng, w, h, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """The crop torchvision's RandomResizedCrop.get_params draws, as (left, top, right, bottom)."""
+    import math
+    area = w * h
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        r = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
+        cw, ch = int(round(math.sqrt(target * r))), int(round(math.sqrt(target / r)))
+        if 0 < cw <= w and 0 < ch <= h:
+            x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+            return x, y, x + cw, y + ch
+    r = w / h  # the fallback: the centre crop within the ratio's bounds
+    cw, ch = (w, int(round(w / ratio[0]))) if r < ratio[0] else (
+        (int(round(h * ratio[1])), h) if r > ratio[1] else (w, h))
+    x, y = (w - cw) // 2, (h - ch) // 2
+    return x, y, x + cw, y + ch
+
+
 class JpegSource:
-    def __init__(self, pack, offsets, labels):
+    def __init__(self, pack, offsets, labels, rrc=False):
         import numpy as np
+        self.rrc = rrc
+        self.rng = np.random.default_rng()
         self.pack = pack
         self.offsets = np.fromfile(offsets, dtype="<u8").astype(np.int64)
         self.labels = np.fromfile(labels, dtype="<i8")
@@ -60,12 +84,18 @@ class JpegSource:
         if self.mm is None:
             self.mm = np.memmap(self.pack, dtype=np.uint8, mode="r")
         raw = self.mm[self.offsets[i]:self.offsets[i + 1]].tobytes()
-        return np.asarray(Image.open(io.BytesIO(raw)).convert("RGB")), self.labels[i]
+        img = Image.open(io.BytesIO(raw)).convert("RGB")
+        if self.rrc:
+            box = random_resized_crop_box(self.rng, *img.size)
+            img = img.resize((224, 224), Image.BILINEAR, box=box)
+            if self.rng.random() < 0.5:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        return np.asarray(img), self.labels[i]
 
 
 def main():
     a = sys.argv
-    if len(a) not in (8, 9) or a[1] not in ("raw", "jpeg") or a[5] not in ("loader", "dataset"):
+    if len(a) not in (8, 9) or a[1] not in ("raw", "jpeg", "rrc") or a[5] not in ("loader", "dataset"):
         print(__doc__, file=sys.stderr)
         return 2
     kind, api, n, seconds = a[1], a[5], int(a[6]), float(a[7])
@@ -79,8 +109,8 @@ def main():
         src = RecordSource(a[2], a[3], int(a[4]))
         shape = (batch, int(a[4]))
     else:
-        src = JpegSource(a[2], a[3], a[4])
-        shape = (batch, 64, 64, 3)
+        src = JpegSource(a[2], a[3], a[4], rrc=kind == "rrc")
+        shape = (batch, 224, 224, 3) if kind == "rrc" else (batch, 64, 64, 3)
     if api == "loader":
         sampler = gp.IndexSampler(num_records=len(src), shard_options=gp.NoSharding(), shuffle=True, num_epochs=None,
                                   seed=7)

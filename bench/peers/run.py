@@ -567,7 +567,7 @@ def main():
 
     grain, grain_missing = peer_version(args.grain_python, "Grain", "grain.python, importlib.metadata",
                                        "--grain-python", "importlib.metadata.version('grain')") \
-        if groups & {"raw", "jpeg"} else (None, None)
+        if groups & {"raw", "jpeg", "rrc"} else (None, None)
     grain_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grain_peer.py")
 
     def add_grain(group, files):
@@ -663,9 +663,10 @@ def main():
             for w in (0, 1, 2):
                 jobs.append(("rrc", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_rrc_rate(module_dir, rtar, w, args.seconds))))
-        for peer in (DALI_NAME, SPDL_NAME, "Grain"):
+        for peer in (DALI_NAME, SPDL_NAME):
             for t in (1, 2):  # written for the 64x64 workload only so far
                 not_measured[("rrc", peer, t)] = "its RandomResizedCrop pipeline is not written in bench/peers yet"
+        add_grain("rrc", [rpack, roffs, rlab])
         if have(sluice_prog):
             for w in (0, 1, 2):
                 jobs.append(("rrc", "sluice (TurboJPEG)", w,
@@ -783,6 +784,10 @@ def main():
                       best_of(group, cxx, w), best_of(group, lambda n: n.startswith("PyTorch"), w))
             ratio(f"rrc: best sluice from Python vs best PyTorch loader ({cores} cores)", best_of(group, module),
                   best_of(group, lambda n: n.startswith("PyTorch")))
+            ratio(f"rrc: best sluice vs best Grain (DataLoader worker processes 0-2 or MapDataset threads 1-2, "
+                  f"{cores} cores)", sl, best_of(group, lambda n: n.startswith("Grain")),
+                  grain_missing if grain is None else "Grain: no round succeeded")
+            ratio(f"rrc: best sluice vs best peer of any kind (any setting, {cores} cores)", sl, best_of(group, is_peer))
         elif group == "jpeg":
             ratio(f"jpeg: best sluice vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)", sl,
                   best_of(group, lambda n: n.startswith("PyTorch")))
