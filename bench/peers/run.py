@@ -451,6 +451,7 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 
 DALI_NAME = "DALI CPU pipeline"
 SPDL_NAME = "SPDL (load_image_batch)"
+SPDL_RRC_NAME = "SPDL (demux, crop/scale/flip filter)"
 RRC_PIL = "PyTorch DataLoader + PIL + RandomResizedCrop"
 RRC_DECODE_JPEG = "PyTorch DataLoader + decode_jpeg + RandomResizedCrop"
 SPDL_RAW_NAME = "SPDL (pipeline, memmap gather)"
@@ -562,7 +563,7 @@ def main():
     dali, dali_missing = dali_version(args.dali_python) if "jpeg" in groups else (None, None)
     spdl, spdl_missing = peer_version(args.spdl_python, "SPDL", "spdl.io, importlib.metadata", "--spdl-python",
                                          "importlib.metadata.version('spdl')") \
-        if groups & {"raw", "jpeg"} else (None, None)
+        if groups & {"raw", "jpeg", "rrc"} else (None, None)
     spdl_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spdl_peer.py")
 
     grain, grain_missing = peer_version(args.grain_python, "Grain", "grain.python, importlib.metadata",
@@ -663,9 +664,14 @@ def main():
             for w in (0, 1, 2):
                 jobs.append(("rrc", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_rrc_rate(module_dir, rtar, w, args.seconds))))
-        for peer in (DALI_NAME, SPDL_NAME):
-            for t in (1, 2):  # written for the 64x64 workload only so far
-                not_measured[("rrc", peer, t)] = "its RandomResizedCrop pipeline is not written in bench/peers yet"
+        for t in (1, 2):  # written for the 64x64 workload only so far
+            not_measured[("rrc", DALI_NAME, t)] = "its RandomResizedCrop pipeline is not written in bench/peers yet"
+        for t in (1, 2):  # SPDL's pipeline: decode concurrency and num_threads
+            if spdl:
+                jobs.append(("rrc", SPDL_RRC_NAME, t, (lambda t=t: run_program(
+                    [args.spdl_python, spdl_prog, "rrc", rpack, roffs, rlab, str(t), secs, str(BATCH)]))))
+            else:
+                not_measured[("rrc", SPDL_RRC_NAME, t)] = spdl_missing
         add_grain("rrc", [rpack, roffs, rlab])
         if have(sluice_prog):
             for w in (0, 1, 2):
@@ -787,6 +793,8 @@ def main():
             ratio(f"rrc: best sluice vs best Grain (DataLoader worker processes 0-2 or MapDataset threads 1-2, "
                   f"{cores} cores)", sl, best_of(group, lambda n: n.startswith("Grain")),
                   grain_missing if grain is None else "Grain: no round succeeded")
+            ratio(f"rrc: best sluice vs best SPDL pipeline (concurrency 1 or 2, {cores} cores)", sl,
+                  best_of(group, lambda n: n == SPDL_RRC_NAME), spdl_missing if spdl is None else "SPDL: no round succeeded")
             ratio(f"rrc: best sluice vs best peer of any kind (any setting, {cores} cores)", sl, best_of(group, is_peer))
         elif group == "jpeg":
             ratio(f"jpeg: best sluice vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)", sl,

@@ -21,11 +21,19 @@ Raw records (run.py's raw group), the same pipeline with a gather stage instead 
 On the workload's 64x64 JPEGs the resize is the identity, as it is for sluice's and DALI's.
 "decode-only" asks for no size (width=height=None: decode and RGB conversion only; an extra, right
 only because every image of this workload is already 64x64, as DALI's "decode only" extra).
+ImageNet-size JPEGs through the ImageNet training transform (run.py's rrc group):
+    ENV/bin/python bench/peers/spdl_peer.py rrc PACK OFFSETS LABELS NUM_THREADS SECONDS [BATCH]
+    .pipe(decode, concurrency=NUM_THREADS)   per image spdl.io.demux_image, a crop drawn as
+        torchvision's RandomResizedCrop draws it (peer_transforms.py) and a flip with probability
+        1/2, decoded through the FFmpeg filter "crop=w:h:x:y,scale=224:224:flags=bilinear[,hflip]"
+        (spdl.io.decode_packets), the batch's frames stacked by spdl.io.convert_frames: (B, 224, 224, 3) u8
+SPDL's load_image_batch has no random crop, so this is the per-image recipe of its API.
 """
 
 import sys
 
 from peer_timing import rate_of
+from peer_transforms import random_resized_crop_box
 
 
 def raw_main(a):
@@ -65,12 +73,14 @@ def raw_main(a):
 def main():
     if len(sys.argv) in (7, 8) and sys.argv[1] == "raw":
         return raw_main(sys.argv)
-    if len(sys.argv) not in (6, 7, 8) or (len(sys.argv) == 8 and sys.argv[7] != "decode-only"):
+    rrc = len(sys.argv) > 1 and sys.argv[1] == "rrc"
+    argv = sys.argv[1:] if rrc else sys.argv
+    if len(argv) not in (6, 7, 8) or (len(argv) == 8 and (rrc or argv[7] != "decode-only")):
         print(__doc__, file=sys.stderr)
         return 2
-    pack, offsets, labels, threads, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-    batch = int(sys.argv[6]) if len(sys.argv) >= 7 else 256
-    size = None if len(sys.argv) == 8 else 64
+    pack, offsets, labels, threads, seconds = argv[1], argv[2], argv[3], int(argv[4]), float(argv[5])
+    batch = int(argv[6]) if len(argv) >= 7 else 256
+    size = None if len(argv) == 8 else 64
     try:
         import numpy as np
         import spdl.io
@@ -98,8 +108,25 @@ def main():
             raise RuntimeError(f"unexpected batch {x.shape} {x.dtype}")
         return x, y
 
+    def decode_rrc(item):
+        srcs, y = item
+        rng = np.random.default_rng()
+        frames = []
+        for src in srcs:
+            packets = spdl.io.demux_image(src)
+            x0, y0, x1, y1 = random_resized_crop_box(rng, packets.width, packets.height)
+            flip = ",hflip" if rng.random() < 0.5 else ""
+            frames.append(spdl.io.decode_packets(
+                packets, filter_desc=f"crop={x1 - x0}:{y1 - y0}:{x0}:{y0},scale=224:224:flags=bilinear{flip},"
+                                     "format=pix_fmts=rgb24"))
+        x = spdl.io.to_numpy(spdl.io.convert_frames(frames))
+        if x.shape != (len(srcs), 224, 224, 3) or x.dtype != np.uint8:
+            raise RuntimeError(f"unexpected batch {x.shape} {x.dtype}")
+        return x, y
+
     try:
-        pipeline = (PipelineBuilder().add_source(source()).pipe(decode, concurrency=threads, output_order="completion")
+        pipeline = (PipelineBuilder().add_source(source()).pipe(decode_rrc if rrc else decode, concurrency=threads,
+                                                          output_order="completion")
                     .add_sink(2).build(num_threads=threads))
         with pipeline.auto_stop():
             rate = rate_of(iter(pipeline), seconds)
