@@ -450,6 +450,7 @@ WEIGHTED_PEERS = {  # loader name: (how, torch intra-op threads)
 # ---------------------------------------------------------------- C++ peers
 
 DALI_NAME = "DALI CPU pipeline"
+DALI_RRC_NAME = "DALI CPU pipeline (image_random_crop)"
 SPDL_NAME = "SPDL (load_image_batch)"
 SPDL_RRC_NAME = "SPDL (demux, crop/scale/flip filter)"
 RRC_PIL = "PyTorch DataLoader + PIL + RandomResizedCrop"
@@ -560,7 +561,7 @@ def main():
     # Rows that could not be measured on this machine: (group, name, workers) -> why. They are
     # printed and written to the JSON with the reason, never dropped.
     not_measured = {}
-    dali, dali_missing = dali_version(args.dali_python) if "jpeg" in groups else (None, None)
+    dali, dali_missing = dali_version(args.dali_python) if groups & {"jpeg", "rrc"} else (None, None)
     spdl, spdl_missing = peer_version(args.spdl_python, "SPDL", "spdl.io, importlib.metadata", "--spdl-python",
                                          "importlib.metadata.version('spdl')") \
         if groups & {"raw", "jpeg", "rrc"} else (None, None)
@@ -664,8 +665,14 @@ def main():
             for w in (0, 1, 2):
                 jobs.append(("rrc", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_rrc_rate(module_dir, rtar, w, args.seconds))))
-        for t in (1, 2):  # written for the 64x64 workload only so far
-            not_measured[("rrc", DALI_NAME, t)] = "its RandomResizedCrop pipeline is not written in bench/peers yet"
+        dali_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dali_peer.py")
+        for t in (1, 2):  # DALI's num_threads: its CPU operators' thread pool
+            if dali:
+                rlist = jpeg_files_from_pack(dr)
+                jobs.append(("rrc", DALI_RRC_NAME, t, (lambda t=t, rlist=rlist: run_program(
+                    [args.dali_python, dali_prog, rlist, str(t), secs, str(BATCH), "rrc"]))))
+            else:
+                not_measured[("rrc", DALI_RRC_NAME, t)] = dali_missing
         for t in (1, 2):  # SPDL's pipeline: decode concurrency and num_threads
             if spdl:
                 jobs.append(("rrc", SPDL_RRC_NAME, t, (lambda t=t: run_program(
@@ -795,6 +802,9 @@ def main():
                   grain_missing if grain is None else "Grain: no round succeeded")
             ratio(f"rrc: best sluice vs best SPDL pipeline (concurrency 1 or 2, {cores} cores)", sl,
                   best_of(group, lambda n: n == SPDL_RRC_NAME), spdl_missing if spdl is None else "SPDL: no round succeeded")
+            ratio(f"rrc: best sluice vs best DALI CPU pipeline (num_threads 1 or 2, {cores} cores)", sl,
+                  best_of(group, lambda n: n == DALI_RRC_NAME),
+                  dali_missing if dali is None else "DALI CPU pipeline: no round succeeded")
             ratio(f"rrc: best sluice vs best peer of any kind (any setting, {cores} cores)", sl, best_of(group, is_peer))
         elif group == "jpeg":
             ratio(f"jpeg: best sluice vs best PyTorch JPEG loader (any decoder, any workers, {cores} cores)", sl,
