@@ -16,7 +16,7 @@
 //               | pinned | sluice::to_device(stream) | sluice::prefetch(2);
 //   ...; pinned.stats().bytes_in_place;   // bytes collate wrote straight into pinned memory
 //
-// Hooks (core/loader.hpp): allocate/deallocate provide slot storage; on_filled counts the bytes written in place and
+// Hooks (core/concepts.hpp lists them): allocate/deallocate provide slot storage; on_filled counts the bytes written in place and
 // applies the pool's epoch rule when a new epoch starts. The pool and the copy: docs/device.md.
 #pragma once
 
