@@ -378,7 +378,7 @@ struct fake_chain {
 struct fake_collate {
   static constexpr std::string_view name = "collate";
   struct scratch_type {
-    std::size_t begun = 0, checked = 0;
+    std::size_t begun = 0, checked = 0, finished = 0;
   };
   std::vector<std::uint64_t> fail_check, fail_write;  // ids the check / the write refuse
   void begin(scratch_type& sc) const {
@@ -394,7 +394,9 @@ struct fake_collate {
     const std::int64_t n = static_cast<std::int64_t>(samples.size());
     l.add("ids", dtype::u32, std::span<const std::int64_t>(&n, 1));
   }
-  void finish(std::span<const std::uint64_t>, std::byte*, scratch_type&, const batch_layout&) const {}
+  void finish(std::span<const std::uint64_t>, std::byte*, scratch_type& sc, const batch_layout&) const {
+    ++sc.finished;
+  }
 };
 using fill_t = detail::batch_fill<fake_chain, fake_collate>;
 using fill_slot = detail::slot<std::tuple<>>;
@@ -405,7 +407,7 @@ struct fill_result {
   bool completed = false;
   std::vector<std::uint64_t> written;
   std::uint64_t skipped = 0, skip_calls = 0, writes = 0;
-  std::size_t begun = 0;
+  std::size_t begun = 0, finished = 0;
   std::string error;
 };
 fill_result run_fill(const fake_chain& chain, const fake_collate& col, std::uint64_t n, on_error errors,
@@ -455,6 +457,7 @@ fill_result run_fill(const fake_chain& chain, const fake_collate& col, std::uint
   r.completed = ok;
   r.skipped = t.skipped;
   r.begun = ws.collate.begun;
+  r.finished = ws.collate.finished;
   if (s.error) {
     r.error = stage_of(s.error);
     CHECK(s.layout.count == 0);  // an error leaves nothing planned
@@ -475,6 +478,7 @@ TEST_CASE("batch fill: every sample once in order, a skip drops and counts stage
   CHECK(r.completed);
   CHECK(r.written == std::vector<std::uint64_t>{100, 101, 102, 103, 104, 105});
   CHECK(r.writes == 1);
+  CHECK(r.finished == 1);
   CHECK(r.skipped == 0);
 
   // Raise: the first failure is the batch's error, named by the stage that failed.
@@ -504,6 +508,7 @@ TEST_CASE("batch fill: every sample once in order, a skip drops and counts stage
   CHECK(r.skip_calls == 3);
   CHECK(r.writes == 2);
   CHECK(r.begun == 2);
+  CHECK(r.finished == 1);  // only the re-planned batch is finished
 
   // Every sample skipped: an empty batch, no write, no error.
   chain.fail_stage = {100, 101};
@@ -532,4 +537,9 @@ TEST_CASE("batch fill: a cancelled fill returns false in either phase and writes
   r = run_fill(chain, col, 6, on_error::raise, 7);
   CHECK_FALSE(r.completed);
   CHECK(r.writes == 1);
+  CHECK(r.finished == 0);
+  // Not cancelled: written and finished once.
+  r = run_fill(chain, col, 6, on_error::raise);
+  CHECK(r.completed);
+  CHECK(r.finished == 1);
 }
