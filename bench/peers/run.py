@@ -307,27 +307,15 @@ def wds_from_pack(data):
     return out
 
 
-def sluice_module_jpeg_rate(module_dir, tar, workers, seconds):
-    """The JPEG workload through the Python module: WebDataset .jpg + .cls, decoded to 64x64 RGB
-    HWC uint8 (what sluice_peers jpeg writes), batches of 256, torch.from_dlpack per batch."""
-    import torch
+def sluice_module_image_rate(module_dir, tar, workers, seconds, **image):
+    """A JPEG workload through the Python module: WebDataset .jpg + .cls decoded as `image` says
+    (jpeg: size=[64, 64], what sluice_peers jpeg writes; rrc: size=[224, 224],
+    crop="random_resized", flip=True), HWC uint8, batches of 256, torch.from_dlpack per batch."""
     if module_dir not in sys.path:
         sys.path.insert(0, module_dir)
     import sluice
-    ld = sluice.loader("wds", path=tar, batch_size=BATCH, size=[64, 64], layout="hwc", output="uint8",
-                       sampler="shuffle", seed=7, drop_last=True, workers=workers, prefetch=2)
-    return module_loop_rate(ld, "image", seconds)
-
-
-def sluice_module_rrc_rate(module_dir, tar, workers, seconds):
-    """The rrc workload through the Python module: WebDataset .jpg + .cls, random_resized_crop to
-    224x224 + flip, HWC uint8, batches of 256."""
-    if module_dir not in sys.path:
-        sys.path.insert(0, module_dir)
-    import sluice
-    ld = sluice.loader("wds", path=tar, batch_size=BATCH, size=[224, 224], crop="random_resized", flip=True,
-                       layout="hwc", output="uint8", sampler="shuffle", seed=7, drop_last=True, workers=workers,
-                       prefetch=2)
+    ld = sluice.loader("wds", path=tar, batch_size=BATCH, layout="hwc", output="uint8", sampler="shuffle", seed=7,
+                       drop_last=True, workers=workers, prefetch=2, **image)
     return module_loop_rate(ld, "image", seconds)
 
 
@@ -566,6 +554,7 @@ def main():
                                          "importlib.metadata.version('spdl')") \
         if groups & {"raw", "jpeg", "rrc"} else (None, None)
     spdl_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spdl_peer.py")
+    dali_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dali_peer.py")
 
     grain, grain_missing = peer_version(args.grain_python, "Grain", "grain.python, importlib.metadata",
                                        "--grain-python", "importlib.metadata.version('grain')") \
@@ -581,6 +570,13 @@ def main():
                         [args.grain_python, grain_prog, group] + files + [api, str(n), secs, str(BATCH)]))))
                 else:
                     not_measured[(group, name, n)] = grain_missing
+
+    def add_dataloaders(group, data, names, rrc=False):
+        """The DataLoader over the pack at num_workers 0/1/2, with each JPEG decoder installed."""
+        for dec in jpeg_decoders():
+            ds = JpegDataset(data, dec, rrc=rrc)
+            for w in (0, 1, 2):
+                jobs.append((group, names[dec], w, (lambda w=w, ds=ds: time_loader(torch_loader_factory(ds, w), args.seconds))))
 
     def have(p):
         return os.access(p, os.X_OK)
@@ -612,19 +608,13 @@ def main():
                 jobs.append(("raw", "sluice (Python module)", w,
                              (lambda w=w: sluice_module_rate(module_dir, d, w, args.seconds))))
     if "jpeg" in groups:
-        decoders = jpeg_decoders()
-        for dec in decoders:
-            dsj = JpegDataset(d, dec)
-            name = "PyTorch DataLoader + PIL" if dec == "pil" else "PyTorch DataLoader + decode_jpeg"
-            for w in (0, 1, 2):
-                jobs.append(("jpeg", name, w, (lambda w=w, dsj=dsj: time_loader(torch_loader_factory(dsj, w), args.seconds))))
+        add_dataloaders("jpeg", d, {"pil": "PyTorch DataLoader + PIL", "torchvision": "PyTorch DataLoader + decode_jpeg"})
         module_dir = os.path.join(args.build, "python", "module")
         if os.path.isdir(module_dir):
             tar = wds_from_pack(d)
             for w in (0, 1, 2):
                 jobs.append(("jpeg", "sluice (Python module)", w,
-                             (lambda w=w: sluice_module_jpeg_rate(module_dir, tar, w, args.seconds))))
-        dali_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dali_peer.py")
+                             (lambda w=w: sluice_module_image_rate(module_dir, tar, w, args.seconds, size=[64, 64]))))
         for t in (1, 2):  # DALI's num_threads: its CPU operators' thread pool
             if dali:
                 filelist = jpeg_files_from_pack(d)
@@ -653,19 +643,14 @@ def main():
     if "rrc" in groups:
         dr = make_rrc_workload(d, args.rrc_jpegs)
         rpack, roffs, rlab = (os.path.join(dr, n) for n in ("images.jpgpack", "images.offsets", "images.labels"))
-        decoders = jpeg_decoders()
-        for dec in decoders:
-            dsr = JpegDataset(dr, dec, rrc=True)
-            name = RRC_PIL if dec == "pil" else RRC_DECODE_JPEG
-            for w in (0, 1, 2):
-                jobs.append(("rrc", name, w, (lambda w=w, dsr=dsr: time_loader(torch_loader_factory(dsr, w), args.seconds))))
+        add_dataloaders("rrc", dr, {"pil": RRC_PIL, "torchvision": RRC_DECODE_JPEG}, rrc=True)
         module_dir = os.path.join(args.build, "python", "module")
         if os.path.isdir(module_dir):
             rtar = wds_from_pack(dr)
             for w in (0, 1, 2):
                 jobs.append(("rrc", "sluice (Python module)", w,
-                             (lambda w=w: sluice_module_rrc_rate(module_dir, rtar, w, args.seconds))))
-        dali_prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dali_peer.py")
+                             (lambda w=w: sluice_module_image_rate(module_dir, rtar, w, args.seconds, size=[224, 224],
+                                                                   crop="random_resized", flip=True))))
         for t in (1, 2):  # DALI's num_threads: its CPU operators' thread pool
             if dali:
                 rlist = jpeg_files_from_pack(dr)
