@@ -1,13 +1,14 @@
 # How sluice finds each optional dependency, in one place: the build (SluiceOptional.cmake) and an
 # installed sluice (sluiceConfig.cmake, next to which this file is installed) ask the same question
 # the same way.
-#   sluice_find_dependency(<zlib|jpeg|png|dlpack|curl> <result>)
+#   sluice_find_dependency(<zlib|jpeg|png|dlpack|curl|video> <result>)
 # sets <result> to TRUE or FALSE; being a macro, it leaves what it found in the caller's scope:
 #   zlib    ZLIB::ZLIB
 #   jpeg    PkgConfig::SLUICE_TURBOJPEG and PkgConfig::SLUICE_LIBJPEG (both APIs of libjpeg-turbo)
 #   png     PkgConfig::SLUICE_LIBPNG
 #   dlpack  SLUICE_DLPACK_INCLUDE_DIR (the directory holding dlpack/dlpack.h)
 #   curl    CURL::libcurl
+#   video   PkgConfig::SLUICE_FFMPEG (libavformat, libavcodec, libavutil, libswscale)
 # The CUDA runtime is found by find_package(CUDAToolkit) in both (cmake/SluiceCuda.cmake).
 macro(sluice_find_dependency _sluice_dep _sluice_result)
   set(${_sluice_result} FALSE)
@@ -41,6 +42,14 @@ macro(sluice_find_dependency _sluice_dep _sluice_result)
   elseif("${_sluice_dep}" STREQUAL "curl")
     find_package(CURL QUIET)
     if(CURL_FOUND)
+      set(${_sluice_result} TRUE)
+    endif()
+  elseif("${_sluice_dep}" STREQUAL "video")
+    find_package(PkgConfig QUIET)
+    if(PkgConfig_FOUND)
+      pkg_check_modules(SLUICE_FFMPEG QUIET IMPORTED_TARGET libavformat libavcodec libavutil libswscale)
+    endif()
+    if(SLUICE_FFMPEG_FOUND)
       set(${_sluice_result} TRUE)
     endif()
   else()

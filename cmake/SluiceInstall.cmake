@@ -18,10 +18,10 @@ install(FILES ${PROJECT_BINARY_DIR}/sluiceConfig.cmake ${PROJECT_BINARY_DIR}/slu
   ${PROJECT_SOURCE_DIR}/cmake/SluiceDependencies.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
 
 # The optional parts travel too, each in its own export set, so a consumer gets sluice::zlib,
-# sluice::jpeg, sluice::png, sluice::dlpack, sluice::curl and sluice::cuda when it has their dependencies (sluiceConfig.cmake looks for them
+# sluice::jpeg, sluice::png, sluice::dlpack, sluice::curl, sluice::video and sluice::cuda when it has their dependencies (sluiceConfig.cmake looks for them
 # and includes each part's targets only then): find_package(sluice COMPONENTS jpeg) or
 # OPTIONAL_COMPONENTS.
-foreach(_part IN ITEMS zlib jpeg png dlpack curl cuda)
+foreach(_part IN ITEMS zlib jpeg png dlpack curl video cuda)
   if(TARGET sluice_${_part})
     set_target_properties(sluice_${_part} PROPERTIES EXPORT_NAME ${_part})
     install(TARGETS sluice_${_part} EXPORT sluice_${_part}Targets)

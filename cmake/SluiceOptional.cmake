@@ -35,6 +35,16 @@ if(_sluice_found)
   target_compile_definitions(sluice_png INTERFACE SLUICE_WITH_PNG=1)
 endif()
 
+# FFmpeg (Debian: libavformat-dev, libavcodec-dev, libswscale-dev): sluice/codec/video.hpp and
+# sluice/io/video_clips.hpp, clips of videos decoded into the batch.
+sluice_find_dependency(video _sluice_found)
+if(_sluice_found)
+  add_library(sluice_video INTERFACE)
+  add_library(sluice::video ALIAS sluice_video)
+  target_link_libraries(sluice_video INTERFACE sluice PkgConfig::SLUICE_FFMPEG)
+  target_compile_definitions(sluice_video INTERFACE SLUICE_WITH_VIDEO=1)
+endif()
+
 # DLPack's header (Debian: libdlpack-dev): sluice/core/dlpack.hpp. Header-only, nothing to link;
 # the target puts its directory on the include path (a no-op for /usr/include).
 sluice_find_dependency(dlpack _sluice_found)

@@ -277,8 +277,12 @@ struct normalized {
       for (std::size_t i = 0; i < g.ndim; ++i) g.shape[i] = shape[i];
     }
     std::size_t channels = 1;
-    if (g.ndim == 3 && in != image_layout::none) {
-      channels = static_cast<std::size_t>(in == image_layout::chw ? g.shape[0] : g.shape[2]);
+    if (g.ndim >= 3 && in != image_layout::none) {
+      // Channels first (chw; a clip's {C, T, H, W}) or last (hwc; a clip's {T, H, W, C}).
+      channels = static_cast<std::size_t>(in == image_layout::chw ? g.shape[0] : g.shape[g.ndim - 1]);
+      if (g.ndim > 3 && output != image_layout::none && output != in)
+        throw usage_error(nm + ".output transposes 3-dimensional images only; this field has " +
+                          std::to_string(g.ndim) + " dimensions");
     } else if (std::max(mean.size(), std.size()) > 1 || output != image_layout::none) {
       throw usage_error(nm + "per-channel values need the image's shape and layout: give .shape = {H, W, C} and "
                         ".layout = hwc (or {C, H, W} and chw), or decode with a codec that states them");

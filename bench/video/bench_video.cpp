@@ -1,0 +1,233 @@
+// Video clips (codec/video.hpp) against FFmpeg's own decode of the same frames, one thread, and
+// through the loader at 1 and 2 workers. Clips of 16 frames at stride 2 from 480p H.264 videos
+// (854x480, 30 fps, 10 s, GOP 60, 2 B-frames: what `ffmpeg -preset veryfast` writes), to 224x224
+// RGB. The videos are encoded once by the ffmpeg tool into $SLUICE_BENCH_VIDEO_DIR (default
+// /tmp/sluice-bench-video) and reused.
+//
+//   BM_ffmpeg_clip   the baseline: a hand-written libav loop a user would write for the same clip:
+//                    av_seek_frame to the keyframe before it, decode forward, and for each wanted
+//                    frame one sws_scale straight to 224x224 RGB (convert and resize in one pass)
+//   BM_sluice_clip   codecs::video::decode of the same clips (same first frames), with
+//                    random_resized_crop 224 + flip: demux, seek, decode, convert, crop + resize
+//   BM_loader/w      random clips (one per video per epoch, drawn from (seed, epoch, id)) through
+//                    read -> decode<"video"> -> stack -> prefetch with w workers: clips/s
+// The ratio that matters: BM_ffmpeg_clip's time / BM_sluice_clip's (goal >= 0.9), and BM_loader/2 /
+// BM_loader/1 (goal >= 1.9 on 2 cores).
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <sluice/sluice.hpp>
+
+#include "sluice/codec/video.hpp"
+#include "sluice/io/video_clips.hpp"
+#include "sluice/stage/decode.hpp"
+
+namespace {
+
+constexpr int n_videos = 8, frames_per_video = 300, clip_frames = 16, clip_stride = 2, out_size = 224;
+
+std::string video_dir() {
+  const char* d = std::getenv("SLUICE_BENCH_VIDEO_DIR");
+  return d != nullptr ? d : "/tmp/sluice-bench-video";
+}
+
+const std::vector<std::string>& videos() {
+  static const std::vector<std::string> paths = [] {
+    std::filesystem::create_directories(video_dir());
+    std::vector<std::string> p;
+    for (int v = 0; v < n_videos; ++v) {
+      const std::string path = video_dir() + "/v" + std::to_string(v) + ".mp4";
+      if (!std::filesystem::exists(path)) {
+        const std::string cmd = "ffmpeg -y -hide_banner -loglevel error -f lavfi -i testsrc2=size=854x480:rate=30 -t 10 "
+                                "-vf hue=H=" + std::to_string(v) + "*t -c:v libx264 -preset veryfast -crf 23 -g 60 -bf 2 "
+                                "-pix_fmt yuv420p " + path + ".tmp.mp4 && mv " + path + ".tmp.mp4 " + path;
+        if (std::system(cmd.c_str()) != 0) {
+          std::fprintf(stderr, "could not encode the benchmark videos (needs the ffmpeg tool)\n");
+          std::exit(1);
+        }
+      }
+      p.push_back(path);
+    }
+    return p;
+  }();
+  return paths;
+}
+
+const std::vector<std::vector<std::byte>>& video_bytes() {
+  static const std::vector<std::vector<std::byte>> bytes = [] {
+    std::vector<std::vector<std::byte>> b;
+    for (const auto& path : videos()) {
+      std::ifstream f(path, std::ios::binary);
+      std::vector<char> c((std::istreambuf_iterator<char>(f)), {});
+      b.emplace_back(reinterpret_cast<const std::byte*>(c.data()), reinterpret_cast<const std::byte*>(c.data()) + c.size());
+    }
+    return b;
+  }();
+  return bytes;
+}
+
+// The clips both benchmarks decode: (video, first frame), spread over each video.
+std::vector<std::pair<int, int>> clip_list() {
+  std::vector<std::pair<int, int>> c;
+  const int last_start = frames_per_video - (clip_frames - 1) * clip_stride - 1;
+  for (int k = 0; k < 32; ++k) c.emplace_back(k % n_videos, (k * 97) % (last_start + 1));
+  return c;
+}
+
+// ---- the baseline ------------------------------------------------------------------------------
+struct mem {
+  const std::uint8_t* d;
+  std::int64_t n, pos = 0;
+};
+int mem_read(void* o, std::uint8_t* buf, int k) {
+  auto* m = static_cast<mem*>(o);
+  const std::int64_t left = m->n - m->pos;
+  if (left <= 0) return AVERROR_EOF;
+  const int r = static_cast<int>(std::min<std::int64_t>(left, k));
+  std::memcpy(buf, m->d + m->pos, static_cast<std::size_t>(r));
+  m->pos += r;
+  return r;
+}
+std::int64_t mem_seek(void* o, std::int64_t off, int whence) {
+  auto* m = static_cast<mem*>(o);
+  whence &= ~AVSEEK_FORCE;
+  if (whence == AVSEEK_SIZE) return m->n;
+  m->pos = whence == SEEK_SET ? off : whence == SEEK_CUR ? m->pos + off : m->n + off;
+  return m->pos;
+}
+
+// Decodes frames first, first + stride, ... of `in` into out (T x 224 x 224 x 3) with plain libav.
+void ffmpeg_clip(std::span<const std::byte> in, int first, std::vector<std::uint8_t>& out) {
+  mem m{reinterpret_cast<const std::uint8_t*>(in.data()), static_cast<std::int64_t>(in.size())};
+  auto* buf = static_cast<std::uint8_t*>(av_malloc(1 << 16));
+  AVIOContext* io = avio_alloc_context(buf, 1 << 16, 0, &m, mem_read, nullptr, mem_seek);
+  AVFormatContext* fmt = avformat_alloc_context();
+  fmt->pb = io;
+  avformat_open_input(&fmt, nullptr, nullptr, nullptr);
+  const AVCodec* codec = nullptr;
+  const int s = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+  AVStream* st = fmt->streams[s];
+  AVCodecContext* dec = avcodec_alloc_context3(codec);
+  avcodec_parameters_to_context(dec, st->codecpar);
+  dec->thread_count = 1;
+  avcodec_open2(dec, codec, nullptr);
+  // Frame k of a constant-rate stream is at k * (1 / fps) seconds.
+  const AVRational fps = st->avg_frame_rate;
+  auto pts_of = [&](int k) { return av_rescale_q(k, av_inv_q(fps), st->time_base) + (st->start_time != AV_NOPTS_VALUE ? st->start_time : 0); };
+  av_seek_frame(fmt, s, pts_of(first), AVSEEK_FLAG_BACKWARD);
+  AVPacket* pkt = av_packet_alloc();
+  AVFrame* f = av_frame_alloc();
+  SwsContext* sws = nullptr;
+  int j = 0;
+  auto take = [&] {
+    while (j < clip_frames && avcodec_receive_frame(dec, f) == 0) {
+      if (f->pts == pts_of(first + j * clip_stride)) {
+        sws = sws_getCachedContext(sws, f->width, f->height, static_cast<AVPixelFormat>(f->format), out_size, out_size,
+                                   AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+        std::uint8_t* dst[4] = {out.data() + static_cast<std::size_t>(j) * out_size * out_size * 3, nullptr, nullptr, nullptr};
+        const int pitch[4] = {out_size * 3, 0, 0, 0};
+        sws_scale(sws, f->data, f->linesize, 0, f->height, dst, pitch);
+        ++j;
+      }
+      av_frame_unref(f);
+    }
+  };
+  while (j < clip_frames && av_read_frame(fmt, pkt) >= 0) {
+    if (pkt->stream_index == s) {
+      avcodec_send_packet(dec, pkt);
+      take();
+    }
+    av_packet_unref(pkt);
+  }
+  if (j < clip_frames) {
+    avcodec_send_packet(dec, nullptr);
+    take();
+  }
+  if (j != clip_frames) std::abort();  // the baseline must decode the same frames
+  sws_freeContext(sws);
+  av_frame_free(&f);
+  av_packet_free(&pkt);
+  avcodec_free_context(&dec);
+  avformat_close_input(&fmt);
+  av_freep(&io->buffer);
+  avio_context_free(&io);
+}
+
+void BM_ffmpeg_clip(benchmark::State& state) {
+  const auto clips = clip_list();
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(clip_frames) * out_size * out_size * 3);
+  std::size_t k = 0;
+  for (auto _ : state) {
+    const auto [v, first] = clips[k++ % clips.size()];
+    ffmpeg_clip(video_bytes()[static_cast<std::size_t>(v)], first, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// ---- sluice --------------------------------------------------------------------------------------
+struct fixed_starts final : sluice::codecs::clip_table {
+  std::vector<std::pair<int, int>> clips = clip_list();
+  sluice::codecs::clip_choice choose(std::uint64_t id) const override {
+    return {true, static_cast<std::size_t>(clips[id % clips.size()].second)};
+  }
+  std::string describe(std::uint64_t id) const override { return "clip " + std::to_string(id); }
+};
+
+const sluice::codecs::geometry_options rrc{.width = out_size, .height = out_size,
+                                           .mode = sluice::codecs::fit::random_resized_crop, .random_flip = true};
+const sluice::codecs::clip_options clip{.frames = clip_frames, .stride = clip_stride};
+
+void BM_sluice_clip(benchmark::State& state) {
+  const auto table = std::make_shared<fixed_starts>();
+  const sluice::codecs::video codec(rrc, clip, table);
+  std::vector<std::byte> out(codec.output_bytes());
+  std::uint64_t k = 0;
+  for (auto _ : state) {
+    const auto v = static_cast<std::size_t>(table->clips[k % table->clips.size()].first);
+    codec.decode(video_bytes()[v], out, {.seed = 1, .id = k});
+    ++k;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_loader(benchmark::State& state) {
+  std::vector<sluice::io::video_file> files;
+  for (std::size_t v = 0; v < videos().size(); ++v) files.push_back({videos()[v], static_cast<std::int64_t>(v)});
+  sluice::io::video_files data(files);
+  auto clips = sluice::io::clips<"video">(data, clip, sluice::io::random_clips{.per_video = 4});
+  auto loader = sluice::from(sluice::sample::shuffle(clips.size(), {.seed = 3})) | sluice::read(clips)
+              | sluice::decode<"video">(clips.codec(rrc))
+              | sluice::collate({.batch = 4}, sluice::stack<"video">{}, sluice::stack<"label">{})
+              | sluice::prefetch(2, {.workers = static_cast<std::size_t>(state.range(0))});
+  std::uint64_t epoch = 0, n = 0;
+  for (auto _ : state) {
+    for (auto& b : loader.epoch(epoch++)) {
+      n += b.size();
+      benchmark::DoNotOptimize(b.get<"video">().data());
+    }
+  }
+  state.counters["clips/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsRate);
+}
+
+}  // namespace
+
+BENCHMARK(BM_ffmpeg_clip)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+BENCHMARK(BM_sluice_clip)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+BENCHMARK(BM_loader)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  (void)video_bytes();  // encoded (first run only) and read before anything is timed
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
