@@ -199,7 +199,9 @@ TEST_CASE("video: other codecs and containers: MPEG-4 part 2 in AVI, VP9 in WebM
       {"a.webm", "-c:v libvpx-vp9 -b:v 0 -crf 10 -g 8 -deadline realtime -pix_fmt yuv420p"},
       {"a.mkv", "-c:v mjpeg -q:v 2 -pix_fmt yuvj420p"},
       {"b.mkv", "-c:v libx265 -x265-params log-level=none:bframes=2:keyint=8 -crf 12 -pix_fmt yuv420p"}};
-  for (const auto& [name, args] : kinds) {
+  for (const auto& kind : kinds) {
+    const std::string& name = kind.first;
+    const std::string& args = kind.second;
     CAPTURE(name);
     const auto bytes = sluice_test::read_file(encode_cfr(dir, name, 24, args));
     const video_info info = probe_video(bytes);

@@ -13,7 +13,8 @@
 // per sample id by a clip table (io/video_clips.hpp: every clip of every video, k random clips per
 // video). One codecs::image_transform per clip (resize, crop, random_resized_crop, flip, planned
 // from (seed, epoch, id) as for images, codec/transform.hpp) applies to every frame of the clip.
-// Decoding seeks to the last keyframe at or before the clip and decodes forward; each thread keeps
+// Decoding seeks to the last keyframe at or before the clip and decodes forward, skipping the frames
+// no other frame refers to (B-frames, mostly) unless the clip takes them; each thread keeps
 // its decoder and reuses it for the next clip of a video with the same codec parameters.
 // Not done: audio (ignored), rotation metadata and non-square pixels (frames come as stored).
 // Errors: no video stream, a truncated or corrupt file, an unsupported codec, a packet the decoder
@@ -162,6 +163,31 @@ struct memory_source {
 class demuxer {
  public:
   explicit demuxer(std::span<const std::byte> in) {
+    try {
+      open(in);
+    } catch (...) {
+      close();  // a constructor that throws runs no destructor
+      throw;
+    }
+  }
+  demuxer(const demuxer&) = delete;
+  demuxer& operator=(const demuxer&) = delete;
+  ~demuxer() { close(); }
+  [[nodiscard]] AVStream* stream() const noexcept { return fmt_->streams[stream_]; }
+  [[nodiscard]] const AVCodec* decoder() const noexcept { return decoder_; }
+  // The next packet of the video stream into `pkt` (unreferenced first); false at the end.
+  bool next(AVPacket* pkt) {
+    for (;;) {
+      av_packet_unref(pkt);
+      const int e = av_read_frame(fmt_, pkt);
+      if (e == AVERROR_EOF) return false;
+      if (e < 0) video_fail("cannot read a packet (truncated or corrupt file?): " + av_text(e));
+      if (pkt->stream_index == stream_) return true;
+    }
+  }
+
+ private:
+  void open(std::span<const std::byte> in) {
     src_.data = reinterpret_cast<const std::uint8_t*>(in.data());
     src_.size = static_cast<std::int64_t>(in.size());
     if (in.empty()) video_fail("an empty video (0 bytes)");
@@ -200,29 +226,14 @@ class demuxer {
     for (unsigned i = 0; i < fmt_->nb_streams; ++i)
       if (static_cast<int>(i) != s) fmt_->streams[i]->discard = AVDISCARD_ALL;
   }
-  demuxer(const demuxer&) = delete;
-  demuxer& operator=(const demuxer&) = delete;
-  ~demuxer() {
+  void close() noexcept {
     if (fmt_ != nullptr) avformat_close_input(&fmt_);
     if (io_ != nullptr) {
       av_freep(&io_->buffer);
       avio_context_free(&io_);
     }
   }
-  [[nodiscard]] AVStream* stream() const noexcept { return fmt_->streams[stream_]; }
-  [[nodiscard]] const AVCodec* decoder() const noexcept { return decoder_; }
-  // The next packet of the video stream into `pkt` (unreferenced first); false at the end.
-  bool next(AVPacket* pkt) {
-    for (;;) {
-      av_packet_unref(pkt);
-      const int e = av_read_frame(fmt_, pkt);
-      if (e == AVERROR_EOF) return false;
-      if (e < 0) video_fail("cannot read a packet (truncated or corrupt file?): " + av_text(e));
-      if (pkt->stream_index == stream_) return true;
-    }
-  }
 
- private:
   memory_source src_;
   AVIOContext* io_ = nullptr;
   AVFormatContext* fmt_ = nullptr;
@@ -336,6 +347,7 @@ struct video_worker {
   std::vector<std::int64_t> pts;
   video_info info;
   std::vector<std::size_t> wanted;
+  std::vector<std::int64_t> wanted_pts;
   bool by_count = false;  // the packets carry decode times only (AVI): frames are told apart by counting
   AVFrame* frame = av_frame_alloc();
   SwsContext* sws = nullptr;
@@ -380,6 +392,7 @@ struct video_worker {
                        std::memcmp(dec_extradata.data(), par->extradata, static_cast<std::size_t>(par->extradata_size)) == 0);
     if (same) {
       avcodec_flush_buffers(dec);
+      dec->skip_frame = AVDISCARD_DEFAULT;
       return dec;
     }
     if (dec != nullptr) avcodec_free_context(&dec);
@@ -553,6 +566,8 @@ class video {
       if ((w.packets[i]->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(w.packets[i]) <= first_pts) start = i;
     AVCodecContext* dec = w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads);
     const geometry_plan plan = to_plan(t, w.info.width, w.info.height, image_layout::hwc);
+    w.wanted_pts.clear();
+    for (std::size_t k : w.wanted) w.wanted_pts.push_back(w.info.pts[k]);  // non-decreasing: sorted
     std::size_t j = 0;       // the next wanted frame
     std::size_t shown = 0;   // by_count: the presentation index of the next frame out
     const auto take = [&](AVFrame* f) {
@@ -584,6 +599,12 @@ class video {
       }
     };
     for (std::size_t i = start; i < w.used && j < w.wanted.size(); ++i) {
+      // A frame no other frame refers to (a B-frame, mostly) is decoded only when the clip takes it:
+      // between the keyframe and the clip, and between a strided clip's frames, the decoder skips it.
+      if (!w.by_count)
+        dec->skip_frame = std::binary_search(w.wanted_pts.begin(), w.wanted_pts.end(), detail::packet_time(w.packets[i]))
+                              ? AVDISCARD_DEFAULT
+                              : AVDISCARD_NONREF;
       const int e = avcodec_send_packet(dec, w.packets[i]);
       if (e < 0 && e != AVERROR(EAGAIN))
         detail::video_fail(clip_text(first) + ": packet " + std::to_string(i) + " could not be decoded: " + detail::av_text(e));
