@@ -2,18 +2,19 @@
 # Builds sluice's libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and runs each
 # for a bounded time on a scratch copy of its seed corpus (tests/data/fuzz/<target>/).
 #
-#   tests/fuzz/run.sh [seconds-per-target=10] [target...]      targets: tfrecord tf_example tar npy shard mds coco jpeg png
+#   tests/fuzz/run.sh [seconds-per-target=10] [target...]      targets: tfrecord tf_example tar npy shard mds coco jpeg png video
 #
 # Exit status 0 when every target ran its time without a crash; crash inputs are left in
 # $SLUICE_FUZZ_OUT (default build/fuzz/) as crash-* files. Needs clang++ with the libFuzzer
-# runtime (Debian: clang-14, libclang-rt-14-dev / libfuzzer-14-dev); jpeg needs libturbojpeg, png libpng.
+# runtime (Debian: clang-14, libclang-rt-14-dev / libfuzzer-14-dev); jpeg needs libturbojpeg, png libpng,
+# video FFmpeg's libraries.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 seconds="${1:-10}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(tfrecord tf_example tar npy shard mds coco jpeg png)
+[ ${#targets[@]} -eq 0 ] && targets=(tfrecord tf_example tar npy shard mds coco jpeg png video)
 out="${SLUICE_FUZZ_OUT:-$root/build/fuzz}"
 cxx="${CLANGXX:-$(command -v clang++ || command -v clang++-14 || true)}"
 if [ -z "$cxx" ]; then echo "fuzz: clang++ not found; skipping" >&2; exit 0; fi
@@ -27,6 +28,10 @@ for t in "${targets[@]}"; do
   libs=()
   [ "$t" = jpeg ] && libs=($(pkg-config --libs libturbojpeg libjpeg 2>/dev/null || echo -lturbojpeg -ljpeg))
   [ "$t" = png ] && libs=($(pkg-config --cflags --libs libpng 2>/dev/null || echo -lpng16))
+  if [ "$t" = video ]; then
+    if ! pkg-config --exists libavformat libavcodec libavutil libswscale; then echo "fuzz: FFmpeg's libraries not found; skipping video"; continue; fi
+    libs=($(pkg-config --cflags --libs libavformat libavcodec libavutil libswscale))
+  fi
   if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ -n "$(find "$root/include" -newer "$bin" -name '*.hpp' -print -quit)" ]; then
     echo "fuzz: building $t"
     "$cxx" "${flags[@]}" "$src" -o "$bin" "${libs[@]}"

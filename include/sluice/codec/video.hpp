@@ -384,9 +384,10 @@ struct video_worker {
     used = 0;
   }
   // A decoder for `par`, the previous one flushed when it fits.
-  AVCodecContext* decoder_for(const AVCodec* codec, const AVCodecParameters* par, int threads) {
+  AVCodecContext* decoder_for(const AVCodec* codec, const AVCodecParameters* par, int threads, std::uint64_t max_pixels) {
     const bool same = dec != nullptr && dec_codec == codec && dec_w == par->width && dec_h == par->height &&
                       dec_format == par->format && dec_threads == threads &&
+                      dec->max_pixels == static_cast<std::int64_t>(max_pixels) &&
                       dec_extradata.size() == static_cast<std::size_t>(std::max(par->extradata_size, 0)) &&
                       (par->extradata_size <= 0 ||
                        std::memcmp(dec_extradata.data(), par->extradata, static_cast<std::size_t>(par->extradata_size)) == 0);
@@ -403,6 +404,7 @@ struct video_worker {
       video_fail("cannot set up the decoder: " + av_text(e));
     }
     dec->thread_count = threads;
+    dec->max_pixels = static_cast<std::int64_t>(max_pixels);  // the bitstream's own size is checked too
     dec->err_recognition |= AV_EF_EXPLODE;  // a damaged packet is an error, not a concealed frame
     if (int e = avcodec_open2(dec, codec, nullptr); e < 0) {
       avcodec_free_context(&dec);
@@ -564,7 +566,7 @@ class video {
     std::size_t start = 0;
     for (std::size_t i = 0; i < w.used && !w.by_count; ++i)
       if ((w.packets[i]->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(w.packets[i]) <= first_pts) start = i;
-    AVCodecContext* dec = w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads);
+    AVCodecContext* dec = w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads, clip_.max_frame_pixels);
     const geometry_plan plan = to_plan(t, w.info.width, w.info.height, image_layout::hwc);
     w.wanted_pts.clear();
     for (std::size_t k : w.wanted) w.wanted_pts.push_back(w.info.pts[k]);  // non-decreasing: sorted
