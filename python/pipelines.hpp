@@ -104,6 +104,14 @@ struct options {
   // Documents as rows (packed_rows_options): documents cut at row ends, or whole over `bins` open rows.
   bool split = true;
   std::size_t bins = 1;
+  // Video (paths= the files, video_labels= one label a file or none): clips of clip_frames frames
+  // at clip_stride, or at clip_fps frames a second; clips = "random" (clips_per_video a video a
+  // epoch) or "every" (a clip every clip_step frames; 0: the clip's span).
+  std::vector<std::int64_t> video_labels;
+  int clip_frames = 16, clip_stride = 1;
+  double clip_fps = 0;
+  std::string clips = "random";
+  std::size_t clips_per_video = 1, clip_step = 0;
 };
 
 // The shards of a sharded source: paths= as given, or path= with its braces expanded.
@@ -229,5 +237,6 @@ loader_ptr make_coco_loader(const options& o);  // a COCO image folder (images=)
 loader_ptr make_yolo_loader(const options& o);  // a YOLO images folder (images=), labels beside it or labels=
 loader_ptr make_token_loader(const options& o);    // tokens, documents
 loader_ptr make_fields_loader(const options& o);   // wds with fields=
+loader_ptr make_video_loader(const options& o);    // video files (paths=): clips
 
 }  // namespace sluice_module

@@ -16,6 +16,7 @@ namespace {
 
 loader_ptr make_loader(const options& o) {
   if (o.batch_size == 0) throw sluice::usage_error("sluice: batch_size must be at least 1");
+  if (o.source == "video") return make_video_loader(o);
   if (!o.fields.empty()) {
     if (o.source != "wds" && o.source != "shard" && o.source != "mds" && o.source != "tfrecord" && o.source != "npy")
       throw sluice::usage_error("sluice: fields= is read from WebDataset samples, sluice shards with fields, MDS "
@@ -100,7 +101,9 @@ PYBIND11_MODULE(_sluice, m) {
          double box_min_visible, std::string mask, std::int64_t ignore_index, py::list fields,
          std::vector<std::string> paths, bool crowd, bool keep_empty, bool contiguous,
          std::uint64_t class_count, bool polygons, std::string json_boxes, std::string json_classes,
-         std::string json_format, bool split, std::size_t bins, bool segmentation) {
+         std::string json_format, bool split, std::size_t bins, bool segmentation,
+         std::vector<std::int64_t> video_labels, int clip_frames, int clip_stride, double clip_fps, std::string clips,
+         std::size_t clips_per_video, std::size_t clip_step) {
         options o{std::move(source), std::move(path), std::move(images), std::move(labels), std::move(decode),
                   record_bytes, header_bytes, batch_size, std::move(sampler), std::move(weights), seed, distributed,
                   drop_last, workers, prefetch, std::move(output), std::move(shape), std::move(mean), std::move(std),
@@ -129,6 +132,13 @@ PYBIND11_MODULE(_sluice, m) {
         o.split = split;
         o.bins = bins;
         o.segmentation = segmentation;
+        o.video_labels = std::move(video_labels);
+        o.clip_frames = clip_frames;
+        o.clip_stride = clip_stride;
+        o.clip_fps = clip_fps;
+        o.clips = std::move(clips);
+        o.clips_per_video = clips_per_video;
+        o.clip_step = clip_step;
         for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
         py::gil_scoped_release nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
@@ -153,5 +163,7 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("contiguous") = true, py::arg("class_count") = 0, py::arg("polygons") = false,
       py::arg("json_boxes") = "", py::arg("json_classes") = "", py::arg("json_format") = "xywh",
       py::arg("split") = true, py::arg("bins") = 1, py::arg("segmentation") = false,
+      py::arg("video_labels") = std::vector<std::int64_t>{}, py::arg("clip_frames") = 16, py::arg("clip_stride") = 1,
+      py::arg("clip_fps") = 0.0, py::arg("clips") = "random", py::arg("clips_per_video") = 1, py::arg("clip_step") = 0,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
 }

@@ -9,6 +9,7 @@
 //                    frame one sws_scale straight to 224x224 RGB (convert and resize in one pass)
 //   BM_sluice_clip   codecs::video::decode of the same clips (same first frames), with
 //                    random_resized_crop 224 + flip: demux, seek, decode, convert, crop + resize
+//   BM_sluice_clip_nvdec  the same on the GPU's NVDEC, frames copied back (an error where there is none)
 //   BM_loader/w      random clips (one per video per epoch, drawn from (seed, epoch, id)) through
 //                    read -> decode<"video"> -> stack -> prefetch with w workers: clips/s
 // The ratio that matters: BM_ffmpeg_clip's time / BM_sluice_clip's (goal >= 0.9), and BM_loader/2 /
@@ -199,6 +200,29 @@ void BM_sluice_clip(benchmark::State& state) {
   state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// The same clips decoded by NVDEC (FFmpeg's CUDA hwaccel), frames copied back to host memory and
+// converted there: reports an error (no figure) where FFmpeg finds no CUDA device.
+void BM_sluice_clip_nvdec(benchmark::State& state) {
+  const auto table = std::make_shared<fixed_starts>();
+  sluice::codecs::clip_options c = clip;
+  c.decoder = sluice::codecs::video_decoder::nvdec;
+  const sluice::codecs::video codec(rrc, c, table);
+  std::vector<std::byte> out(codec.output_bytes());
+  codec.decode(video_bytes()[0], out, {.seed = 1, .id = 0});
+  if (codec.counters().nvdec_fallbacks != 0) {
+    state.SkipWithError(("no NVDEC here: " + codec.counters().last_fallback).c_str());
+    return;
+  }
+  std::uint64_t k = 0;
+  for (auto _ : state) {
+    const auto v = static_cast<std::size_t>(table->clips[k % table->clips.size()].first);
+    codec.decode(video_bytes()[v], out, {.seed = 1, .id = k});
+    ++k;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 void BM_loader(benchmark::State& state) {
   std::vector<sluice::io::video_file> files;
   for (std::size_t v = 0; v < videos().size(); ++v) files.push_back({videos()[v], static_cast<std::int64_t>(v)});
@@ -222,6 +246,7 @@ void BM_loader(benchmark::State& state) {
 
 BENCHMARK(BM_ffmpeg_clip)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
 BENCHMARK(BM_sluice_clip)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+BENCHMARK(BM_sluice_clip_nvdec)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
 BENCHMARK(BM_loader)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
 
 int main(int argc, char** argv) {

@@ -87,7 +87,7 @@ __all__ = [
     "Boxes", "Collator", "Field", "Follow", "image", "boxes", "json_boxes", "field", "boxes_of", "points_of", "rows_of", "mask_of",
     "stack", "normalized", "ragged", "pad", "pack",
     "records", "npy", "idx", "shard", "wds", "tfrecord", "mds", "coco", "coco_categories", "yolo", "tokens",
-    "documents", "cu_seqlens",
+    "documents", "cu_seqlens", "videos",
     "loader", "sample",
 ]
 
@@ -670,7 +670,8 @@ def _check_follow(kind: str, fields: Dict[str, Field]) -> None:
 
 class Source:
     """What a loader reads: made by :func:`records`, :func:`npy`, :func:`idx`, :func:`shard`,
-    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`coco`, :func:`yolo`, :func:`tokens` or :func:`documents`."""
+    :func:`wds`, :func:`tfrecord`, :func:`mds`, :func:`coco`, :func:`yolo`, :func:`tokens`, :func:`documents` or
+    :func:`videos`."""
 
     __slots__ = ("kind", "engine", "labelled")
 
@@ -1088,6 +1089,46 @@ def documents(path: PathLike, *, offsets: PathLike, collate: str = "pack", lengt
               dtype=_token_dtype(dtype, "sluice.documents"), vocab=_int("vocab", vocab),
               output=_output(output, (None, "int64"), "sluice.documents"))
     return Source("documents", kw, False)
+
+
+def videos(paths: Sequence[PathLike], *, labels: Optional[Sequence[int]] = None, decode: Optional[Image] = None,
+           frames: int = 16, stride: int = 1, fps: Optional[float] = None, clips: str = "random", per_video: int = 1,
+           step: int = 0, output: Optional[str] = None, mean=None, std=None) -> Source:
+    """Clips of video files (MP4, MKV, WebM, AVI, ...; decoded with FFmpeg, on sluice's worker threads).
+
+    A clip is ``frames`` frames, every ``stride``-th in presentation order, or with ``fps=`` the
+    frames on screen every ``1/fps`` seconds; frames are chosen by their timestamps, so
+    variable-frame-rate videos and B-frames give exactly the frames asked for.
+    clips:   ``"random"`` (default): ``per_video`` clips of each video an epoch, each start drawn
+             from (seed, epoch, clip), a new one every epoch; ``"every"``: every clip of every video,
+             a start every ``step`` frames (0: one clip's span, no overlap); the videos are read once
+             when the loader is made to count them (a video shorter than a clip has none).
+    decode:  ``sluice.image(size=(h, w), crop=, flip=, layout=)``: one crop and flip a clip, applied
+             to every frame; ``layout="hwc"`` gives ``"video"`` of ``(B, T, H, W, 3)``, ``"chw"``
+             ``(B, 3, T, H, W)`` (what 3-D convolutions take).
+    labels:  one integer a video (``"label"``, int64; -1 for every clip without).
+    output:  ``"float32"`` scales by 1/255, then ``(x - mean) / std`` per channel.
+    Needs a module built with FFmpeg (``pip install .`` on a machine with libavformat-dev,
+    libavcodec-dev and libswscale-dev); the prebuilt wheel has no video source (a UsageError says so).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    ps = [_path("paths", p) for p in paths]
+    if not ps:
+        raise _usage("sluice.videos: paths= is empty; give the video files")
+    if labels is not None:
+        labels = [int(x) for x in labels]
+        if len(labels) != len(ps):
+            raise _usage(f"sluice.videos: labels= has {len(labels)} labels for {len(ps)} videos; give one a video")
+    if clips not in ("random", "every"):
+        raise _usage(f"sluice.videos: clips={clips!r} is not accepted; use 'random' or 'every'")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < 1e6):
+        raise _usage(f"sluice.videos: fps={fps!r} is not accepted; use frames a second above 0, or leave it out")
+    kw: Dict[str, Any] = dict(source="video", paths=ps, video_labels=labels or [], clip_frames=_int("frames", frames, 1),
+                              clip_stride=_int("stride", stride, 1), clip_fps=float(fps or 0), clips=clips,
+                              clips_per_video=_int("per_video", per_video, 1), clip_step=_int("step", step))
+    _image_keywords("videos", decode, output, mean, std, kw)
+    return Source("videos", kw, labels is not None)
 
 
 class Loader:

@@ -482,3 +482,43 @@ TEST_CASE("video: normalized<> turns clips into floats per channel, channels las
     }
   }
 }
+
+TEST_CASE("video: decoder=nvdec without a CUDA device falls back to the host decoder, counted, with the same frames") {
+  need_ffmpeg();
+  temp_dir dir;
+  const auto bytes = sluice_test::read_file(encode_cfr(dir, "a.mp4", 30, h264));
+  AVBufferRef* dev = nullptr;
+  if (av_hwdevice_ctx_create(&dev, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0) >= 0) {
+    av_buffer_unref(&dev);
+    sluice_test::skip("a CUDA device is present: the fallback is not taken here (see the nvdec case)");
+  }
+  const video host(same_size, {.frames = 5, .stride = 3});
+  const video gpu(same_size, {.frames = 5, .stride = 3, .decoder = video_decoder::nvdec});
+  for (std::uint64_t id = 0; id < 4; ++id) CHECK(decode_clip(gpu, bytes, {.id = id}) == decode_clip(host, bytes, {.id = id}));
+  CHECK(gpu.counters().clips == 4);
+  CHECK(gpu.counters().nvdec_clips == 0);
+  CHECK(gpu.counters().nvdec_fallbacks == 4);
+  CHECK(gpu.counters().last_fallback.find("CUDA device") != std::string::npos);
+  CHECK(host.counters().nvdec_fallbacks == 0);
+}
+
+TEST_CASE("video: decoder=nvdec decodes on the GPU the frames the host decodes (device test)") {
+  need_ffmpeg();
+  AVBufferRef* dev = nullptr;
+  if (av_hwdevice_ctx_create(&dev, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0) < 0)
+    sluice_test::skip("no CUDA device for FFmpeg's NVDEC here");
+  av_buffer_unref(&dev);
+  temp_dir dir;
+  const auto bytes = sluice_test::read_file(encode_cfr(dir, "a.mp4", 40, h264));
+  const video host(same_size, {.frames = 6, .stride = 2});
+  const video gpu(same_size, {.frames = 6, .stride = 2, .decoder = video_decoder::nvdec});
+  for (std::uint64_t id = 0; id < 8; ++id) {
+    const auto a = decode_clip(host, bytes, {.seed = 4, .id = id}), b = decode_clip(gpu, bytes, {.seed = 4, .id = id});
+    CHECK(numbers(a, 6) == numbers(b, 6));
+    int worst = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(int(a[k]) - int(b[k])));
+    CHECK(worst <= 3);  // NV12 from NVDEC vs yuv420p from the host decoder: the same samples, converted by two swscale paths
+  }
+  CHECK(gpu.counters().nvdec_clips == 8);
+  CHECK(gpu.counters().nvdec_fallbacks == 0);
+}

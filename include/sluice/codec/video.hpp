@@ -30,6 +30,7 @@ extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/error.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libavutil/pixdesc.h>
@@ -37,6 +38,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <atomic>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +64,11 @@ namespace sluice::codecs {
 enum class clip_pick { random, center, first };
 // The order of a clip's output: frames of rows of RGB pixels, or three planes of T frames.
 enum class video_layout { thwc, cthw };
+// Where frames are decoded: FFmpeg's software decoder, or the GPU's NVDEC through FFmpeg's CUDA
+// hwaccel with the frames copied back to host memory (then converted and resized as on the host
+// path). nvdec falls back to the host decoder, counted (video::counters()), where FFmpeg has no
+// CUDA device (no GPU, no driver) or the codec has no NVDEC support.
+enum class video_decoder { host, nvdec };
 
 struct clip_options {
   int frames = 16;   // T
@@ -70,6 +77,7 @@ struct clip_options {
   clip_pick pick = clip_pick::random;
   video_layout layout = video_layout::thwc;
   int decoder_threads = 1;                                  // FFmpeg's own threads per decode; 1: sluice's workers are the parallelism
+  video_decoder decoder = video_decoder::host;
   std::uint64_t max_frame_pixels = std::uint64_t{1} << 26;  // a frame larger than this is refused
 };
 
@@ -338,7 +346,25 @@ class clip_table {
   [[nodiscard]] virtual std::string describe(std::uint64_t id) const = 0;
 };
 
+// What a codec and its copies decoded where (nvdec asked for, host used: a fallback).
+struct video_counters {
+  std::atomic<std::uint64_t> clips{0};
+  std::atomic<std::uint64_t> nvdec_clips{0};
+  std::atomic<std::uint64_t> nvdec_fallbacks{0};
+  std::string last_fallback;  // why, the first time (set once, under fallback_once)
+  std::once_flag fallback_once;
+};
+
 namespace detail {
+
+// Offers the CUDA frames where the decoder can produce them, else its first software format.
+inline AVPixelFormat pick_cuda_format(AVCodecContext*, const AVPixelFormat* fmts) {
+  for (const AVPixelFormat* p = fmts; *p != AV_PIX_FMT_NONE; ++p)
+    if (*p == AV_PIX_FMT_CUDA) return *p;
+  for (const AVPixelFormat* p = fmts; *p != AV_PIX_FMT_NONE; ++p)
+    if ((av_pix_fmt_desc_get(*p)->flags & AV_PIX_FMT_FLAG_HWACCEL) == 0) return *p;
+  return AV_PIX_FMT_NONE;
+}
 
 // One thread's decoding state, reused across clips.
 struct video_worker {
@@ -359,17 +385,23 @@ struct video_worker {
   const AVCodec* dec_codec = nullptr;
   std::vector<std::uint8_t> dec_extradata;
   int dec_w = 0, dec_h = 0, dec_format = -1, dec_threads = 0;
+  bool dec_nvdec = false;             // the decoder above decodes on the GPU
+  AVBufferRef* cuda_device = nullptr;  // this thread's CUDA device for NVDEC, made on first use
+  std::string cuda_error;              // why it could not be made (then never tried again)
+  AVFrame* host_frame = av_frame_alloc();  // a GPU frame copied back
 
   video_worker() {
-    if (frame == nullptr) throw std::bad_alloc();
+    if (frame == nullptr || host_frame == nullptr) throw std::bad_alloc();
   }
   video_worker(const video_worker&) = delete;
   video_worker& operator=(const video_worker&) = delete;
   ~video_worker() {
     for (AVPacket* p : packets) av_packet_free(&p);
     av_frame_free(&frame);
+    av_frame_free(&host_frame);
     if (sws != nullptr) sws_freeContext(sws);
     if (dec != nullptr) avcodec_free_context(&dec);
+    if (cuda_device != nullptr) av_buffer_unref(&cuda_device);
   }
   AVPacket* next_packet() {
     if (used == packets.size()) {
@@ -383,9 +415,26 @@ struct video_worker {
     for (std::size_t i = 0; i < used; ++i) av_packet_unref(packets[i]);
     used = 0;
   }
-  // A decoder for `par`, the previous one flushed when it fits.
-  AVCodecContext* decoder_for(const AVCodec* codec, const AVCodecParameters* par, int threads, std::uint64_t max_pixels) {
-    const bool same = dec != nullptr && dec_codec == codec && dec_w == par->width && dec_h == par->height &&
+  // Why NVDEC cannot decode `codec` on this thread ("" when it can): no CUDA device, or no NVDEC
+  // support in FFmpeg for the codec.
+  std::string nvdec_refusal(const AVCodec* codec) {
+    if (cuda_device == nullptr && cuda_error.empty()) {
+      if (int e = av_hwdevice_ctx_create(&cuda_device, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0); e < 0) {
+        cuda_device = nullptr;
+        cuda_error = "FFmpeg could not open a CUDA device: " + av_text(e);
+      }
+    }
+    if (cuda_device == nullptr) return cuda_error;
+    for (int i = 0;; ++i) {
+      const AVCodecHWConfig* c = avcodec_get_hw_config(codec, i);
+      if (c == nullptr) return std::string("FFmpeg's ") + codec->name + " decoder has no CUDA (NVDEC) support";
+      if ((c->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX) != 0 && c->device_type == AV_HWDEVICE_TYPE_CUDA) return {};
+    }
+  }
+  // A decoder for `par`, the previous one flushed when it fits; on the GPU when `nvdec`.
+  AVCodecContext* decoder_for(const AVCodec* codec, const AVCodecParameters* par, int threads, std::uint64_t max_pixels,
+                              bool nvdec = false) {
+    const bool same = dec != nullptr && dec_codec == codec && dec_nvdec == nvdec && dec_w == par->width && dec_h == par->height &&
                       dec_format == par->format && dec_threads == threads &&
                       dec->max_pixels == static_cast<std::int64_t>(max_pixels) &&
                       dec_extradata.size() == static_cast<std::size_t>(std::max(par->extradata_size, 0)) &&
@@ -406,6 +455,10 @@ struct video_worker {
     dec->thread_count = threads;
     dec->max_pixels = static_cast<std::int64_t>(max_pixels);  // the bitstream's own size is checked too
     dec->err_recognition |= AV_EF_EXPLODE;  // a damaged packet is an error, not a concealed frame
+    if (nvdec) {
+      dec->hw_device_ctx = av_buffer_ref(cuda_device);
+      dec->get_format = &pick_cuda_format;
+    }
     if (int e = avcodec_open2(dec, codec, nullptr); e < 0) {
       avcodec_free_context(&dec);
       video_fail(std::string("cannot open the ") + codec->name + " decoder: " + av_text(e));
@@ -415,6 +468,7 @@ struct video_worker {
     dec_h = par->height;
     dec_format = par->format;
     dec_threads = threads;
+    dec_nvdec = nvdec;
     dec_extradata.assign(par->extradata, par->extradata + std::max(par->extradata_size, 0));
     return dec;
   }
@@ -433,7 +487,7 @@ class video {
 
   video() : video(geometry_options{}, clip_options{}) {}
   explicit video(geometry_options g, clip_options c = {}, std::shared_ptr<const clip_table> table = nullptr)
-      : geo_(g), clip_(c), table_(std::move(table)) {
+      : geo_(g), clip_(c), table_(std::move(table)), counters_(std::make_shared<video_counters>()) {
     if (g.width <= 0 || g.height <= 0) throw usage_error("sluice: video output width and height must be positive");
     detail::check_geometry_options(g);
     if (c.frames <= 0) throw usage_error("sluice: video clip_options.frames must be positive");
@@ -453,6 +507,8 @@ class video {
   [[nodiscard]] const clip_options& clip() const noexcept { return clip_; }
   [[nodiscard]] const geometry_options& transform_options() const noexcept { return geo_; }
   [[nodiscard]] const std::shared_ptr<const clip_table>& table() const noexcept { return table_; }
+  // Clips decoded, on NVDEC, and NVDEC's fallbacks to the host decoder (shared by the codec's copies).
+  [[nodiscard]] const video_counters& counters() const noexcept { return *counters_; }
   // {T, H, W, C} with layout hwc (channels last), or {C, T, H, W} with layout chw (channels first):
   // normalized<> and the field collators read the channel axis from it.
   [[nodiscard]] field_geometry geometry() const noexcept {
@@ -566,7 +622,19 @@ class video {
     std::size_t start = 0;
     for (std::size_t i = 0; i < w.used && !w.by_count; ++i)
       if ((w.packets[i]->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(w.packets[i]) <= first_pts) start = i;
-    AVCodecContext* dec = w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads, clip_.max_frame_pixels);
+    bool nvdec = false;
+    if (clip_.decoder == video_decoder::nvdec) {
+      const std::string refusal = w.nvdec_refusal(d.decoder());
+      nvdec = refusal.empty();
+      if (!nvdec) {
+        counters_->nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        std::call_once(counters_->fallback_once, [&] { counters_->last_fallback = refusal; });
+      }
+    }
+    AVCodecContext* dec =
+        w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads, clip_.max_frame_pixels, nvdec);
+    counters_->clips.fetch_add(1, std::memory_order_relaxed);
+    if (nvdec) counters_->nvdec_clips.fetch_add(1, std::memory_order_relaxed);
     const geometry_plan plan = to_plan(t, w.info.width, w.info.height, image_layout::hwc);
     w.wanted_pts.clear();
     for (std::size_t k : w.wanted) w.wanted_pts.push_back(w.info.pts[k]);  // non-decreasing: sorted
@@ -638,6 +706,15 @@ class video {
   // output frame j.
   void write_frame(AVFrame* f, detail::video_worker& w, const geometry_plan& plan, std::size_t j,
                    std::span<std::byte> out) const {
+    if (f->format == AV_PIX_FMT_CUDA) {  // decoded by NVDEC: copied back (NV12) for the host's conversion
+      av_frame_unref(w.host_frame);
+      if (int e = av_hwframe_transfer_data(w.host_frame, f, 0); e < 0)
+        detail::video_fail("frame " + std::to_string(w.wanted[j]) + ": copying the NVDEC frame to host memory failed: " +
+                           detail::av_text(e));
+      w.host_frame->colorspace = f->colorspace;
+      w.host_frame->color_range = f->color_range;
+      f = w.host_frame;
+    }
     if (f->width != w.info.width || f->height != w.info.height)
       detail::video_fail("frame " + std::to_string(w.wanted[j]) + " is " + std::to_string(f->width) + "x" +
                          std::to_string(f->height) + ", the stream says " + std::to_string(w.info.width) + "x" +
@@ -687,6 +764,7 @@ class video {
   geometry_options geo_;
   clip_options clip_;
   std::shared_ptr<const clip_table> table_;
+  std::shared_ptr<video_counters> counters_;
 };
 
 }  // namespace sluice::codecs
