@@ -83,32 +83,14 @@ std::vector<std::pair<int, int>> clip_list() {
 }
 
 // ---- the baseline ------------------------------------------------------------------------------
-struct mem {
-  const std::uint8_t* d;
-  std::int64_t n, pos = 0;
-};
-int mem_read(void* o, std::uint8_t* buf, int k) {
-  auto* m = static_cast<mem*>(o);
-  const std::int64_t left = m->n - m->pos;
-  if (left <= 0) return AVERROR_EOF;
-  const int r = static_cast<int>(std::min<std::int64_t>(left, k));
-  std::memcpy(buf, m->d + m->pos, static_cast<std::size_t>(r));
-  m->pos += r;
-  return r;
-}
-std::int64_t mem_seek(void* o, std::int64_t off, int whence) {
-  auto* m = static_cast<mem*>(o);
-  whence &= ~AVSEEK_FORCE;
-  if (whence == AVSEEK_SIZE) return m->n;
-  m->pos = whence == SEEK_SET ? off : whence == SEEK_CUR ? m->pos + off : m->n + off;
-  return m->pos;
-}
+// (The AVIO callbacks over bytes in memory are sluice's: they only hand over bytes, as any would.)
+using mem = sluice::codecs::detail::memory_source;
 
 // Decodes frames first, first + stride, ... of `in` into out (T x 224 x 224 x 3) with plain libav.
 void ffmpeg_clip(std::span<const std::byte> in, int first, std::vector<std::uint8_t>& out) {
   mem m{reinterpret_cast<const std::uint8_t*>(in.data()), static_cast<std::int64_t>(in.size())};
   auto* buf = static_cast<std::uint8_t*>(av_malloc(1 << 16));
-  AVIOContext* io = avio_alloc_context(buf, 1 << 16, 0, &m, mem_read, nullptr, mem_seek);
+  AVIOContext* io = avio_alloc_context(buf, 1 << 16, 0, &m, &mem::read, nullptr, &mem::seek);
   AVFormatContext* fmt = avformat_alloc_context();
   fmt->pb = io;
   avformat_open_input(&fmt, nullptr, nullptr, nullptr);
@@ -186,18 +168,22 @@ const sluice::codecs::geometry_options rrc{.width = out_size, .height = out_size
                                            .mode = sluice::codecs::fit::random_resized_crop, .random_flip = true};
 const sluice::codecs::clip_options clip{.frames = clip_frames, .stride = clip_stride};
 
-void BM_sluice_clip(benchmark::State& state) {
-  const auto table = std::make_shared<fixed_starts>();
-  const sluice::codecs::video codec(rrc, clip, table);
+// Decodes the clips of clip_list() with `codec`, one a timed iteration.
+void time_clips(benchmark::State& state, const sluice::codecs::video& codec, const fixed_starts& table) {
   std::vector<std::byte> out(codec.output_bytes());
   std::uint64_t k = 0;
   for (auto _ : state) {
-    const auto v = static_cast<std::size_t>(table->clips[k % table->clips.size()].first);
+    const auto v = static_cast<std::size_t>(table.clips[k % table.clips.size()].first);
     codec.decode(video_bytes()[v], out, {.seed = 1, .id = k});
     ++k;
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_sluice_clip(benchmark::State& state) {
+  const auto table = std::make_shared<fixed_starts>();
+  time_clips(state, sluice::codecs::video(rrc, clip, table), *table);
 }
 
 // The same clips decoded by NVDEC (FFmpeg's CUDA hwaccel), frames copied back to host memory and
@@ -213,14 +199,7 @@ void BM_sluice_clip_nvdec(benchmark::State& state) {
     state.SkipWithError(("no NVDEC here: " + codec.counters().last_fallback).c_str());
     return;
   }
-  std::uint64_t k = 0;
-  for (auto _ : state) {
-    const auto v = static_cast<std::size_t>(table->clips[k % table->clips.size()].first);
-    codec.decode(video_bytes()[v], out, {.seed = 1, .id = k});
-    ++k;
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  time_clips(state, codec, *table);
 }
 
 void BM_loader(benchmark::State& state) {
