@@ -19,6 +19,8 @@
 
 #include "sluice/codec/video.hpp"
 #include "sluice/io/video_clips.hpp"
+#include "sluice/io/shard.hpp"
+#include "sluice/io/shard_fields.hpp"
 #include "sluice/io/wds.hpp"
 #include "sluice/io/wds_tar.hpp"
 #include "sluice/stage/decode.hpp"
@@ -521,4 +523,40 @@ TEST_CASE("video: decoder=nvdec decodes on the GPU the frames the host decodes (
   }
   CHECK(gpu.counters().nvdec_clips == 8);
   CHECK(gpu.counters().nvdec_fallbacks == 0);
+}
+
+TEST_CASE("video: videos as a field of a sluice shard, every clip through io::clips") {
+  need_ffmpeg();
+  temp_dir dir;
+  const std::string p = dir.file("v.sluice");
+  {
+    io::shard_writer w(p);
+    w.set_schema({{"mp4", dtype::u8, extent::variable}});
+    for (int k = 0; k < 3; ++k) {
+      const auto mp4 = sluice_test::read_file(encode_cfr(dir, "s" + std::to_string(k) + ".mp4", 14 + 3 * k, h264));
+      w.add_fields({std::span<const std::byte>(mp4)}, 10 + k);
+    }
+    w.finish();
+  }
+  using s = schema<field<"mp4", std::uint8_t, variable>>;
+  io::shard_fields<s> shard(p);
+  const clip_options c{.frames = 3, .stride = 2};
+  auto clips = io::clips<"mp4">(shard, c, io::every_clip{.step = 4});
+  // 14, 17, 20 frames, a clip's span 5, starts every 4: 3 + 4 + 4 clips.
+  REQUIRE(clips.size() == 11);
+  auto loader = from(sample::sequential(clips.size())) | read(clips) | decode<"mp4">(clips.codec(same_size))
+              | collate({.batch = 4}, stack<"mp4">{}) | prefetch(1);
+  std::vector<std::pair<std::size_t, int>> got;
+  for (auto& b : loader.epoch(0)) {
+    auto px = b.get<"mp4">();
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const int f0 = frame_number(px.data() + i * 3 * W * H * 3);
+      for (int j = 1; j < 3; ++j) CHECK(frame_number(px.data() + (i * 3 + j) * W * H * 3) == f0 + 2 * j);
+      got.emplace_back(clips.locate(static_cast<std::size_t>(b.ids()[i])).first, f0);
+    }
+  }
+  std::vector<std::pair<std::size_t, int>> want;
+  for (std::size_t v = 0; v < 3; ++v)
+    for (int f = 0; f + 4 < 14 + 3 * static_cast<int>(v); f += 4) want.emplace_back(v, f);
+  CHECK(got == want);
 }

@@ -351,7 +351,7 @@ struct video_counters {
   std::atomic<std::uint64_t> clips{0};
   std::atomic<std::uint64_t> nvdec_clips{0};
   std::atomic<std::uint64_t> nvdec_fallbacks{0};
-  std::string last_fallback;  // why, the first time (set once, under fallback_once)
+  std::string last_fallback;  // why, the first time: set before nvdec_fallbacks counts it, read it after
   std::once_flag fallback_once;
 };
 
@@ -626,9 +626,9 @@ class video {
     if (clip_.decoder == video_decoder::nvdec) {
       const std::string refusal = w.nvdec_refusal(d.decoder());
       nvdec = refusal.empty();
-      if (!nvdec) {
-        counters_->nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+      if (!nvdec) {  // the reason first: a reader that sees the count may read it
         std::call_once(counters_->fallback_once, [&] { counters_->last_fallback = refusal; });
+        counters_->nvdec_fallbacks.fetch_add(1, std::memory_order_release);
       }
     }
     AVCodecContext* dec =
