@@ -413,6 +413,14 @@ TEST_CASE("video: bad input is a format_error with the cause, never a crash or a
   // No video stream: an audio-only file.
   run("ffmpeg -y -hide_banner -f lavfi -i sine=frequency=440:duration=1 -c:a aac " + dir.file("audio.m4a"));
   CHECK(cause(sluice_test::read_file(dir.file("audio.m4a"))).find("no video stream") != std::string::npos);
+  // A codec this FFmpeg has no decoder for: a Matroska file whose codec id is made up.
+  auto mkv = sluice_test::read_file(encode_cfr(dir, "a.mkv", 10, h264));
+  const std::string id = "V_MPEG4/ISO/AVC", unknown = "V_SLUICE_NONEXI";  // same length: the file stays well-formed
+  const auto at = std::search(mkv.begin(), mkv.end(), reinterpret_cast<const std::byte*>(id.data()),
+                              reinterpret_cast<const std::byte*>(id.data()) + id.size());
+  REQUIRE(at != mkv.end());
+  std::memcpy(&*at, unknown.data(), unknown.size());
+  CHECK(cause(mkv).find("no decoder for the video's codec") != std::string::npos);
   // Damaged packets: the middle of the file overwritten.
   auto damaged = good;
   for (std::size_t i = damaged.size() / 3; i < damaged.size() * 2 / 3; ++i) damaged[i] = static_cast<std::byte>(i * 7);
