@@ -101,7 +101,7 @@ class video_files {
 };
 
 struct every_clip {
-  std::size_t step = 0;   // frames between clip starts; 0: the clip's span (no overlap)
+  std::size_t step = 0;   // frames between clip starts; 0: (frames - 1) × stride + 1, a clip's span by stride (no overlap)
   bool skip_bad = false;  // a video FFmpeg cannot read: counted and listed instead of an error
 };
 struct random_clips {
