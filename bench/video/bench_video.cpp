@@ -2,7 +2,8 @@
 // through the loader at 1 and 2 workers. Clips of 16 frames at stride 2 from 480p H.264 videos
 // (854x480, 30 fps, 10 s, GOP 60, 2 B-frames: what `ffmpeg -preset veryfast` writes), to 224x224
 // RGB. The videos are encoded once by the ffmpeg tool into $SLUICE_BENCH_VIDEO_DIR (default
-// /tmp/sluice-bench-video) and reused.
+// /tmp/sluice-bench-video) and reused, with one more of 120 s (3,600 frames) for what a clip costs
+// in a long video (Arg 3600 below; Arg 300: the 8 videos of 10 s).
 //
 //   BM_ffmpeg_clip   the baseline: a hand-written libav loop a user would write for the same clip:
 //                    av_seek_frame to the keyframe before it, decode forward, and for each wanted
@@ -39,46 +40,61 @@ std::string video_dir() {
   return d != nullptr ? d : "/tmp/sluice-bench-video";
 }
 
+// Encodes (once) a video of `seconds` s into `name` under video_dir(); its path.
+std::string encoded(const std::string& name, int seconds, int hue) {
+  std::filesystem::create_directories(video_dir());
+  const std::string path = video_dir() + "/" + name;
+  if (!std::filesystem::exists(path)) {
+    const std::string cmd = "ffmpeg -y -hide_banner -loglevel error -f lavfi -i testsrc2=size=854x480:rate=30 -t " +
+                            std::to_string(seconds) + " -vf hue=H=" + std::to_string(hue) +
+                            "*t -c:v libx264 -preset veryfast -crf 23 -g 60 -bf 2 -pix_fmt yuv420p " + path + ".tmp.mp4 && mv " +
+                            path + ".tmp.mp4 " + path;
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "could not encode the benchmark videos (needs the ffmpeg tool)\n");
+      std::exit(1);
+    }
+  }
+  return path;
+}
+
 const std::vector<std::string>& videos() {
   static const std::vector<std::string> paths = [] {
-    std::filesystem::create_directories(video_dir());
     std::vector<std::string> p;
-    for (int v = 0; v < n_videos; ++v) {
-      const std::string path = video_dir() + "/v" + std::to_string(v) + ".mp4";
-      if (!std::filesystem::exists(path)) {
-        const std::string cmd = "ffmpeg -y -hide_banner -loglevel error -f lavfi -i testsrc2=size=854x480:rate=30 -t 10 "
-                                "-vf hue=H=" + std::to_string(v) + "*t -c:v libx264 -preset veryfast -crf 23 -g 60 -bf 2 "
-                                "-pix_fmt yuv420p " + path + ".tmp.mp4 && mv " + path + ".tmp.mp4 " + path;
-        if (std::system(cmd.c_str()) != 0) {
-          std::fprintf(stderr, "could not encode the benchmark videos (needs the ffmpeg tool)\n");
-          std::exit(1);
-        }
-      }
-      p.push_back(path);
-    }
+    for (int v = 0; v < n_videos; ++v) p.push_back(encoded("v" + std::to_string(v) + ".mp4", 10, v));
     return p;
   }();
   return paths;
 }
 
+std::vector<std::byte> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(f)), {});
+  return {reinterpret_cast<const std::byte*>(c.data()), reinterpret_cast<const std::byte*>(c.data()) + c.size()};
+}
+
 const std::vector<std::vector<std::byte>>& video_bytes() {
   static const std::vector<std::vector<std::byte>> bytes = [] {
     std::vector<std::vector<std::byte>> b;
-    for (const auto& path : videos()) {
-      std::ifstream f(path, std::ios::binary);
-      std::vector<char> c((std::istreambuf_iterator<char>(f)), {});
-      b.emplace_back(reinterpret_cast<const std::byte*>(c.data()), reinterpret_cast<const std::byte*>(c.data()) + c.size());
-    }
+    for (const auto& path : videos()) b.push_back(file_bytes(path));
     return b;
   }();
   return bytes;
 }
 
+// One video of long_seconds s, same encoding: what a clip costs where the video is long.
+constexpr int long_seconds = 120, long_frames = long_seconds * 30;
+const std::vector<std::byte>& long_video() {
+  static const std::vector<std::byte> bytes = file_bytes(encoded("long.mp4", long_seconds, 3));
+  return bytes;
+}
+
 // The clips both benchmarks decode: (video, first frame), spread over each video.
-std::vector<std::pair<int, int>> clip_list() {
+// With `length` frames a video (long_frames: the long video alone).
+std::vector<std::pair<int, int>> clip_list(int length = frames_per_video) {
   std::vector<std::pair<int, int>> c;
-  const int last_start = frames_per_video - (clip_frames - 1) * clip_stride - 1;
-  for (int k = 0; k < 32; ++k) c.emplace_back(k % n_videos, (k * 97) % (last_start + 1));
+  const int last_start = length - (clip_frames - 1) * clip_stride - 1;
+  const int videos = length == frames_per_video ? n_videos : 1;
+  for (int k = 0; k < 32; ++k) c.emplace_back(k % videos, (k * 97) % (last_start + 1));
   return c;
 }
 
@@ -143,13 +159,19 @@ void ffmpeg_clip(std::span<const std::byte> in, int first, std::vector<std::uint
   avio_context_free(&io);
 }
 
+// The bytes of video v of a clip list of `length` frames a video.
+const std::vector<std::byte>& bytes_of(int length, int v) {
+  return length == frames_per_video ? video_bytes()[static_cast<std::size_t>(v)] : long_video();
+}
+
 void BM_ffmpeg_clip(benchmark::State& state) {
-  const auto clips = clip_list();
+  const int length = static_cast<int>(state.range(0));
+  const auto clips = clip_list(length);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(clip_frames) * out_size * out_size * 3);
   std::size_t k = 0;
   for (auto _ : state) {
     const auto [v, first] = clips[k++ % clips.size()];
-    ffmpeg_clip(video_bytes()[static_cast<std::size_t>(v)], first, out);
+    ffmpeg_clip(bytes_of(length, v), first, out);
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
@@ -157,11 +179,15 @@ void BM_ffmpeg_clip(benchmark::State& state) {
 
 // ---- sluice --------------------------------------------------------------------------------------
 struct fixed_starts final : sluice::codecs::clip_table {
-  std::vector<std::pair<int, int>> clips = clip_list();
+  int length = frames_per_video;
+  std::vector<std::pair<int, int>> clips = clip_list(length);
+  explicit fixed_starts(int frames) : length(frames), clips(clip_list(frames)) {}
   sluice::codecs::clip_choice choose(std::uint64_t id) const override {
     return {true, static_cast<std::size_t>(clips[id % clips.size()].second)};
   }
   std::string describe(std::uint64_t id) const override { return "clip " + std::to_string(id); }
+  // Which video: its first clip reads it whole and keeps its index, the later ones seek (as io::clips' tables do).
+  std::size_t video_of(std::uint64_t id) const override { return static_cast<std::size_t>(clips[id % clips.size()].first); }
 };
 
 const sluice::codecs::geometry_options rrc{.width = out_size, .height = out_size,
@@ -173,23 +199,25 @@ void time_clips(benchmark::State& state, const sluice::codecs::video& codec, con
   std::vector<std::byte> out(codec.output_bytes());
   std::uint64_t k = 0;
   for (auto _ : state) {
-    const auto v = static_cast<std::size_t>(table.clips[k % table.clips.size()].first);
-    codec.decode(video_bytes()[v], out, {.seed = 1, .id = k});
+    codec.decode(bytes_of(table.length, table.clips[k % table.clips.size()].first), out, {.seed = 1, .id = k});
     ++k;
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["clips/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  // Packets read a clip (the first clip of each video reads all of them), and seeks that missed.
+  state.counters["packets/clip"] = static_cast<double>(codec.counters().packets) / static_cast<double>(k);
+  state.counters["seek_misses"] = static_cast<double>(codec.counters().seek_fallbacks);
 }
 
 void BM_sluice_clip(benchmark::State& state) {
-  const auto table = std::make_shared<fixed_starts>();
+  const auto table = std::make_shared<fixed_starts>(static_cast<int>(state.range(0)));
   time_clips(state, sluice::codecs::video(rrc, clip, table), *table);
 }
 
 // The same clips decoded by NVDEC (FFmpeg's CUDA hwaccel), frames copied back to host memory and
 // converted there: reports an error (no figure) where FFmpeg finds no CUDA device.
 void BM_sluice_clip_nvdec(benchmark::State& state) {
-  const auto table = std::make_shared<fixed_starts>();
+  const auto table = std::make_shared<fixed_starts>(frames_per_video);
   sluice::codecs::clip_options c = clip;
   c.decoder = sluice::codecs::video_decoder::nvdec;
   const sluice::codecs::video codec(rrc, c, table);
@@ -223,8 +251,9 @@ void BM_loader(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_ffmpeg_clip)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
-BENCHMARK(BM_sluice_clip)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+// Arg: frames a video (300: the 8 videos of 10 s; long_frames: the one of 120 s).
+BENCHMARK(BM_ffmpeg_clip)->Arg(frames_per_video)->Arg(long_frames)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+BENCHMARK(BM_sluice_clip)->Arg(frames_per_video)->Arg(long_frames)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
 BENCHMARK(BM_sluice_clip_nvdec)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
 BENCHMARK(BM_loader)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
 

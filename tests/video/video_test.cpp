@@ -568,3 +568,103 @@ TEST_CASE("video: videos as a field of a sluice shard, every clip through io::cl
     for (int f = 0; f + 4 < 14 + 3 * static_cast<int>(v); f += 4) want.emplace_back(v, f);
   CHECK(got == want);
 }
+
+namespace {
+// Clip id k starts at starts[k % size] of the table's video 0 (one video, numbered for the index).
+struct one_video final : clip_table {
+  std::vector<std::size_t> starts;
+  clip_choice choose(std::uint64_t id) const override { return {true, starts[id % starts.size()]}; }
+  std::string describe(std::uint64_t id) const override { return "clip " + std::to_string(id); }
+  std::size_t video_of(std::uint64_t) const override { return 0; }
+};
+}  // namespace
+
+TEST_CASE("video: a video's later clips seek to their keyframe through its kept index, every container, frames exact") {
+  need_ffmpeg();
+  temp_dir dir;
+  constexpr int n = 150, gop = 12;
+  // name, codec args, how many packets past the keyframe-to-clip span a clip may read (B-frame
+  // reordering), and whether the packets carry decode times only (AVI: read from the start, no seek).
+  struct kind {
+    std::string name, args;
+    bool from_start;
+  };
+  const std::vector<kind> kinds = {
+      {"a.mp4", h264, false},
+      {"a.avi", "-c:v mpeg4 -q:v 2 -bf 1 -g 12 -pix_fmt yuv420p", true},
+      {"a.webm", "-c:v libvpx-vp9 -b:v 0 -crf 10 -g 12 -deadline realtime -pix_fmt yuv420p", false},
+      {"a.mkv", "-c:v mjpeg -q:v 2 -pix_fmt yuvj420p", false},
+      {"b.mkv", "-c:v libx265 -x265-params log-level=none:bframes=2:keyint=12:min-keyint=12 -crf 12 -pix_fmt yuv420p", false},
+      {"c.mkv", h264, false}};
+  const clip_options c{.frames = 4, .stride = 3};
+  const std::size_t span = 3 * 3 + 1;
+  for (const kind& k : kinds) {
+    CAPTURE(k.name);
+    const auto bytes = sluice_test::read_file(encode_cfr(dir, k.name, n, k.args));
+    auto table = std::make_shared<one_video>();
+    const std::size_t last = n - span;
+    for (std::size_t f = last;; f = f * 7 / 10) {  // the last start first, then towards the start
+      table->starts.push_back(f);
+      if (f == 0) break;
+    }
+    const video v(same_size, c, table);
+    std::uint64_t before = 0;
+    for (std::uint64_t id = 0; id < table->starts.size(); ++id) {
+      const std::size_t first = table->starts[id];
+      CAPTURE(first);
+      const auto got = numbers(decode_clip(v, bytes, {.id = id}), c.frames);
+      for (int j = 0; j < c.frames; ++j) REQUIRE(got[j] == static_cast<int>(first) + j * c.stride);
+      const std::uint64_t read = v.counters().packets - before;
+      before = v.counters().packets;
+      if (id == 0) {
+        CHECK(read == n);  // the first clip reads the whole video and keeps its index
+        CHECK(table->indexes().size() == 1);
+      } else if (k.from_start) {
+        CHECK(read <= first + span + 2);  // from the first packet, but no further than the clip
+      } else {
+        CHECK(read <= span + gop + 6);  // from the keyframe before the clip to the clip's last frame (+ reordering)
+      }
+    }
+    CHECK(v.counters().seek_fallbacks == 0);
+  }
+}
+
+TEST_CASE("video: a kept index belongs to its bytes: another video under the same number is read again") {
+  need_ffmpeg();
+  temp_dir dir;
+  const auto a = sluice_test::read_file(encode_cfr(dir, "a.mp4", 60, h264));
+  const auto b = sluice_test::read_file(encode_cfr(dir, "b.mp4", 36, h264));
+  auto table = std::make_shared<one_video>();
+  table->starts = {20};
+  const video v(same_size, {.frames = 3, .stride = 2}, table);
+  CHECK(numbers(decode_clip(v, a, {}), 3) == std::vector<int>{20, 22, 24});
+  CHECK(v.counters().packets == 60);
+  CHECK(numbers(decode_clip(v, b, {}), 3) == std::vector<int>{20, 22, 24});
+  CHECK(v.counters().packets == 60 + 36);  // b's own index, made from b
+  const std::uint64_t now = v.counters().packets;
+  CHECK(numbers(decode_clip(v, b, {}), 3) == std::vector<int>{20, 22, 24});
+  CHECK(v.counters().packets - now < 36);  // and kept
+}
+
+TEST_CASE("video: every_clip keeps the indexes of its probe, so no clip reads its video from the start") {
+  need_ffmpeg();
+  temp_dir dir;
+  std::vector<io::video_file> files;
+  for (int v = 0; v < 3; ++v) files.push_back({encode_cfr(dir, "v" + std::to_string(v) + ".mp4", 80 + 10 * v, h264), v});
+  files.push_back({encode_cfr(dir, "short.mp4", 4, h264), 3});  // no clips: no index kept
+  io::video_files videos(files);
+  auto clips = io::clips<"video">(videos, {.frames = 3, .stride = 2}, io::every_clip{.step = 9});
+  const video codec = clips.codec(same_size);
+  REQUIRE(codec.table() != nullptr);
+  CHECK(codec.table()->indexes().size() == 3);
+  std::vector<std::byte> out(codec.output_bytes());
+  for (std::size_t i = 0; i < clips.size(); ++i) {
+    const auto s = clips.fields(i);
+    const std::uint64_t before = codec.counters().packets;
+    codec.decode(s.bytes_of<"video">(), out, {.id = i});
+    CHECK(codec.counters().packets - before <= 5 + 12 + 3);
+    const auto [video_no, k] = clips.locate(i);
+    CHECK(frame_number(reinterpret_cast<const std::uint8_t*>(out.data())) == static_cast<int>(k * 9));
+  }
+  CHECK(codec.counters().seek_fallbacks == 0);
+}

@@ -15,7 +15,10 @@
 // from (seed, epoch, id) as for images, codec/transform.hpp) applies to every frame of the clip.
 // Decoding seeks to the last keyframe at or before the clip and decodes forward, skipping the frames
 // no other frame refers to (B-frames, mostly) unless the clip takes them; each thread keeps
-// its decoder and reuses it for the next clip of a video with the same codec parameters.
+// its decoder and reuses it for the next clip of a video with the same codec parameters. With a
+// clip table that names each sample's video (clip_table::video_of), a video's packets are read
+// whole once and its index kept (timestamps and keyframes); its later clips seek to their keyframe
+// and read only up to their last frame, so a clip's cost does not grow with the video's length.
 // Not done: audio (ignored), rotation metadata and non-square pixels (frames come as stored).
 // Errors: no video stream, a truncated or corrupt file, an unsupported codec, a packet the decoder
 // refuses, a video shorter than the clip, no frames, two frames with one timestamp: a format_error
@@ -46,8 +49,11 @@ extern "C" {
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -81,13 +87,21 @@ struct clip_options {
   std::uint64_t max_frame_pixels = std::uint64_t{1} << 26;  // a frame larger than this is refused
 };
 
-// What a video holds, read without decoding: the video stream's size, codec and the presentation
-// timestamps of its frames, in order (in the stream's time base, num/den seconds a tick).
+// A keyframe packet: its presentation time (its decode time where it has none) and decode time.
+struct keyframe {
+  std::int64_t time = 0, dts = 0;
+};
+
+// What a video holds, read without decoding: the video stream's size, codec, the presentation
+// timestamps of its frames, in order, and its keyframes (in the stream's time base, num/den
+// seconds a tick).
 struct video_info {
   int width = 0, height = 0;
   std::string codec;
   int time_base_num = 0, time_base_den = 1;
   std::vector<std::int64_t> pts;  // presentation order, strictly increasing
+  std::vector<keyframe> keyframes;  // decode order
+  bool decode_times_only = false;   // the packets carry decode times only (AVI): frames are counted out from the first
   [[nodiscard]] std::size_t frames() const noexcept { return pts.size(); }
   [[nodiscard]] double seconds(std::size_t i) const noexcept {
     return static_cast<double>(pts[i]) * time_base_num / time_base_den;
@@ -183,6 +197,7 @@ class demuxer {
   ~demuxer() { close(); }
   [[nodiscard]] AVStream* stream() const noexcept { return fmt_->streams[stream_]; }
   [[nodiscard]] const AVCodec* decoder() const noexcept { return decoder_; }
+  [[nodiscard]] AVFormatContext* format() const noexcept { return fmt_; }
   // The next packet of the video stream into `pkt` (unreferenced first); false at the end.
   bool next(AVPacket* pkt) {
     for (;;) {
@@ -249,6 +264,16 @@ class demuxer {
   const AVCodec* decoder_ = nullptr;
 };
 
+// The value an FFmpeg enum field holds, read as its underlying integer: a damaged stream can put a
+// number there that names no enumerator (colour space 33), and reading that as the enum type is
+// undefined behaviour.
+template <class E>
+std::underlying_type_t<E> enum_bits(const E& e) noexcept {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 inline std::int64_t packet_time(const AVPacket* p) noexcept { return p->pts != AV_NOPTS_VALUE ? p->pts : p->dts; }
 
 inline void fill_info(video_info& info, const demuxer& d) {
@@ -280,23 +305,117 @@ struct owned_packet {
   ~owned_packet() { av_packet_free(&p); }
 };
 
+// Reads every packet of d's video stream (each into slot(), which may hand out the same packet
+// every time or a new one to keep), noting the stream's size, timestamps and keyframes in info.
+template <class Slot>
+void scan_packets(demuxer& d, video_info& info, Slot&& slot) {
+  fill_info(info, d);
+  info.pts.clear();
+  info.keyframes.clear();
+  info.decode_times_only = false;
+  for (;;) {
+    AVPacket* p = slot();
+    if (!d.next(p)) break;
+    const std::int64_t t = packet_time(p);
+    if (t == AV_NOPTS_VALUE) video_fail("a packet carries no timestamp");
+    info.decode_times_only = info.decode_times_only || p->pts == AV_NOPTS_VALUE;
+    info.pts.push_back(t);
+    if ((p->flags & AV_PKT_FLAG_KEY) != 0) info.keyframes.push_back({t, p->dts != AV_NOPTS_VALUE ? p->dts : t});
+  }
+  if (info.pts.empty()) video_fail("the video stream has no frames");
+  finish_pts(info.pts);
+}
+
+// A sequence of integers kept as runs of a constant step: a constant-rate video's timestamps are
+// one run whatever its length; at worst 12 bytes an element (runs of two).
+class int64_runs {
+ public:
+  void push_back(std::int64_t v) {
+    if (!runs_.empty()) {
+      run& r = runs_.back();
+      const std::uint64_t n = size_ - r.start;
+      const auto u = static_cast<std::uint64_t>(v);
+      if (n == 1) r.step = u - r.first;  // modular: no signed overflow whatever the values
+      if (n == 1 || r.first + r.step * n == u) {
+        ++size_;
+        return;
+      }
+    }
+    runs_.push_back({static_cast<std::uint64_t>(v), 0, size_});
+    ++size_;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(size_); }
+  void append_to(std::vector<std::int64_t>& out) const {
+    out.reserve(out.size() + size());
+    for (std::size_t k = 0; k < runs_.size(); ++k) {
+      const std::uint64_t end = k + 1 < runs_.size() ? runs_[k + 1].start : size_;
+      for (std::uint64_t i = 0; i < end - runs_[k].start; ++i)
+        out.push_back(static_cast<std::int64_t>(runs_[k].first + runs_[k].step * i));
+    }
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept { return runs_.capacity() * sizeof(run); }
+
+ private:
+  struct run {
+    std::uint64_t first, step, start;  // start: the index of the run's first element
+  };
+  std::vector<run> runs_;
+  std::uint64_t size_ = 0;
+};
+
+// Which video bytes an index was made from: the size and a hash of the first and last 4 KiB
+// (an MP4's index sits at one end or the other), so a video replaced under the same number is probed again.
+inline std::uint64_t video_identity(std::span<const std::byte> in) noexcept {
+  std::uint64_t h = mix_keys(0x766964656f5f6964ULL, in.size());
+  const auto words = [&](std::size_t from, std::size_t n) {
+    for (std::size_t i = from; i + 8 <= from + n; i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, in.data() + i, 8);
+      h = mix_keys(h, w);
+    }
+  };
+  const std::size_t edge = std::min<std::size_t>(4096, in.size());
+  words(0, edge);
+  words(in.size() - edge, edge);
+  return h;
+}
+
+// A video's timestamps and keyframes, kept compact between its clips (see video_index_cache).
+struct video_index {
+  std::uint64_t identity = 0;
+  int64_runs pts, key_time, key_dts;
+  bool decode_times_only = false;
+
+  video_index(const video_info& info, std::uint64_t id) : identity(id), decode_times_only(info.decode_times_only) {
+    for (std::int64_t t : info.pts) pts.push_back(t);
+    for (const keyframe& k : info.keyframes) {
+      key_time.push_back(k.time);
+      key_dts.push_back(k.dts);
+    }
+  }
+  // Writes the timestamps and keyframes back into info (its size and time base come from the demuxer).
+  void expand(video_info& info, std::vector<std::int64_t>& scratch) const {
+    info.pts.clear();
+    pts.append_to(info.pts);
+    scratch.clear();
+    key_time.append_to(scratch);
+    key_dts.append_to(scratch);
+    info.keyframes.resize(key_time.size());
+    for (std::size_t i = 0; i < info.keyframes.size(); ++i) info.keyframes[i] = {scratch[i], scratch[info.keyframes.size() + i]};
+    info.decode_times_only = decode_times_only;
+  }
+};
+
 }  // namespace detail
 
-// Reads a video's stream and frame timestamps without decoding a frame (the demuxer reads every
-// packet). A format_error (no video stream, a truncated file, no frames, ...) when it cannot.
+// Reads a video's stream, frame timestamps and keyframes without decoding a frame (the demuxer
+// reads every packet). A format_error (no video stream, a truncated file, no frames, ...) when it cannot.
 inline video_info probe_video(std::span<const std::byte> in) {
   const detail::log_scope logs;
   detail::demuxer d(in);
   video_info info;
-  detail::fill_info(info, d);
   detail::owned_packet pkt;
-  while (d.next(pkt.p)) {
-    const std::int64_t t = detail::packet_time(pkt.p);
-    if (t == AV_NOPTS_VALUE) detail::video_fail("a packet carries no timestamp");
-    info.pts.push_back(t);
-  }
-  if (info.pts.empty()) detail::video_fail("the video stream has no frames");
-  detail::finish_pts(info.pts);
+  detail::scan_packets(d, info, [&] { return pkt.p; });
   return info;
 }
 
@@ -306,9 +425,14 @@ inline std::size_t clip_starts(const video_info& v, const clip_options& c) {
   if (c.fps > 0) {
     if (n == 0) return 0;
     const double span = (c.frames - 1) / c.fps, last = v.seconds(n - 1);
-    std::size_t k = 0;
-    while (k < n && v.seconds(k) + span <= last + 1e-9) ++k;
-    return k;
+    // The starts whose clip ends by the last frame: a prefix (timestamps increase), found by halving.
+    std::size_t lo = 0, hi = n;
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (v.seconds(mid) + span <= last + 1e-9) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
   const std::size_t need = static_cast<std::size_t>(c.frames - 1) * static_cast<std::size_t>(c.stride) + 1;
   return n >= need ? n - need + 1 : 0;
@@ -337,13 +461,49 @@ struct clip_choice {
   std::size_t first = 0;
 };
 
+// The indexes of a clip table's videos (timestamps and keyframes, detail::video_index), made by
+// a video's first clip (or by io::clips' every_clip, which probes every video anyway) and kept
+// for its next clips: they seek to their keyframe instead of reading the video's packets from
+// the start. A few dozen bytes for a constant-rate video; the identity check makes a video that
+// changed under its number be read again.
+class video_index_cache {
+ public:
+  [[nodiscard]] std::shared_ptr<const detail::video_index> find(std::size_t video, std::uint64_t identity) const {
+    const std::lock_guard lock(m_);
+    const auto it = map_.find(video);
+    if (it == map_.end() || it->second->identity != identity) return nullptr;
+    return it->second;
+  }
+  void keep(std::size_t video, std::shared_ptr<const detail::video_index> index) {
+    const std::lock_guard lock(m_);
+    map_[video] = std::move(index);
+  }
+  [[nodiscard]] std::size_t size() const {
+    const std::lock_guard lock(m_);
+    return map_.size();
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::unordered_map<std::size_t, std::shared_ptr<const detail::video_index>> map_;
+};
+
 // A table that maps a sample id to its clip (io/video_clips.hpp); the codec asks it per sample.
 class clip_table {
  public:
+  static constexpr std::size_t no_video = static_cast<std::size_t>(-1);
   virtual ~clip_table() = default;
   [[nodiscard]] virtual clip_choice choose(std::uint64_t id) const = 0;
   // What the error text says the sample is ("clip 7 of video 3").
   [[nodiscard]] virtual std::string describe(std::uint64_t id) const = 0;
+  // Which video sample `id` is a clip of (the table's own numbering), or no_video: then each clip
+  // reads its video's packets from the start, as a codec without a table does.
+  [[nodiscard]] virtual std::size_t video_of(std::uint64_t) const { return no_video; }
+  // The indexes of the table's videos (shared by its copies and the codecs made with it).
+  [[nodiscard]] video_index_cache& indexes() const noexcept { return *indexes_; }
+
+ private:
+  std::shared_ptr<video_index_cache> indexes_ = std::make_shared<video_index_cache>();
 };
 
 // What a codec and its copies decoded where (nvdec asked for, host used: a fallback).
@@ -351,6 +511,8 @@ struct video_counters {
   std::atomic<std::uint64_t> clips{0};
   std::atomic<std::uint64_t> nvdec_clips{0};
   std::atomic<std::uint64_t> nvdec_fallbacks{0};
+  std::atomic<std::uint64_t> packets{0};         // packets demuxed for clips (a clip's own; an index's first scan)
+  std::atomic<std::uint64_t> seek_fallbacks{0};  // seeks that missed the keyframe: read from the start instead
   std::string last_fallback;  // why, the first time: set before nvdec_fallbacks counts it, read it after
   std::once_flag fallback_once;
 };
@@ -370,11 +532,10 @@ inline AVPixelFormat pick_cuda_format(AVCodecContext*, const AVPixelFormat* fmts
 struct video_worker {
   std::vector<AVPacket*> packets;  // the video's packets in decode order (pool: grows, never shrinks)
   std::size_t used = 0;
-  std::vector<std::int64_t> pts;
   video_info info;
+  std::vector<std::int64_t> scratch;
   std::vector<std::size_t> wanted;
   std::vector<std::int64_t> wanted_pts;
-  bool by_count = false;  // the packets carry decode times only (AVI): frames are told apart by counting
   AVFrame* frame = av_frame_alloc();
   SwsContext* sws = nullptr;
   int sws_cs = -1, sws_full = -1;  // the colour matrix and range it was last set to
@@ -568,31 +729,33 @@ class video {
       detail::video_worker& w;
       ~release() { w.release_packets(); }
     } released{w};
-    detail::demuxer d(in);
-    // Every packet of the stream, kept (reference-counted, no copy of the payload beyond the demuxer's).
-    w.info.pts.clear();
-    w.by_count = false;
-    detail::fill_info(w.info, d);
+    std::optional<detail::demuxer> d(std::in_place, in);
+    detail::fill_info(w.info, *d);
     if (static_cast<std::uint64_t>(w.info.width) * static_cast<std::uint64_t>(w.info.height) > clip_.max_frame_pixels)
       detail::video_fail("frames of " + std::to_string(w.info.width) + "x" + std::to_string(w.info.height) +
                          " exceed clip_options.max_frame_pixels");
-    for (;;) {
-      AVPacket* p = w.next_packet();
-      if (!d.next(p)) {
-        --w.used;
-        break;
-      }
-      const std::int64_t t = detail::packet_time(p);
-      if (t == AV_NOPTS_VALUE) detail::video_fail("a packet carries no timestamp");
-      w.by_count = w.by_count || p->pts == AV_NOPTS_VALUE;
-      w.info.pts.push_back(t);
+    // The video's index, kept from an earlier clip of it; without one, every packet of the stream
+    // is read and kept (reference-counted, no copy beyond the demuxer's) and the index made from them.
+    const std::size_t video = table_ != nullptr ? table_->video_of(ctx.id) : clip_table::no_video;
+    std::uint64_t identity = 0;
+    std::shared_ptr<const detail::video_index> index;
+    if (video != clip_table::no_video) {
+      identity = detail::video_identity(in);
+      index = table_->indexes().find(video, identity);
     }
-    if (w.info.pts.empty()) detail::video_fail("the video stream has no frames");
-    detail::finish_pts(w.info.pts);
+    if (index != nullptr) {
+      index->expand(w.info, w.scratch);
+    } else {
+      detail::scan_packets(*d, w.info, [&] { return w.next_packet(); });
+      --w.used;  // the slot the end of the stream was read into
+      counters_->packets.fetch_add(w.used, std::memory_order_relaxed);
+      if (video != clip_table::no_video)
+        table_->indexes().keep(video, std::make_shared<const detail::video_index>(w.info, identity));
+    }
     const std::size_t first = choose_first(w.info, ctx);
     clip_frames(w.info, clip_, first, w.wanted);
     const image_transform t = plan_transform(w.info.width, w.info.height, geo_, ctx);
-    decode_frames(d, w, t, first, out);
+    decode_frames(d, in, w, t, first, out, index == nullptr);
   }
 
   std::string too_short(const video_info& v) const {
@@ -615,16 +778,52 @@ class video {
   // Decodes from the last keyframe at or before the clip's first frame, writing each wanted frame.
   // A frame is known by its presentation timestamp; where the packets carry only decode times
   // (AVI), by counting the frames out from the first packet (a keyframe's position in decode
-  // order says nothing of its place in presentation order when B-frames follow it).
-  void decode_frames(detail::demuxer& d, detail::video_worker& w, const image_transform& t, std::size_t first,
-                     std::span<std::byte> out) const {
+  // order says nothing of its place in presentation order when B-frames follow it). The packets
+  // come from the worker's kept ones (`kept`: the whole stream was just read) or from the demuxer,
+  // sought to the keyframe (or from the start where a seek misses it, counted).
+  void decode_frames(std::optional<detail::demuxer>& d, std::span<const std::byte> in, detail::video_worker& w,
+                     const image_transform& t, std::size_t first, std::span<std::byte> out, bool kept) const {
     const std::int64_t first_pts = w.info.pts[w.wanted.front()];
-    std::size_t start = 0;
-    for (std::size_t i = 0; i < w.used && !w.by_count; ++i)
-      if ((w.packets[i]->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(w.packets[i]) <= first_pts) start = i;
+    const bool by_count = w.info.decode_times_only;
+    std::size_t next = 0;          // kept: the next packet to send
+    AVPacket* held = nullptr;      // not kept: the packet the demuxer reads into
+    bool pending = false;          // held has a packet not sent yet (the one a seek read)
+    std::uint64_t demuxed = 0;     // not kept: packets read
+    struct count_packets {
+      video_counters& c;
+      const std::uint64_t& n;
+      ~count_packets() { c.packets.fetch_add(n, std::memory_order_relaxed); }
+    } counted{*counters_, demuxed};
+    if (kept) {
+      for (std::size_t i = 0; i < w.used && !by_count; ++i)
+        if ((w.packets[i]->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(w.packets[i]) <= first_pts) next = i;
+    } else {
+      held = w.next_packet();
+      const keyframe* key = nullptr;
+      for (const keyframe& k : w.info.keyframes)
+        if (k.time <= first_pts && !by_count) key = &k;
+      if (key != nullptr) {
+        pending = seek_keyframe(*d, *key, first_pts, held, demuxed);
+        if (!pending) {
+          counters_->seek_fallbacks.fetch_add(1, std::memory_order_relaxed);
+          d.reset();
+          d.emplace(in);
+        }
+      }
+    }
+    const auto pull = [&]() -> AVPacket* {
+      if (kept) return next < w.used ? w.packets[next++] : nullptr;
+      if (pending) {
+        pending = false;
+        return held;
+      }
+      if (!d->next(held)) return nullptr;
+      ++demuxed;
+      return held;
+    };
     bool nvdec = false;
     if (clip_.decoder == video_decoder::nvdec) {
-      const std::string refusal = w.nvdec_refusal(d.decoder());
+      const std::string refusal = w.nvdec_refusal(d->decoder());
       nvdec = refusal.empty();
       if (!nvdec) {  // the reason first: a reader that sees the count may read it
         std::call_once(counters_->fallback_once, [&] { counters_->last_fallback = refusal; });
@@ -632,7 +831,7 @@ class video {
       }
     }
     AVCodecContext* dec =
-        w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads, clip_.max_frame_pixels, nvdec);
+        w.decoder_for(d->decoder(), d->stream()->codecpar, clip_.decoder_threads, clip_.max_frame_pixels, nvdec);
     counters_->clips.fetch_add(1, std::memory_order_relaxed);
     if (nvdec) counters_->nvdec_clips.fetch_add(1, std::memory_order_relaxed);
     const geometry_plan plan = to_plan(t, w.info.width, w.info.height, image_layout::hwc);
@@ -642,7 +841,7 @@ class video {
     std::size_t shown = 0;   // by_count: the presentation index of the next frame out
     const auto take = [&](AVFrame* f) {
       std::int64_t ts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
-      if (w.by_count) ts = shown < w.info.frames() ? w.info.pts[shown++] : INT64_MAX;
+      if (by_count) ts = shown < w.info.frames() ? w.info.pts[shown++] : INT64_MAX;
       if (j < w.wanted.size() && ts > w.info.pts[w.wanted[j]])
         detail::video_fail(clip_text(first) + ": the decoder produced no frame at timestamp " +
                            std::to_string(w.info.pts[w.wanted[j]]) + " (frame " + std::to_string(w.wanted[j]) +
@@ -668,16 +867,19 @@ class video {
         if (j == w.wanted.size()) return;
       }
     };
-    for (std::size_t i = start; i < w.used && j < w.wanted.size(); ++i) {
+    while (j < w.wanted.size()) {
+      AVPacket* p = pull();
+      if (p == nullptr) break;
       // A frame no other frame refers to (a B-frame, mostly) is decoded only when the clip takes it:
       // between the keyframe and the clip, and between a strided clip's frames, the decoder skips it.
-      if (!w.by_count)
-        dec->skip_frame = std::binary_search(w.wanted_pts.begin(), w.wanted_pts.end(), detail::packet_time(w.packets[i]))
+      if (!by_count)
+        dec->skip_frame = std::binary_search(w.wanted_pts.begin(), w.wanted_pts.end(), detail::packet_time(p))
                               ? AVDISCARD_DEFAULT
                               : AVDISCARD_NONREF;
-      const int e = avcodec_send_packet(dec, w.packets[i]);
+      const int e = avcodec_send_packet(dec, p);
       if (e < 0 && e != AVERROR(EAGAIN))
-        detail::video_fail(clip_text(first) + ": packet " + std::to_string(i) + " could not be decoded: " + detail::av_text(e));
+        detail::video_fail(clip_text(first) + ": the packet at timestamp " + std::to_string(detail::packet_time(p)) +
+                           " could not be decoded: " + detail::av_text(e));
       drain();
     }
     if (j < w.wanted.size()) {
@@ -687,6 +889,18 @@ class video {
     if (j < w.wanted.size())
       detail::video_fail(clip_text(first) + ": the stream ended before frame " + std::to_string(w.wanted[j]) +
                          " was decoded (a damaged or truncated stream?)");
+  }
+
+  // Seeks d to keyframe k (by its time, then by its decode time) and reads the packet there into
+  // pkt (counted in `reads`): true when that is a keyframe at or before the clip's first frame (k
+  // or an earlier one).
+  static bool seek_keyframe(detail::demuxer& d, const keyframe& k, std::int64_t first_pts, AVPacket* pkt, std::uint64_t& reads) {
+    for (const std::int64_t target : {k.time, k.dts}) {
+      if (av_seek_frame(d.format(), d.stream()->index, target, AVSEEK_FLAG_BACKWARD) < 0 || !d.next(pkt)) continue;
+      ++reads;
+      if ((pkt->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(pkt) <= first_pts) return true;
+    }
+    return false;
   }
 
   // Output frame `to` := output frame `from` (thwc: one block; cthw: plane c of frame j sits at
@@ -711,8 +925,8 @@ class video {
       if (int e = av_hwframe_transfer_data(w.host_frame, f, 0); e < 0)
         detail::video_fail("frame " + std::to_string(w.wanted[j]) + ": copying the NVDEC frame to host memory failed: " +
                            detail::av_text(e));
-      w.host_frame->colorspace = f->colorspace;
-      w.host_frame->color_range = f->color_range;
+      std::memcpy(&w.host_frame->colorspace, &f->colorspace, sizeof f->colorspace);  // as stored (see enum_bits)
+      std::memcpy(&w.host_frame->color_range, &f->color_range, sizeof f->color_range);
       f = w.host_frame;
     }
     if (f->width != w.info.width || f->height != w.info.height)
@@ -732,8 +946,11 @@ class video {
     }
     // The matrix and range the stream states (BT.601 when it states none), to full-range RGB; set
     // again only when the converter or the stream's statement changes.
-    const int cs = f->colorspace == AVCOL_SPC_UNSPECIFIED || f->colorspace == AVCOL_SPC_RGB ? SWS_CS_DEFAULT : f->colorspace;
-    const int src_full = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
+    const auto space = static_cast<long long>(detail::enum_bits(f->colorspace));
+    const int cs = space == AVCOL_SPC_UNSPECIFIED || space == AVCOL_SPC_RGB || space < 0 || space >= AVCOL_SPC_NB
+                       ? SWS_CS_DEFAULT
+                       : static_cast<int>(space);
+    const int src_full = detail::enum_bits(f->color_range) == AVCOL_RANGE_JPEG ? 1 : 0;
     if (w.sws != before || cs != w.sws_cs || src_full != w.sws_full) {
       int* inv = nullptr;
       int* tbl = nullptr;

@@ -10,13 +10,17 @@
 // decodes exactly that clip (codec/video.hpp). Two plans:
 //   every_clip{.step = s}     every clip of every video, first frames 0, s, 2s, ... (s = 0: one
 //                             clip's span, so clips do not overlap); every video is probed once
-//                             here (its packets demuxed, nothing decoded); a video shorter than a
+//                             here (its packets demuxed, nothing decoded, its timestamps and
+//                             keyframes kept, compact); a video shorter than a
 //                             clip has none and is counted (short_videos()), one that cannot be
 //                             read is an error naming it, or with `.skip_bad` counted and listed
 //                             (bad_videos());
 //   random_clips{.per_video = k}  k clips of each video per epoch, each drawn from (seed, epoch,
 //                             clip id): a new start every epoch, the same for any worker count and
-//                             on resume; nothing is probed.
+//                             on resume; nothing is probed here: a video's first clip reads all
+//                             of its packets and keeps its index.
+// Either way each later clip of a video seeks straight to the keyframe before it and reads the
+// packets from there to its last frame only: a clip costs the same in a 10 s video and a 10 min one.
 // The sampler then runs over clips.size() like over any dataset: shuffle, distributed, weighted.
 // Errors: a probed file that FFmpeg cannot read (every_clip) is a format_error naming the file;
 // a clip that fails to decode is the decode stage's format_error naming the file, the clip and the
@@ -132,6 +136,7 @@ class clip_plan final : public codecs::clip_table {
     const auto [v, k] = locate(id);
     return "clip " + std::to_string(k) + " of video " + std::to_string(v);
   }
+  [[nodiscard]] std::size_t video_of(std::uint64_t id) const override { return locate(id).first; }
 };
 }  // namespace detail
 
@@ -152,9 +157,13 @@ class video_clips {
     std::uint64_t total = 0;
     for (std::size_t v = 0; v < videos.size(); ++v) {
       const auto s = videos.fields(v);
+      const auto bytes = s.template bytes_of<Field>();
       std::size_t starts = 0;
       try {
-        starts = codecs::clip_starts(codecs::probe_video(s.template bytes_of<Field>()), c);
+        const codecs::video_info info = codecs::probe_video(bytes);
+        starts = codecs::clip_starts(info, c);
+        if (starts != 0)  // kept: the codec's clips of this video seek instead of reading it again
+          p->indexes().keep(v, std::make_shared<const codecs::detail::video_index>(info, codecs::detail::video_identity(bytes)));
       } catch (const format_error& e) {
         if (!plan.skip_bad) throw format_error(std::string(origin_of(s)), {.record = v}, e.cause());
         bad_.push_back({v, e.cause()});
