@@ -150,11 +150,12 @@ if [[ -n "$CMAKE_BIN" ]]; then
     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90-real
   if [[ ${STEP_RC[configure]} -eq 0 ]]; then
     run_step build 300 "$CMAKE_BIN" --build "$BUILD/cmake" -j "$JOBS" \
-      --target sluice_gpu_test_transfer sluice_gpu_test_batch_ops sluice_gpu_test_resident sluice_gpu_bench
+      --target sluice_gpu_test_transfer sluice_gpu_test_batch_ops sluice_gpu_test_resident sluice_gpu_test_fused_resample \
+      sluice_gpu_bench
     if [[ ${STEP_RC[build]} -eq 0 ]]; then
       built_ok=1; BUILD_MODE="cmake"
       TEST_BINS=("$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_transfer" "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_batch_ops"
-                 "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_resident")
+                 "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_resident" "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_fused_resample")
       BENCH_BIN="$BUILD/cmake/gpu_checks/bench/sluice_gpu_bench"
     fi
   fi
@@ -170,17 +171,20 @@ set -u
 '$NVCC' $FLAGS '$ROOT/tests/cuda/device/batch_ops_device_test.cu' -o '$D/sluice_gpu_test_batch_ops' -lpthread & p2=\$!
 '$NVCC' $FLAGS '$ROOT/bench/gpu/gpu_bench.cu' -o '$D/sluice_gpu_bench' -lpthread & p3=\$!
 '$NVCC' $FLAGS '$ROOT/tests/cuda/device/resident_device_test.cu' -o '$D/sluice_gpu_test_resident' -lpthread & p4=\$!
+'$NVCC' $FLAGS '$ROOT/tests/cuda/device/fused_resample_device_test.cu' -o '$D/sluice_gpu_test_fused_resample' -lpthread & p5=\$!
 rc=0
 wait \$p1 || rc=1
 wait \$p2 || rc=1
 wait \$p3 || rc=1
 wait \$p4 || rc=1
+wait \$p5 || rc=1
 exit \$rc
 EOS
   run_step build_direct 300 bash "$D/build.sh"
   if [[ ${STEP_RC[build_direct]} -eq 0 ]]; then
     built_ok=1; BUILD_MODE="nvcc-direct"
-    TEST_BINS=("$D/sluice_gpu_test_transfer" "$D/sluice_gpu_test_batch_ops" "$D/sluice_gpu_test_resident")
+    TEST_BINS=("$D/sluice_gpu_test_transfer" "$D/sluice_gpu_test_batch_ops" "$D/sluice_gpu_test_resident"
+               "$D/sluice_gpu_test_fused_resample")
     BENCH_BIN="$D/sluice_gpu_bench"
   fi
 fi

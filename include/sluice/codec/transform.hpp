@@ -467,16 +467,17 @@ void bilinear_fixed(const std::uint8_t* src, int src_w, int src_h, std::size_t s
         std::memcpy(bytes, &word, 4);
         std::memcpy(o + static_cast<std::size_t>(last) * C, bytes, C);
       }
-      continue;
-    }
+    } else  // (a discarded branch, not an unreachable loop: nvcc warns of the latter)
 #endif
-    for (int x = 0; x < p.out_width; ++x) {
-      const auto& s = tx[static_cast<std::size_t>(x)];
-      const std::int32_t w1 = wx[static_cast<std::size_t>(x)], w0 = (1 << weight_bits) - w1;
-      for (int k = 0; k < c; ++k) {
-        const auto q = static_cast<std::uint8_t>((m[s.i0 + k] * w0 + m[s.i1 + k] * w1 + round) >> shift);
-        if constexpr (Planar) o[static_cast<std::size_t>(k) * plane + x] = q;
-        else o[x * c + k] = q;
+    {
+      for (int x = 0; x < p.out_width; ++x) {
+        const auto& s = tx[static_cast<std::size_t>(x)];
+        const std::int32_t w1 = wx[static_cast<std::size_t>(x)], w0 = (1 << weight_bits) - w1;
+        for (int k = 0; k < c; ++k) {
+          const auto q = static_cast<std::uint8_t>((m[s.i0 + k] * w0 + m[s.i1 + k] * w1 + round) >> shift);
+          if constexpr (Planar) o[static_cast<std::size_t>(k) * plane + x] = q;
+          else o[x * c + k] = q;
+        }
       }
     }
   }
