@@ -149,13 +149,21 @@ if [[ -n "$CMAKE_BIN" ]]; then
     -DSLUICE_BUILD_BENCHMARKS=OFF -DSLUICE_INSTALL=OFF -DSLUICE_GPU_CHECKS=ON \
     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90-real
   if [[ ${STEP_RC[configure]} -eq 0 ]]; then
+    # nvJPEG's test exists where CMake found nvJPEG (the toolkit's, or -DSLUICE_NVJPEG_ROOT) and TurboJPEG.
+    NVJPEG_TARGET=()
+    if "$CMAKE_BIN" --build "$BUILD/cmake" --target help 2>/dev/null | grep -q sluice_gpu_test_nvjpeg; then
+      NVJPEG_TARGET=(sluice_gpu_test_nvjpeg)
+    else
+      echo "gpu_check: no nvJPEG or no TurboJPEG found by CMake: the nvJPEG test is not built"
+    fi
     run_step build 300 "$CMAKE_BIN" --build "$BUILD/cmake" -j "$JOBS" \
       --target sluice_gpu_test_transfer sluice_gpu_test_batch_ops sluice_gpu_test_resident sluice_gpu_test_fused_resample \
-      sluice_gpu_bench
+      "${NVJPEG_TARGET[@]}" sluice_gpu_bench
     if [[ ${STEP_RC[build]} -eq 0 ]]; then
       built_ok=1; BUILD_MODE="cmake"
       TEST_BINS=("$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_transfer" "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_batch_ops"
                  "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_resident" "$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_fused_resample")
+      [[ ${#NVJPEG_TARGET[@]} -eq 1 ]] && TEST_BINS+=("$BUILD/cmake/gpu_checks/tests/sluice_gpu_test_nvjpeg")
       BENCH_BIN="$BUILD/cmake/gpu_checks/bench/sluice_gpu_bench"
     fi
   fi

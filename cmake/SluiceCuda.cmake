@@ -31,6 +31,41 @@ target_link_libraries(sluice_cuda INTERFACE sluice CUDA::cudart)
 target_compile_definitions(sluice_cuda INTERFACE SLUICE_WITH_CUDA=1)
 message(STATUS "sluice: CUDA toolkit ${CUDAToolkit_VERSION} found; sluice::cuda enabled")
 
+# nvJPEG, for cuda/nvjpeg.cuh: sluice::nvjpeg (INTERFACE: sluice::cuda + libnvjpeg) when found —
+# the toolkit's own (CUDA::nvjpeg), else a directory holding include/nvjpeg.h and lib/libnvjpeg.so*
+# (PyPI's nvidia-nvjpeg wheel: its nvidia/cu13 directory, pip-installed or unpacked), named by
+# -DSLUICE_NVJPEG_ROOT=<dir> or found in python3's site-packages.
+set(SLUICE_NVJPEG_ROOT "" CACHE PATH "a directory with include/nvjpeg.h and lib/libnvjpeg.so* (PyPI's nvidia-nvjpeg)")
+if(TARGET CUDA::nvjpeg)
+  add_library(sluice_nvjpeg INTERFACE)
+  target_link_libraries(sluice_nvjpeg INTERFACE sluice_cuda CUDA::nvjpeg)
+else()
+  set(_nvjpeg_hints ${SLUICE_NVJPEG_ROOT})
+  find_program(_sluice_python3 NAMES python3)
+  if(NOT SLUICE_NVJPEG_ROOT AND _sluice_python3)
+    execute_process(COMMAND ${_sluice_python3} -c
+                    "import importlib.util as u; s = u.find_spec('nvidia'); print(';'.join(s.submodule_search_locations) if s else '')"
+                    OUTPUT_VARIABLE _nvidia_dirs OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    foreach(_d IN LISTS _nvidia_dirs)
+      list(APPEND _nvjpeg_hints ${_d}/cu${CUDAToolkit_VERSION_MAJOR} ${_d}/nvjpeg)
+    endforeach()
+  endif()
+  find_path(SLUICE_NVJPEG_INCLUDE_DIR nvjpeg.h HINTS ${_nvjpeg_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_library(SLUICE_NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.${CUDAToolkit_VERSION_MAJOR}
+               HINTS ${_nvjpeg_hints} PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+  if(SLUICE_NVJPEG_INCLUDE_DIR AND SLUICE_NVJPEG_LIBRARY)
+    add_library(sluice_nvjpeg INTERFACE)
+    target_include_directories(sluice_nvjpeg SYSTEM INTERFACE ${SLUICE_NVJPEG_INCLUDE_DIR})
+    target_link_libraries(sluice_nvjpeg INTERFACE sluice_cuda ${SLUICE_NVJPEG_LIBRARY})
+  endif()
+endif()
+if(TARGET sluice_nvjpeg)
+  add_library(sluice::nvjpeg ALIAS sluice_nvjpeg)
+  message(STATUS "sluice: nvJPEG found; sluice::nvjpeg enabled")
+else()
+  message(STATUS "sluice: no nvJPEG (toolkit or -DSLUICE_NVJPEG_ROOT, e.g. PyPI's nvidia-nvjpeg); the nvJPEG backend is not built")
+endif()
+
 # nvcc is optional even with the runtime present (a runtime-only install can still run the host
 # side). check_language() tries the compiler in a sub-build, so a machine without a working nvcc
 # configures instead of failing in enable_language().

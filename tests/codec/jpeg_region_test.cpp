@@ -12,6 +12,7 @@
 
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/core/random.hpp"
+#include "tj_util.hpp"
 
 using namespace sluice;
 using namespace sluice::codecs;
@@ -31,14 +32,7 @@ std::vector<std::uint8_t> noisy(int w, int h, int ch, std::uint64_t seed) {
 }
 
 std::vector<std::byte> compress(const std::vector<std::uint8_t>& px, int w, int h, int pf, int samp, int flags) {
-  tjhandle c = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  REQUIRE(tjCompress2(c, px.data(), w, 0, h, pf, &buf, &size, samp, 90, flags) == 0);
-  std::vector<std::byte> out(reinterpret_cast<std::byte*>(buf), reinterpret_cast<std::byte*>(buf) + size);
-  tjFree(buf);
-  tjDestroy(c);
-  return out;
+  return sluice_test::tj_compress(px, w, h, pf, samp, flags);
 }
 
 // What the codec must equal: TurboJPEG's full decode at the scale the codec picks, then the

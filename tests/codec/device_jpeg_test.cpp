@@ -1,0 +1,260 @@
+// The device JPEG decoder (stage/device_jpeg.hpp) through its host double (host_jpeg_backend):
+// every line jpeg_device_decoder runs with nvJPEG up to the CUDA calls, on this machine.
+//   - scan_jpeg_frame reads size, components, precision, progressive and coding from the markers,
+//     and refuses what is not a JPEG with a format_error;
+//   - through split_decode with the device taking every image: the batches are the host codec's
+//     byte for byte when the host codec's DCT scaling is off, and within a stated bound with it on;
+//   - CMYK, progressive (where the backend refuses it) and grey: refused ones counted and decoded
+//     by the host, the batches the host's;
+//   - a corrupt image: the device fails it, the host raises the host path's error, and skip
+//     drops the same sample;
+//   - a loader destroyed while the decoder holds jobs returns (ASan/TSan in CI).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <sluice/sluice.hpp>
+
+#include "sluice/codec/jpeg.hpp"
+#include "sluice/stage/decode.hpp"
+#include "sluice/stage/device_jpeg.hpp"
+#include "sluice/stage/device_jpeg_host.hpp"
+#include "sluice/stage/split_decode.hpp"
+#include "test_util.hpp"
+#include "tj_util.hpp"
+
+using namespace sluice;
+using namespace sluice::codecs;
+
+namespace {
+
+using pics = schema<field<"jpg", std::uint8_t, variable>, field<"cls", std::int64_t>>;
+
+std::vector<std::uint8_t> noisy(int w, int h, int ch, std::uint64_t seed, std::uint64_t noise = 40) {
+  std::vector<std::uint8_t> p(static_cast<std::size_t>(w) * h * ch);
+  counter_rng g(seed);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < ch; ++c)
+        p[(static_cast<std::size_t>(y) * w + x) * ch + c] = static_cast<std::uint8_t>((x * (c + 1) + y * (3 - c % 3)) / 3 + g.below(noise));
+  return p;
+}
+
+// n JPEGs of mixed sizes; every `special`-th one made by `make` instead (progressive, CMYK, grey).
+struct pictures {
+  using reader_concept = reader_tag;
+  std::vector<std::vector<std::byte>> jpegs;
+  std::vector<std::int64_t> cls;
+  pictures(std::size_t n, int min_side, int spread, std::uint64_t noise = 40) {
+    for (std::size_t i = 0; i < n; ++i) {
+      counter_rng rng(5, 0, i);
+      const int w = min_side + static_cast<int>(rng.below(static_cast<std::uint64_t>(spread)));
+      const int h = min_side * 3 / 4 + static_cast<int>(rng.below(static_cast<std::uint64_t>(spread)));
+      const int samp = i % 3 == 0 ? TJSAMP_420 : i % 3 == 1 ? TJSAMP_422 : TJSAMP_444;
+      jpegs.push_back(sluice_test::tj_compress(noisy(w, h, 3, i, noise), w, h, TJPF_RGB, samp, 0));
+      cls.push_back(static_cast<std::int64_t>(i % 10));
+    }
+  }
+  [[nodiscard]] std::size_t size() const { return jpegs.size(); }
+  [[nodiscard]] std::string_view path() const { return "pictures.tar"; }
+  [[nodiscard]] fields_sample<pics> fields(std::size_t i) const {
+    fields_sample<pics> s{.id = i, .origin = path()};
+    s.set<"jpg">(jpegs[i]);
+    s.set<"cls">(std::span<const std::int64_t>(&cls[i], 1));
+    return s;
+  }
+};
+
+constexpr geometry_options crop{.width = 56, .height = 48, .mode = fit::random_resized_crop, .random_flip = true};
+
+struct epoch_out {
+  std::vector<std::uint8_t> images;
+  std::vector<std::uint64_t> ids;
+};
+
+template <class Loader>
+epoch_out drain(Loader& loader, std::uint64_t epoch) {
+  epoch_out o;
+  for (auto& b : loader.epoch(epoch)) {
+    auto img = b.template get<"jpg">();
+    o.images.insert(o.images.end(), img.data(), img.data() + img.numel());
+    o.ids.insert(o.ids.end(), b.ids().begin(), b.ids().end());
+  }
+  return o;
+}
+
+epoch_out host_epoch(const pictures& data, const jpeg& codec, on_error errors = on_error::raise) {
+  auto loader = from(sample::shuffle(data.size(), {.seed = 3})) | read(data) | decode<"jpg">(codec) |
+                collate({.batch = 8}, stack<"jpg">{}, stack<"cls">{}) | prefetch(2, {.workers = 2, .seed = 9, .errors = errors});
+  return drain(loader, 1);
+}
+
+template <class Split>
+auto split_loader(const pictures& data, Split split, on_error errors = on_error::raise) {
+  return from(sample::shuffle(data.size(), {.seed = 3})) | read(data) | collate({.batch = 8}, std::move(split), stack<"cls">{}) |
+         prefetch(2, {.workers = 2, .seed = 9, .errors = errors});
+}
+
+using device = jpeg_device_decoder<host_jpeg_backend>;
+
+}  // namespace
+
+TEST_CASE("device jpeg: scan_jpeg_frame reads the frame header from the markers") {
+  const auto base = sluice_test::tj_compress(noisy(123, 77, 3, 1), 123, 77, TJPF_RGB, TJSAMP_420, 0);
+  jpeg_frame f = scan_jpeg_frame(base);
+  CHECK(f.width == 123);
+  CHECK(f.height == 77);
+  CHECK(f.components == 3);
+  CHECK(f.precision == 8);
+  CHECK(!f.progressive);
+  CHECK(!f.arithmetic);
+  CHECK(!f.lossless);
+  f = scan_jpeg_frame(sluice_test::tj_compress(noisy(64, 40, 3, 2), 64, 40, TJPF_RGB, TJSAMP_444, TJFLAG_PROGRESSIVE));
+  CHECK(f.progressive);
+  CHECK(f.width == 64);
+  f = scan_jpeg_frame(sluice_test::tj_compress(noisy(50, 30, 1, 3), 50, 30, TJPF_GRAY, TJSAMP_GRAY, 0));
+  CHECK(f.components == 1);
+  f = scan_jpeg_frame(sluice_test::tj_compress(noisy(40, 30, 4, 4), 40, 30, TJPF_CMYK, TJSAMP_420, 0));
+  CHECK(f.components == 4);
+  CHECK(f.adobe);
+  // Not a JPEG, cut before the frame header, a scan first, a zero height.
+  const auto text = [](std::vector<std::byte> b) {
+    try {
+      (void)scan_jpeg_frame(b);
+    } catch (const format_error& e) {
+      return std::string(e.cause());
+    }
+    return std::string("no error");
+  };
+  CHECK(text({}).find("not a JPEG") != std::string::npos);
+  CHECK(text(std::vector<std::byte>(base.begin(), base.begin() + 20)).find("JPEG header") != std::string::npos);
+  const auto b = [](std::initializer_list<int> v) {
+    std::vector<std::byte> o;
+    for (int x : v) o.push_back(static_cast<std::byte>(x));
+    return o;
+  };
+  CHECK(text(b({0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x02})).find("a scan before the frame header") != std::string::npos);
+  CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x0B, 8, 0, 0, 0, 16, 1, 1, 0x11, 0})).find("zero dimension") != std::string::npos);
+  CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x40, 8})).find("longer than the data") != std::string::npos);
+  // Every prefix of a real file: an error or the right frame, never a read past the end (ASan).
+  for (std::size_t n = 0; n <= base.size(); n += 7) {
+    int width = 123;
+    try {
+      width = scan_jpeg_frame(std::span(base).first(n)).width;
+    } catch (const format_error&) {
+    }
+    CHECK(width == 123);
+  }
+}
+
+TEST_CASE("device jpeg: the device's batches are the host codec's byte for byte without DCT scaling") {
+  const pictures data(44, 60, 90);
+  const jpeg codec(crop, {.dct_scaling = false});
+  const auto want = host_epoch(data, codec);
+  const device dev(host_jpeg_backend{}, crop);
+  for (const double share : {1.0, 0.5}) {
+    CAPTURE(share);
+    auto split = split_decode<"jpg">(codec, dev, placement::fixed{share});
+    auto loader = split_loader(data, split);
+    const auto got = drain(loader, 1);
+    CHECK(got.ids == want.ids);
+    CHECK(got.images == want.images);
+    CHECK(split.stats().fallbacks == 0);
+    CHECK(split.stats().device_images > 0);
+  }
+  CHECK(dev.counters().decoded == dev.counters().images);
+  CHECK(dev.counters().failed == 0);
+}
+
+TEST_CASE("device jpeg: with the host's DCT scaling on, the two differ by the reduced decode only, within a bound") {
+  // 400-600 wide to 56x48: the host decodes at 1/2 to 1/8. Gradients with mild noise: on pure
+  // noise the two differ far more (a DCT-reduced decode averages it, bilinear taps sample it).
+  const pictures data(32, 400, 200, 8);
+  const jpeg codec(crop);
+  const auto want = host_epoch(data, codec);
+  const device dev(host_jpeg_backend{}, crop);
+  auto loader = split_loader(data, split_decode<"jpg">(codec, dev, placement::device_only{}));
+  const auto got = drain(loader, 1);
+  REQUIRE(got.images.size() == want.images.size());
+  CHECK(got.ids == want.ids);
+  double sum = 0;
+  int worst = 0;
+  for (std::size_t i = 0; i < got.images.size(); ++i) {
+    const int d = std::abs(static_cast<int>(got.images[i]) - static_cast<int>(want.images[i]));
+    sum += d;
+    worst = std::max(worst, d);
+  }
+  const double mean = sum / static_cast<double>(got.images.size());
+  MESSAGE("full-size decode vs DCT-scaled decode, then the same crop: mean |diff| " << mean << ", max " << worst);
+  CHECK(mean < 6.0);  // the documented bound (docs/device.md)
+  CHECK(got.images != want.images);  // the bound measures a difference that exists
+}
+
+TEST_CASE("device jpeg: CMYK, progressive (refused by the backend) and corrupt images go to the host, counted") {
+  pictures data(30, 60, 40);
+  data.jpegs[4] = sluice_test::tj_compress(noisy(70, 50, 4, 40), 70, 50, TJPF_CMYK, TJSAMP_420, 0);
+  data.jpegs[9] = sluice_test::tj_compress(noisy(80, 60, 3, 41), 80, 60, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE);
+  data.jpegs[14] = sluice_test::tj_compress(noisy(90, 70, 1, 42), 90, 70, TJPF_GRAY, TJSAMP_GRAY, 0);  // grey: the device takes it
+  const jpeg codec(crop, {.dct_scaling = false});
+  const auto want = host_epoch(data, codec);
+  const device dev(host_jpeg_backend{.progressive = false}, crop);
+  auto split = split_decode<"jpg">(codec, dev, placement::device_only{});
+  auto loader = split_loader(data, split);
+  CHECK(drain(loader, 1).images == want.images);
+  CHECK(dev.counters().refused_for(device_refusal::cmyk) == 1);
+  CHECK(dev.counters().refused_for(device_refusal::progressive) == 1);
+  CHECK(dev.counters().decoded == data.size() - 2);
+  CHECK(split.stats().fallbacks == 2);
+
+  // A corrupt image: the device fails it, the host path's error names the file and record; skip
+  // drops the same sample as the host path.
+  auto& bad = data.jpegs[7];
+  bad.resize(bad.size() / 2);
+  const std::string host_error = [&] {
+    try {
+      (void)host_epoch(data, codec);
+    } catch (const std::exception& e) {
+      return sluice_test::nested_text(e);
+    }
+    return std::string();
+  }();
+  REQUIRE(!host_error.empty());
+  CHECK(host_error.find("record 7") != std::string::npos);
+  const device dev2(host_jpeg_backend{}, crop);
+  std::string split_error;
+  try {
+    auto l = split_loader(data, split_decode<"jpg">(codec, dev2, placement::device_only{}));
+    (void)drain(l, 1);
+  } catch (const std::exception& e) {
+    split_error = sluice_test::nested_text(e);
+  }
+  CHECK(split_error == host_error);
+  CHECK(dev2.counters().failed >= 1);
+  CHECK(!dev2.last_failure().empty());
+  const auto want_skip = host_epoch(data, codec, on_error::skip);
+  auto l = split_loader(data, split_decode<"jpg">(codec, dev2, placement::device_only{}), on_error::skip);
+  const auto got_skip = drain(l, 1);
+  CHECK(got_skip.ids == want_skip.ids);
+  CHECK(got_skip.images == want_skip.images);
+  CHECK(got_skip.ids.size() == data.size() - 1);
+}
+
+TEST_CASE("device jpeg: a loader destroyed while the decoder holds jobs returns, and the decoder outlives it") {
+  const jpeg codec(crop, {.dct_scaling = false});
+  const device dev(host_jpeg_backend{}, crop);
+  for (int round = 0; round < 3; ++round) {
+    const pictures data(64, 200, 200);
+    auto loader = split_loader(data, split_decode<"jpg">(codec, dev, placement::device_only{}));
+    auto range = loader.epoch(0);
+    auto it = range.begin();
+    CHECK(it != range.end());
+  }  // the loader and its dataset go first; the decoder finishes or drops their jobs
+  const pictures data(16, 60, 40);
+  const auto want = host_epoch(data, codec);
+  auto loader = split_loader(data, split_decode<"jpg">(codec, dev, placement::device_only{}));
+  CHECK(drain(loader, 1).images == want.images);
+}
