@@ -1,8 +1,12 @@
 // libFuzzer target: the JPEG path (header, DCT-scaled decode, resize/crop/flip) into a small,
-// fixed output, as the decode stage runs it.
+// fixed output, as the decode stage runs it; and the device decoder's path through its host double
+// (the frame header read from the markers, the refusals, the full decode, the fused pass).
+#include <memory>
 #include <vector>
 
 #include "sluice/codec/jpeg.hpp"
+#include "sluice/stage/device_jpeg.hpp"
+#include "sluice/stage/device_jpeg_host.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const sluice::codecs::jpeg rgb(
@@ -19,5 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const sluice::format_error&) {
     }
   }
+  static const sluice::jpeg_device_decoder device(sluice::host_jpeg_backend{}, rgb.transform_options(),
+                                                  {.max_pixels = std::uint64_t{1} << 22});
+  sluice::device_job job({{in, {.seed = 1, .epoch = 0, .id = size}}}, rgb.output_bytes());
+  device.run(job);  // failures are marked (for the host to report), never thrown
   return 0;
 }

@@ -38,45 +38,15 @@ class simulated_device {
  public:
   explicit simulated_device(Codec c, simulated_device_options o = {}) : impl_(std::make_shared<impl>(std::move(c), std::move(o))) {}
 
-  void submit(std::shared_ptr<device_job> job) const {
-    {
-      std::lock_guard lk(impl_->m);
-      impl_->queue.push_back(std::move(job));
-    }
-    impl_->cv.notify_one();
-  }
+  void submit(std::shared_ptr<device_job> job) const { impl_->jobs.submit(std::move(job)); }
   // Jobs and images the device has run (cancelled jobs not counted).
-  [[nodiscard]] std::uint64_t jobs_run() const noexcept { return impl_->jobs.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t jobs_run() const noexcept { return impl_->jobs_run.load(std::memory_order_relaxed); }
   // Time the modelled device was busy.
   [[nodiscard]] std::uint64_t busy_ns() const noexcept { return impl_->busy.load(std::memory_order_relaxed); }
 
  private:
   struct impl {
-    impl(Codec c, simulated_device_options o) : codec(std::move(c)), opt(std::move(o)), thread([this] { run(); }) {}
-    ~impl() {
-      {
-        std::lock_guard lk(m);
-        stop = true;
-      }
-      cv.notify_all();
-      thread.join();
-    }
-    void run() {
-      std::unique_lock lk(m);
-      for (;;) {
-        cv.wait(lk, [&] { return stop || !queue.empty(); });
-        if (queue.empty()) return;
-        auto job = std::move(queue.front());
-        queue.pop_front();
-        if (stop) {  // shutting down: nothing is decoded, whoever waits is released
-          job->complete();
-          continue;
-        }
-        lk.unlock();
-        execute(*job);
-        lk.lock();
-      }
-    }
+    impl(Codec c, simulated_device_options o) : codec(std::move(c)), opt(std::move(o)) {}
     void execute(device_job& job) {
       using clock = std::chrono::steady_clock;
       const auto t0 = clock::now();
@@ -98,7 +68,7 @@ class simulated_device {
       if (done > 0) {
         const auto modelled = opt.launch + opt.per_image * static_cast<std::int64_t>(done);
         std::this_thread::sleep_until(t0 + modelled);
-        jobs.fetch_add(1, std::memory_order_relaxed);
+        jobs_run.fetch_add(1, std::memory_order_relaxed);
         busy.fetch_add(static_cast<std::uint64_t>(
                            std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count()),
                        std::memory_order_relaxed);
@@ -107,12 +77,8 @@ class simulated_device {
     }
     Codec codec;
     simulated_device_options opt;
-    std::mutex m;
-    std::condition_variable cv;
-    std::deque<std::shared_ptr<device_job>> queue;
-    bool stop = false;
-    std::atomic<std::uint64_t> jobs{0}, busy{0};
-    std::thread thread;  // last: started once everything it reads exists
+    std::atomic<std::uint64_t> jobs_run{0}, busy{0};
+    sluice::device_job_thread jobs{[this](device_job& j) { execute(j); }};  // last: its thread runs execute
   };
   std::shared_ptr<impl> impl_;
 };

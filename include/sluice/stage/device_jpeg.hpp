@@ -32,16 +32,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -163,13 +160,7 @@ class jpeg_device_decoder {
       throw usage_error("sluice: jpeg_device_decoder: .layout is image_layout::hwc or image_layout::chw");
   }
 
-  void submit(std::shared_ptr<device_job> job) const {
-    {
-      std::lock_guard lk(impl_->m);
-      impl_->queue.push_back(std::move(job));
-    }
-    impl_->cv.notify_one();
-  }
+  void submit(std::shared_ptr<device_job> job) const { impl_->jobs.submit(std::move(job)); }
   [[nodiscard]] const device_jpeg_counters& counters() const noexcept { return impl_->counts; }
   [[nodiscard]] std::string last_failure() const {
     std::lock_guard lk(impl_->counts.m);
@@ -183,33 +174,7 @@ class jpeg_device_decoder {
 
  private:
   struct impl {
-    impl(Backend b, codecs::geometry_options g, device_jpeg_options o)
-        : backend(std::move(b)), geo(g), opt(o), thread([this] { loop(); }) {}
-    ~impl() {
-      {
-        std::lock_guard lk(m);
-        stop = true;
-      }
-      cv.notify_all();
-      thread.join();
-    }
-    void loop() {
-      std::unique_lock lk(m);
-      for (;;) {
-        cv.wait(lk, [&] { return stop || !queue.empty(); });
-        if (queue.empty()) return;
-        auto job = std::move(queue.front());
-        queue.pop_front();
-        if (stop) {  // shutting down: nothing decoded here, the workers decode it
-          for (std::size_t i = 0; i < job->size(); ++i) job->finish_item(i, false);
-          job->complete();
-          continue;
-        }
-        lk.unlock();
-        execute(*job);
-        lk.lock();
-      }
-    }
+    impl(Backend b, codecs::geometry_options g, device_jpeg_options o) : backend(std::move(b)), geo(g), opt(o) {}
     device_refusal refusal(const jpeg_frame& f) const noexcept {
       if (f.components == 4) return device_refusal::cmyk;
       if (f.precision != 8) return device_refusal::precision;
@@ -282,11 +247,7 @@ class jpeg_device_decoder {
     codecs::geometry_options geo;
     device_jpeg_options opt;
     device_jpeg_counters counts;
-    std::mutex m;
-    std::condition_variable cv;
-    std::deque<std::shared_ptr<device_job>> queue;
-    bool stop = false;
-    std::thread thread;  // last: started once everything it reads exists
+    device_job_thread jobs{[this](device_job& j) { execute(j); }};  // last: its thread runs execute
   };
   std::shared_ptr<impl> impl_;
 };

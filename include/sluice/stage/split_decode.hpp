@@ -115,6 +115,55 @@ class device_job {
 template <class D>
 concept device_decoder = requires(const D& d, std::shared_ptr<device_job> j) { d.submit(std::move(j)); };
 
+// One thread that runs a device decoder's jobs in submission order (one device serves every
+// worker). `run` decodes a job and calls its complete(). Jobs still queued when the thread is
+// destroyed are completed undecoded: the workers decode them on the host.
+class device_job_thread {
+ public:
+  explicit device_job_thread(std::function<void(device_job&)> run) : run_(std::move(run)), thread_([this] { loop(); }) {}
+  device_job_thread(const device_job_thread&) = delete;
+  device_job_thread& operator=(const device_job_thread&) = delete;
+  ~device_job_thread() {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void submit(std::shared_ptr<device_job> job) {
+    {
+      std::lock_guard lk(m_);
+      queue_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lk(m_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto job = std::move(queue_.front());
+      queue_.pop_front();
+      if (stop_) {  // shutting down: nothing decoded here
+        job->complete();
+        continue;
+      }
+      lk.unlock();
+      run_(*job);
+      lk.lock();
+    }
+  }
+  std::function<void(device_job&)> run_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<device_job>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once everything it reads exists
+};
+
 // What split_decoded did, over its life (all copies of one collator share it).
 struct split_stats {
   std::uint64_t batches = 0;         // batches whose device part was submitted

@@ -12,17 +12,7 @@ namespace {
 
 using sluice::cuda::check;
 
-struct device_buffer {
-  void* p = nullptr;
-  explicit device_buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
-  ~device_buffer() { cudaFree(p); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  template <class T>
-  T* as(std::size_t offset_elems = 0) const {
-    return static_cast<T*>(p) + offset_elems;
-  }
-};
+using gpu_test::device_buffer;
 
 template <class T>
 std::vector<T> download(const T* d, std::size_t n, cudaStream_t s) {

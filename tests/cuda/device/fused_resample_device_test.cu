@@ -17,13 +17,7 @@ namespace {
 using sluice::cuda::check;
 using namespace sluice::codecs;
 
-struct device_buffer {
-  void* p = nullptr;
-  explicit device_buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
-  ~device_buffer() { cudaFree(p); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-};
+using gpu_test::device_buffer;
 
 template <class T>
 void upload(void* d, const std::vector<T>& h) {

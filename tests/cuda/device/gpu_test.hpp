@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -41,6 +42,19 @@ inline void fail(const char* file, int line, const char* expr, bool fatal) {
   std::printf("  FAILED %s:%d: %s\n", file, line, expr);
   if (fatal) throw require_failed{};
 }
+
+// Device memory for a test, freed at scope exit.
+struct device_buffer {
+  void* p = nullptr;
+  explicit device_buffer(std::size_t bytes) { sluice::cuda::check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
+  ~device_buffer() { cudaFree(p); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  template <class T>
+  T* as(std::size_t offset_elems = 0) const {
+    return static_cast<T*>(p) + offset_elems;
+  }
+};
 
 }  // namespace gpu_test
 
