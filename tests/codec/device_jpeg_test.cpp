@@ -24,6 +24,7 @@
 #include "sluice/stage/device_jpeg.hpp"
 #include "sluice/stage/device_jpeg_host.hpp"
 #include "sluice/stage/split_decode.hpp"
+#include "jpeg_pictures.hpp"
 #include "test_util.hpp"
 #include "tj_util.hpp"
 
@@ -31,8 +32,6 @@ using namespace sluice;
 using namespace sluice::codecs;
 
 namespace {
-
-using pics = schema<field<"jpg", std::uint8_t, variable>, field<"cls", std::int64_t>>;
 
 std::vector<std::uint8_t> noisy(int w, int h, int ch, std::uint64_t seed, std::uint64_t noise = 40) {
   std::vector<std::uint8_t> p(static_cast<std::size_t>(w) * h * ch);
@@ -44,28 +43,16 @@ std::vector<std::uint8_t> noisy(int w, int h, int ch, std::uint64_t seed, std::u
   return p;
 }
 
-// n JPEGs of mixed sizes; every `special`-th one made by `make` instead (progressive, CMYK, grey).
-struct pictures {
-  using reader_concept = reader_tag;
-  std::vector<std::vector<std::byte>> jpegs;
-  std::vector<std::int64_t> cls;
+// n JPEGs of mixed sizes and chroma subsamplings: gradients with `noise` levels of noise.
+struct pictures : sluice_test::jpeg_pictures {
   pictures(std::size_t n, int min_side, int spread, std::uint64_t noise = 40) {
     for (std::size_t i = 0; i < n; ++i) {
       counter_rng rng(5, 0, i);
       const int w = min_side + static_cast<int>(rng.below(static_cast<std::uint64_t>(spread)));
       const int h = min_side * 3 / 4 + static_cast<int>(rng.below(static_cast<std::uint64_t>(spread)));
       const int samp = i % 3 == 0 ? TJSAMP_420 : i % 3 == 1 ? TJSAMP_422 : TJSAMP_444;
-      jpegs.push_back(sluice_test::tj_compress(noisy(w, h, 3, i, noise), w, h, TJPF_RGB, samp, 0));
-      cls.push_back(static_cast<std::int64_t>(i % 10));
+      add(sluice_test::tj_compress(noisy(w, h, 3, i, noise), w, h, TJPF_RGB, samp, 0));
     }
-  }
-  [[nodiscard]] std::size_t size() const { return jpegs.size(); }
-  [[nodiscard]] std::string_view path() const { return "pictures.tar"; }
-  [[nodiscard]] fields_sample<pics> fields(std::size_t i) const {
-    fields_sample<pics> s{.id = i, .origin = path()};
-    s.set<"jpg">(jpegs[i]);
-    s.set<"cls">(std::span<const std::int64_t>(&cls[i], 1));
-    return s;
   }
 };
 

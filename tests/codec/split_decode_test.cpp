@@ -22,6 +22,7 @@
 #include "sluice/codec/jpeg.hpp"
 #include "sluice/stage/decode.hpp"
 #include "sluice/stage/split_decode.hpp"
+#include "jpeg_pictures.hpp"
 #include "simulated_device.hpp"
 #include "test_util.hpp"
 
@@ -32,29 +33,15 @@ using sluice_test::simulated_device;
 
 namespace {
 
-using pics = schema<field<"jpg", std::uint8_t, variable>, field<"cls", std::int64_t>>;
-
-struct pictures {
-  using reader_concept = reader_tag;
-  std::vector<std::vector<std::byte>> jpegs;
-  std::vector<std::int64_t> cls;
+struct pictures : sluice_test::jpeg_pictures {
   explicit pictures(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       counter_rng rng(11, 0, i);
       const int w = 40 + static_cast<int>(rng.below(80)), h = 30 + static_cast<int>(rng.below(60));
       std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
       for (std::size_t p = 0; p < rgb.size(); ++p) rgb[p] = static_cast<std::uint8_t>((p * 7 + i * 31 + (p / 97) * 13) & 0xff);
-      jpegs.push_back(encode_jpeg(rgb, w, h, pixels::rgb, 90, TJSAMP_420));
-      cls.push_back(static_cast<std::int64_t>(i % 10));
+      add(encode_jpeg(rgb, w, h, pixels::rgb, 90, TJSAMP_420));
     }
-  }
-  [[nodiscard]] std::size_t size() const { return jpegs.size(); }
-  [[nodiscard]] std::string_view path() const { return "pictures.tar"; }
-  [[nodiscard]] fields_sample<pics> fields(std::size_t i) const {
-    fields_sample<pics> s{.id = i, .origin = path()};
-    s.set<"jpg">(jpegs[i]);
-    s.set<"cls">(std::span<const std::int64_t>(&cls[i], 1));
-    return s;
   }
 };
 
