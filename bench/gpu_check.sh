@@ -82,6 +82,16 @@ write_summary() {
     done
     echo ""
     echo "  },"
+    # The tests' measured figures ("note:" lines: nvJPEG images/s, device-vs-host differences).
+    echo "  \"notes\": ["
+    local nf=1 line
+    while IFS= read -r line; do
+      [[ $nf -eq 1 ]] || echo ","
+      nf=0
+      printf '    "%s"' "$(printf '%s' "$line" | json_escape)"
+    done < <(grep -h '^  note: ' "$LOGS"/test_*.log 2>/dev/null | sed 's/^  note: //')
+    echo ""
+    echo "  ],"
     echo "  \"bench\": $bench_json"
     echo "}"
   } >"$f"

@@ -47,8 +47,8 @@ std::string encoded(const std::string& name, int seconds, int hue) {
   if (!std::filesystem::exists(path)) {
     const std::string cmd = "ffmpeg -y -hide_banner -loglevel error -f lavfi -i testsrc2=size=854x480:rate=30 -t " +
                             std::to_string(seconds) + " -vf hue=H=" + std::to_string(hue) +
-                            "*t -c:v libx264 -preset veryfast -crf 23 -g 60 -bf 2 -pix_fmt yuv420p " + path + ".tmp.mp4 && mv " +
-                            path + ".tmp.mp4 " + path;
+                            "*t -c:v libx264 -preset veryfast -crf 23 -g 60 -bf 2 -pix_fmt yuv420p " + path +
+                            ".tmp.mp4 && mv " + path + ".tmp.mp4 " + path;
     if (std::system(cmd.c_str()) != 0) {
       std::fprintf(stderr, "could not encode the benchmark videos (needs the ffmpeg tool)\n");
       std::exit(1);
@@ -187,7 +187,9 @@ struct fixed_starts final : sluice::codecs::clip_table {
   }
   std::string describe(std::uint64_t id) const override { return "clip " + std::to_string(id); }
   // Which video: its first clip reads it whole and keeps its index, the later ones seek (as io::clips' tables do).
-  std::size_t video_of(std::uint64_t id) const override { return static_cast<std::size_t>(clips[id % clips.size()].first); }
+  std::size_t video_of(std::uint64_t id) const override {
+    return static_cast<std::size_t>(clips[id % clips.size()].first);
+  }
 };
 
 const sluice::codecs::geometry_options rrc{.width = out_size, .height = out_size,

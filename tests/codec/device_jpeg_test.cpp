@@ -39,7 +39,9 @@ std::vector<std::uint8_t> noisy(int w, int h, int ch, std::uint64_t seed, std::u
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
       for (int c = 0; c < ch; ++c)
-        p[(static_cast<std::size_t>(y) * w + x) * ch + c] = static_cast<std::uint8_t>((x * (c + 1) + y * (3 - c % 3)) / 3 + g.below(noise));
+        p[(static_cast<std::size_t>(y) * w + x) * ch + c] = static_cast<std::uint8_t>((x * (c + 1) + y * (3 - c % 3)) /
+                                                                                          3 +
+                                                                                      g.below(noise));
   return p;
 }
 
@@ -76,13 +78,15 @@ epoch_out drain(Loader& loader, std::uint64_t epoch) {
 
 epoch_out host_epoch(const pictures& data, const jpeg& codec, on_error errors = on_error::raise) {
   auto loader = from(sample::shuffle(data.size(), {.seed = 3})) | read(data) | decode<"jpg">(codec) |
-                collate({.batch = 8}, stack<"jpg">{}, stack<"cls">{}) | prefetch(2, {.workers = 2, .seed = 9, .errors = errors});
+                collate({.batch = 8}, stack<"jpg">{}, stack<"cls">{}) |
+                prefetch(2, {.workers = 2, .seed = 9, .errors = errors});
   return drain(loader, 1);
 }
 
 template <class Split>
 auto split_loader(const pictures& data, Split split, on_error errors = on_error::raise) {
-  return from(sample::shuffle(data.size(), {.seed = 3})) | read(data) | collate({.batch = 8}, std::move(split), stack<"cls">{}) |
+  return from(sample::shuffle(data.size(), {.seed = 3})) | read(data) |
+         collate({.batch = 8}, std::move(split), stack<"cls">{}) |
          prefetch(2, {.workers = 2, .seed = 9, .errors = errors});
 }
 
@@ -125,7 +129,8 @@ TEST_CASE("device jpeg: scan_jpeg_frame reads the frame header from the markers"
     return o;
   };
   CHECK(text(b({0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x02})).find("a scan before the frame header") != std::string::npos);
-  CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x0B, 8, 0, 0, 0, 16, 1, 1, 0x11, 0})).find("zero dimension") != std::string::npos);
+  CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x0B, 8, 0, 0, 0, 16, 1, 1, 0x11, 0})).find("zero dimension") !=
+        std::string::npos);
   CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x40, 8})).find("longer than the data") != std::string::npos);
   // Every prefix of a real file: an error or the right frame, never a read past the end (ASan).
   for (std::size_t n = 0; n <= base.size(); n += 7) {
@@ -177,7 +182,7 @@ TEST_CASE("device jpeg: with the host's DCT scaling on, the two differ by the re
   }
   const double mean = sum / static_cast<double>(got.images.size());
   MESSAGE("full-size decode vs DCT-scaled decode, then the same crop: mean |diff| " << mean << ", max " << worst);
-  CHECK(mean < 6.0);  // the documented bound (docs/device.md)
+  CHECK(mean < 6.0);                 // the documented bound (docs/device.md)
   CHECK(got.images != want.images);  // the bound measures a difference that exists
 }
 
@@ -185,7 +190,8 @@ TEST_CASE("device jpeg: CMYK, progressive (refused by the backend) and corrupt i
   pictures data(30, 60, 40);
   data.jpegs[4] = sluice_test::tj_compress(noisy(70, 50, 4, 40), 70, 50, TJPF_CMYK, TJSAMP_420, 0);
   data.jpegs[9] = sluice_test::tj_compress(noisy(80, 60, 3, 41), 80, 60, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE);
-  data.jpegs[14] = sluice_test::tj_compress(noisy(90, 70, 1, 42), 90, 70, TJPF_GRAY, TJSAMP_GRAY, 0);  // grey: the device takes it
+  data.jpegs[14] = sluice_test::tj_compress(noisy(90, 70, 1, 42), 90, 70, TJPF_GRAY, TJSAMP_GRAY,
+                                            0);  // grey: the device takes it
   const jpeg codec(crop, {.dct_scaling = false});
   const auto want = host_epoch(data, codec);
   const device dev(host_jpeg_backend{.progressive = false}, crop);

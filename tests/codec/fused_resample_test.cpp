@@ -20,7 +20,8 @@ std::vector<std::uint8_t> random_image(int w, int h, int c, std::size_t pitch, s
   std::vector<std::uint8_t> img(pitch * static_cast<std::size_t>(h));
   counter_rng g(seed);
   for (int y = 0; y < h; ++y)
-    for (std::size_t i = 0; i < static_cast<std::size_t>(w) * c; ++i) img[static_cast<std::size_t>(y) * pitch + i] = static_cast<std::uint8_t>(g.below(256));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(w) * c; ++i)
+      img[static_cast<std::size_t>(y) * pitch + i] = static_cast<std::uint8_t>(g.below(256));
   return img;
 }
 }  // namespace
@@ -36,9 +37,13 @@ TEST_CASE("fused resample: u8 equals codecs::resample and f32 equals normalize_u
         const std::size_t pitch = static_cast<std::size_t>(w) * c + (id % 3) * 7;  // packed and padded rows
         const auto img = random_image(w, h, c, pitch, id * 10 + static_cast<std::uint64_t>(c));
         const fit mode = id % 5 == 0 ? fit::stretch : id % 5 == 1 ? fit::crop : fit::random_resized_crop;
-        const geometry_options o{.width = 16 + static_cast<int>(id % 7) * 30, .height = 12 + static_cast<int>(id % 4) * 40,
-                                 .mode = mode, .crop = id % 2 == 0 ? crop_at::center : crop_at::random,
-                                 .resize_scale = 1.0 + static_cast<double>(id % 3) * 0.15, .random_flip = true, .layout = layout};
+        const geometry_options o{.width = 16 + static_cast<int>(id % 7) * 30,
+                                 .height = 12 + static_cast<int>(id % 4) * 40,
+                                 .mode = mode,
+                                 .crop = id % 2 == 0 ? crop_at::center : crop_at::random,
+                                 .resize_scale = 1.0 + static_cast<double>(id % 3) * 0.15,
+                                 .random_flip = true,
+                                 .layout = layout};
         const image_transform t = plan_transform(w, h, o, {.seed = 9, .epoch = id % 2, .id = id});
         const geometry_plan gp = to_plan(t, w, h, layout);
         const std::size_t n = static_cast<std::size_t>(o.width) * o.height * c;
@@ -51,8 +56,8 @@ TEST_CASE("fused resample: u8 equals codecs::resample and f32 equals normalize_u
         REQUIRE_MESSAGE(got == want, "c=" << c << " id=" << id);
 
         std::vector<float> want_f(n), got_f(n);
-        sluice::detail::normalize_u8(reinterpret_cast<const std::uint8_t*>(want.data()), want_f.data(), n, static_cast<std::size_t>(c),
-                             norm.mean, norm.inv_std, layout, layout);
+        sluice::detail::normalize_u8(reinterpret_cast<const std::uint8_t*>(want.data()), want_f.data(), n,
+                                     static_cast<std::size_t>(c), norm.mean, norm.inv_std, layout, layout);
         fused_resample_host(img.data(), w, h, pitch, taps.plan(c, fused_output::f32, norm),
                             std::as_writable_bytes(std::span<float>(got_f)));
         REQUIRE(std::memcmp(got_f.data(), want_f.data(), n * sizeof(float)) == 0);
@@ -66,16 +71,18 @@ TEST_CASE("fused resample: u8 equals codecs::resample and f32 equals normalize_u
 TEST_CASE("fused resample: a whole-pixel crop at scale 1 copies the source's pixels, as the host's shortcut does") {
   const int w = 64, h = 48, c = 3;
   const auto img = random_image(w, h, c, static_cast<std::size_t>(w) * c, 3);
-  const image_transform t{.src_width = w, .src_height = h, .x = 5, .y = 7, .w = 32, .h = 20, .out_width = 32, .out_height = 20};
+  const image_transform
+      t{.src_width = w, .src_height = h, .x = 5, .y = 7, .w = 32, .h = 20, .out_width = 32, .out_height = 20};
   const fused_taps taps(to_plan(t, w, h), w, h);
   std::vector<std::byte> got(32 * 20 * 3);
   fused_resample_host(img.data(), w, h, static_cast<std::size_t>(w) * c, taps.plan(c), got);
   for (int y = 0; y < 20; ++y)
-    REQUIRE(std::memcmp(got.data() + static_cast<std::size_t>(y) * 32 * 3, img.data() + (static_cast<std::size_t>(y + 7) * w + 5) * 3,
-                        32 * 3) == 0);
+    REQUIRE(std::memcmp(got.data() + static_cast<std::size_t>(y) * 32 * 3,
+                        img.data() + (static_cast<std::size_t>(y + 7) * w + 5) * 3, 32 * 3) == 0);
 }
 
-TEST_CASE("fused resample: taps for another image size, a short destination and a normalisation of other channels are refused") {
+TEST_CASE(
+    "fused resample: taps for another image size, a short destination and a normalisation of other channels are refused") {
   const auto img = random_image(40, 30, 3, 120, 1);
   const image_transform t = plan_transform(40, 30, {.width = 20, .height = 20}, {});
   const fused_taps taps(to_plan(t, 40, 30), 40, 30);

@@ -17,7 +17,9 @@ struct every_fifth final : sluice::codecs::clip_table {
 // mutation inside an input that keeps its size and ends meets the previous input's index (a
 // table that lies), which must end in a format_error or the right frames, never a crash.
 struct one_video final : sluice::codecs::clip_table {
-  sluice::codecs::clip_choice choose(std::uint64_t id) const override { return {true, static_cast<std::size_t>(id % 5) * 3}; }
+  sluice::codecs::clip_choice choose(std::uint64_t id) const override {
+    return {true, static_cast<std::size_t>(id % 5) * 3};
+  }
   std::string describe(std::uint64_t id) const override { return "clip " + std::to_string(id); }
   std::size_t video_of(std::uint64_t) const override { return 0; }
 };
@@ -31,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                             {.frames = 4, .fps = 7.5, .layout = video_layout::cthw, .max_frame_pixels = std::uint64_t{1} << 16});
   static const video tabled({.width = 8, .height = 8}, {.frames = 2, .stride = 1, .max_frame_pixels = std::uint64_t{1} << 16},
                             std::make_shared<every_fifth>());
-  static const video indexed({.width = 8, .height = 8}, {.frames = 2, .stride = 2, .max_frame_pixels = std::uint64_t{1} << 16},
+  static const video indexed({.width = 8, .height = 8},
+                             {.frames = 2, .stride = 2, .max_frame_pixels = std::uint64_t{1} << 16},
                              std::make_shared<one_video>());
   static std::vector<std::byte> out(by_stride.output_bytes());
   std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);

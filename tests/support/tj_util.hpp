@@ -12,8 +12,8 @@
 
 namespace sluice_test {
 
-inline std::vector<std::byte> tj_compress(const std::vector<std::uint8_t>& px, int w, int h, int pf, int samp, int flags,
-                                          int quality = 90) {
+inline std::vector<std::byte> tj_compress(const std::vector<std::uint8_t>& px, int w, int h, int pf, int samp,
+                                          int flags, int quality = 90) {
   tjhandle c = tjInitCompress();
   REQUIRE(c != nullptr);
   unsigned char* buf = nullptr;

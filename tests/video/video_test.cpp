@@ -594,7 +594,8 @@ TEST_CASE("video: a video's later clips seek to their keyframe through its kept 
       {"a.avi", "-c:v mpeg4 -q:v 2 -bf 1 -g 12 -pix_fmt yuv420p", true},
       {"a.webm", "-c:v libvpx-vp9 -b:v 0 -crf 10 -g 12 -deadline realtime -pix_fmt yuv420p", false},
       {"a.mkv", "-c:v mjpeg -q:v 2 -pix_fmt yuvj420p", false},
-      {"b.mkv", "-c:v libx265 -x265-params log-level=none:bframes=2:keyint=12:min-keyint=12 -crf 12 -pix_fmt yuv420p", false},
+      {"b.mkv", "-c:v libx265 -x265-params log-level=none:bframes=2:keyint=12:min-keyint=12 -crf 12 -pix_fmt yuv420p",
+       false},
       {"c.mkv", h264, false}};
   const clip_options c{.frames = 4, .stride = 3};
   const std::size_t span = 3 * 3 + 1;
@@ -650,7 +651,8 @@ TEST_CASE("video: every_clip keeps the indexes of its probe, so no clip reads it
   need_ffmpeg();
   temp_dir dir;
   std::vector<io::video_file> files;
-  for (int v = 0; v < 3; ++v) files.push_back({encode_cfr(dir, "v" + std::to_string(v) + ".mp4", 80 + 10 * v, h264), v});
+  for (int v = 0; v < 3; ++v)
+    files.push_back({encode_cfr(dir, "v" + std::to_string(v) + ".mp4", 80 + 10 * v, h264), v});
   files.push_back({encode_cfr(dir, "short.mp4", 4, h264), 3});  // no clips: no index kept
   io::video_files videos(files);
   auto clips = io::clips<"video">(videos, {.frames = 3, .stride = 2}, io::every_clip{.step = 9});

@@ -46,8 +46,8 @@ struct fused_plan {
   fused_output output = fused_output::u8;
   normalize_params norm{};  // f32: (x - mean[c]) * inv_std[c]
   [[nodiscard]] SLUICE_HOST_DEVICE std::size_t output_bytes() const noexcept {
-    return static_cast<std::size_t>(out_width) * static_cast<std::size_t>(out_height) * static_cast<std::size_t>(channels) *
-           (output == fused_output::f32 ? 4u : 1u);
+    return static_cast<std::size_t>(out_width) * static_cast<std::size_t>(out_height) *
+           static_cast<std::size_t>(channels) * (output == fused_output::f32 ? 4u : 1u);
   }
 };
 
@@ -70,11 +70,13 @@ class fused_taps {
   [[nodiscard]] const std::vector<fused_tap>& cols() const noexcept { return cols_; }
   [[nodiscard]] const std::vector<fused_tap>& rows() const noexcept { return rows_; }
   // A plan over these taps (host pointers) for `channels` channels; f32 normalises with `norm`.
-  [[nodiscard]] fused_plan plan(int channels, fused_output output = fused_output::u8, const normalize_params& norm = {}) const {
-    if (channels < 1 || channels > normalize_params::max_channels) throw usage_error("sluice: fused_taps: channels must be 1..8");
+  [[nodiscard]] fused_plan plan(int channels, fused_output output = fused_output::u8,
+                                const normalize_params& norm = {}) const {
+    if (channels < 1 || channels > normalize_params::max_channels)
+      throw usage_error("sluice: fused_taps: channels must be 1..8");
     if (output == fused_output::f32 && norm.channels != channels && !(norm.channels == 1 && channels == 1))
-      throw usage_error("sluice: fused_taps: the normalisation has " + std::to_string(norm.channels) + " channels, the image " +
-                        std::to_string(channels));
+      throw usage_error("sluice: fused_taps: the normalisation has " + std::to_string(norm.channels) +
+                        " channels, the image " + std::to_string(channels));
     fused_plan p;
     p.cols = cols_.data();
     p.rows = rows_.data();
@@ -95,8 +97,8 @@ class fused_taps {
 namespace detail {
 // Channel k of output pixel (tx, ty): rows blended to 7 fractional bits, then columns, rounded
 // (blend_rows_scalar and bilinear_fixed's scalar loop, one value at a time).
-SLUICE_HOST_DEVICE inline std::uint8_t fused_value(const std::uint8_t* src, std::size_t pitch, int c, const fused_tap& tx,
-                                                   const fused_tap& ty, int k) noexcept {
+SLUICE_HOST_DEVICE inline std::uint8_t fused_value(const std::uint8_t* src, std::size_t pitch, int c,
+                                                   const fused_tap& tx, const fused_tap& ty, int k) noexcept {
   constexpr int vshift = 14 - 7, hshift = 14 + 7;
   constexpr std::int32_t vround = 1 << (vshift - 1), hround = 1 << (hshift - 1);
   const std::uint8_t* r0 = src + static_cast<std::size_t>(ty.i0) * pitch;
@@ -120,16 +122,18 @@ SLUICE_HOST_DEVICE inline float fused_normalize(std::uint8_t v, float mean, floa
 
 // Writes every channel of output pixel (x, y) of plan p from the decoded image src (rows `pitch`
 // bytes apart, p.channels interleaved) into out (p.output_bytes() bytes, packed, in p.layout).
-SLUICE_HOST_DEVICE inline void fused_pixel(const std::uint8_t* src, std::size_t pitch, const fused_plan& p, int x, int y,
-                                           void* out) noexcept {
+SLUICE_HOST_DEVICE inline void fused_pixel(const std::uint8_t* src, std::size_t pitch, const fused_plan& p, int x,
+                                           int y, void* out) noexcept {
   const fused_tap& tx = p.cols[x];
   const fused_tap& ty = p.rows[y];
   const std::size_t plane = static_cast<std::size_t>(p.out_width) * static_cast<std::size_t>(p.out_height);
-  const std::size_t pixel = static_cast<std::size_t>(y) * static_cast<std::size_t>(p.out_width) + static_cast<std::size_t>(x);
+  const std::size_t pixel = static_cast<std::size_t>(y) * static_cast<std::size_t>(p.out_width) +
+                            static_cast<std::size_t>(x);
   const bool planar = p.layout == image_layout::chw && p.channels > 1;
   for (int k = 0; k < p.channels; ++k) {
     const std::uint8_t v = detail::fused_value(src, pitch, p.channels, tx, ty, k);
-    const std::size_t at = planar ? static_cast<std::size_t>(k) * plane + pixel : pixel * static_cast<std::size_t>(p.channels) + static_cast<std::size_t>(k);
+    const std::size_t at = planar ? static_cast<std::size_t>(k) * plane + pixel
+                                  : pixel * static_cast<std::size_t>(p.channels) + static_cast<std::size_t>(k);
     if (p.output == fused_output::u8) static_cast<std::uint8_t*>(out)[at] = v;
     else static_cast<float*>(out)[at] = detail::fused_normalize(v, p.norm.mean[k], p.norm.inv_std[k]);
   }
@@ -141,9 +145,11 @@ inline void fused_resample_host(const std::uint8_t* src, int src_w, int src_h, s
                                 std::span<std::byte> out) {
   if (out.size() < p.output_bytes()) throw usage_error("sluice: fused_resample_host: the destination is too small");
   for (int x = 0; x < p.out_width; ++x)
-    if (p.cols[x].i0 < 0 || p.cols[x].i1 >= src_w) throw usage_error("sluice: fused_resample_host: taps made for a wider image");
+    if (p.cols[x].i0 < 0 || p.cols[x].i1 >= src_w)
+      throw usage_error("sluice: fused_resample_host: taps made for a wider image");
   for (int y = 0; y < p.out_height; ++y)
-    if (p.rows[y].i0 < 0 || p.rows[y].i1 >= src_h) throw usage_error("sluice: fused_resample_host: taps made for a taller image");
+    if (p.rows[y].i0 < 0 || p.rows[y].i1 >= src_h)
+      throw usage_error("sluice: fused_resample_host: taps made for a taller image");
   for (int y = 0; y < p.out_height; ++y)
     for (int x = 0; x < p.out_width; ++x) fused_pixel(src, pitch, p, x, y, out.data());
 }

@@ -401,7 +401,8 @@ struct video_index {
     key_time.append_to(scratch);
     key_dts.append_to(scratch);
     info.keyframes.resize(key_time.size());
-    for (std::size_t i = 0; i < info.keyframes.size(); ++i) info.keyframes[i] = {scratch[i], scratch[info.keyframes.size() + i]};
+    for (std::size_t i = 0; i < info.keyframes.size(); ++i)
+      info.keyframes[i] = {scratch[i], scratch[info.keyframes.size() + i]};
     info.decode_times_only = decode_times_only;
   }
 };
@@ -785,10 +786,10 @@ class video {
                      const image_transform& t, std::size_t first, std::span<std::byte> out, bool kept) const {
     const std::int64_t first_pts = w.info.pts[w.wanted.front()];
     const bool by_count = w.info.decode_times_only;
-    std::size_t next = 0;          // kept: the next packet to send
-    AVPacket* held = nullptr;      // not kept: the packet the demuxer reads into
-    bool pending = false;          // held has a packet not sent yet (the one a seek read)
-    std::uint64_t demuxed = 0;     // not kept: packets read
+    std::size_t next = 0;       // kept: the next packet to send
+    AVPacket* held = nullptr;   // not kept: the packet the demuxer reads into
+    bool pending = false;       // held has a packet not sent yet (the one a seek read)
+    std::uint64_t demuxed = 0;  // not kept: packets read
     struct count_packets {
       video_counters& c;
       const std::uint64_t& n;
@@ -830,8 +831,8 @@ class video {
         counters_->nvdec_fallbacks.fetch_add(1, std::memory_order_release);
       }
     }
-    AVCodecContext* dec =
-        w.decoder_for(d->decoder(), d->stream()->codecpar, clip_.decoder_threads, clip_.max_frame_pixels, nvdec);
+    AVCodecContext* dec = w.decoder_for(d->decoder(), d->stream()->codecpar, clip_.decoder_threads,
+                                        clip_.max_frame_pixels, nvdec);
     counters_->clips.fetch_add(1, std::memory_order_relaxed);
     if (nvdec) counters_->nvdec_clips.fetch_add(1, std::memory_order_relaxed);
     const geometry_plan plan = to_plan(t, w.info.width, w.info.height, image_layout::hwc);
@@ -894,7 +895,8 @@ class video {
   // Seeks d to keyframe k (by its time, then by its decode time) and reads the packet there into
   // pkt (counted in `reads`): true when that is a keyframe at or before the clip's first frame (k
   // or an earlier one).
-  static bool seek_keyframe(detail::demuxer& d, const keyframe& k, std::int64_t first_pts, AVPacket* pkt, std::uint64_t& reads) {
+  static bool seek_keyframe(detail::demuxer& d, const keyframe& k, std::int64_t first_pts, AVPacket* pkt,
+                            std::uint64_t& reads) {
     for (const std::int64_t target : {k.time, k.dts}) {
       if (av_seek_frame(d.format(), d.stream()->index, target, AVSEEK_FLAG_BACKWARD) < 0 || !d.next(pkt)) continue;
       ++reads;

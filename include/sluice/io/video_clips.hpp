@@ -163,7 +163,9 @@ class video_clips {
         const codecs::video_info info = codecs::probe_video(bytes);
         starts = codecs::clip_starts(info, c);
         if (starts != 0)  // kept: the codec's clips of this video seek instead of reading it again
-          p->indexes().keep(v, std::make_shared<const codecs::detail::video_index>(info, codecs::detail::video_identity(bytes)));
+          p->indexes().keep(v,
+                            std::make_shared<const codecs::detail::video_index>(info,
+                                                                                codecs::detail::video_identity(bytes)));
       } catch (const format_error& e) {
         if (!plan.skip_bad) throw format_error(std::string(origin_of(s)), {.record = v}, e.cause());
         bad_.push_back({v, e.cause()});

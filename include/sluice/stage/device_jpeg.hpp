@@ -63,7 +63,9 @@ struct jpeg_frame {
 inline jpeg_frame scan_jpeg_frame(std::span<const std::byte> in) {
   const auto* b = reinterpret_cast<const std::uint8_t*>(in.data());
   const std::size_t n = in.size();
-  const auto fail = [](const std::string& why) -> jpeg_frame { throw format_error("<jpeg data>", {}, "JPEG header: " + why); };
+  const auto fail = [](const std::string& why) -> jpeg_frame {
+    throw format_error("<jpeg data>", {}, "JPEG header: " + why);
+  };
   if (n < 2 || b[0] != 0xFF || b[1] != 0xD8) return fail("no start-of-image marker (not a JPEG)");
   jpeg_frame f;
   std::size_t i = 2;
@@ -93,7 +95,8 @@ inline jpeg_frame scan_jpeg_frame(std::span<const std::byte> in) {
       f.lossless = m == 0xC3 || m == 0xC7 || m == 0xCB || m == 0xCF;
       if (f.width == 0 || f.height == 0) return fail("a zero dimension (a height given later by DNL is not supported)");
       if (f.components == 0 || plen < 6 + 3 * static_cast<std::size_t>(f.components))
-        return fail("a frame header with " + std::to_string(f.components) + " components and " + std::to_string(plen) + " bytes");
+        return fail("a frame header with " + std::to_string(f.components) + " components and " + std::to_string(plen) +
+                    " bytes");
       return f;
     }
     i += len;
@@ -122,10 +125,10 @@ struct device_jpeg_item {
   std::span<const std::byte> encoded;
   jpeg_frame frame;
   std::shared_ptr<const codecs::fused_taps> taps;
-  codecs::fused_plan plan;       // over taps (host pointers)
-  std::span<std::byte> output;   // the job's output for the image (plan.output_bytes())
+  codecs::fused_plan plan;      // over taps (host pointers)
+  std::span<std::byte> output;  // the job's output for the image (plan.output_bytes())
   bool ok = false;
-  std::string why;               // set by the backend on failure (its library's text)
+  std::string why;  // set by the backend on failure (its library's text)
 };
 
 template <class B>
@@ -206,8 +209,10 @@ class jpeg_device_decoder {
           continue;
         }
         const codecs::image_transform t = codecs::plan_transform(f.width, f.height, geo, in.ctx);
-        auto taps = std::make_shared<const codecs::fused_taps>(codecs::to_plan(t, f.width, f.height, geo.layout), f.width, f.height);
-        device_jpeg_item item{.encoded = in.encoded, .frame = f, .taps = taps, .plan = taps->plan(3), .output = job.output(i), .ok = false, .why = {}};
+        auto taps = std::make_shared<const codecs::fused_taps>(codecs::to_plan(t, f.width, f.height, geo.layout),
+                                                               f.width, f.height);
+        device_jpeg_item item{.encoded = in.encoded, .frame = f, .taps = taps, .plan = taps->plan(3),
+                              .output = job.output(i), .ok = false, .why = {}};
         if (item.plan.output_bytes() != job.output_bytes()) {
           job.finish_item(i, false);  // a geometry that is not the host codec's: leave it to the host
           counts.failed.fetch_add(1, std::memory_order_relaxed);
@@ -230,7 +235,7 @@ class jpeg_device_decoder {
         job.finish_item(which[k], items[k].ok);
         if (items[k].ok) {
           counts.decoded.fetch_add(1, std::memory_order_relaxed);
-        } else {
+        } else if (!job.cancelled()) {  // (a cancelled job's images are nobody's failure)
           counts.failed.fetch_add(1, std::memory_order_relaxed);
           if (!items[k].why.empty()) {
             std::lock_guard lk(counts.m);

@@ -33,8 +33,9 @@ struct host_jpeg_backend {
       const int w = it.frame.width, hgt = it.frame.height;
       const std::size_t pitch = static_cast<std::size_t>(w) * 3;
       rgb.resize(pitch * static_cast<std::size_t>(hgt));
-      if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(it.encoded.data()), static_cast<unsigned long>(it.encoded.size()),
-                        rgb.data(), w, static_cast<int>(pitch), hgt, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+      if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(it.encoded.data()),
+                        static_cast<unsigned long>(it.encoded.size()), rgb.data(), w, static_cast<int>(pitch), hgt,
+                        TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
         it.ok = false;
         it.why = std::string("libjpeg-turbo: ") + tjGetErrorStr2(h);
         continue;

@@ -120,7 +120,8 @@ concept device_decoder = requires(const D& d, std::shared_ptr<device_job> j) { d
 // destroyed are completed undecoded: the workers decode them on the host.
 class device_job_thread {
  public:
-  explicit device_job_thread(std::function<void(device_job&)> run) : run_(std::move(run)), thread_([this] { loop(); }) {}
+  explicit device_job_thread(std::function<void(device_job&)> run)
+      : run_(std::move(run)), thread_([this] { loop(); }) {}
   device_job_thread(const device_job_thread&) = delete;
   device_job_thread& operator=(const device_job_thread&) = delete;
   ~device_job_thread() {

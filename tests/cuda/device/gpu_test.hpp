@@ -46,7 +46,9 @@ inline void fail(const char* file, int line, const char* expr, bool fatal) {
 // Device memory for a test, freed at scope exit.
 struct device_buffer {
   void* p = nullptr;
-  explicit device_buffer(std::size_t bytes) { sluice::cuda::check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
+  explicit device_buffer(std::size_t bytes) {
+    sluice::cuda::check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  }
   ~device_buffer() { cudaFree(p); }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
