@@ -150,13 +150,23 @@ echo "gpu_check: gpu '$GPU_NAME', nvcc $NVCC_VERSION ($NVCC), cmake '${CMAKE_VER
 
 TEST_BINS=(); BENCH_BIN=""
 built_ok=0
+# nvJPEG where the toolkit lacks it: $SLUICE_NVJPEG_ROOT, else the wheel .ci/test unpacks into
+# build/nvjpeg (carry it along from the CPU machine: 4 MB).
+NVJPEG_ROOT_ARG=()
+if [[ -n "${SLUICE_NVJPEG_ROOT:-}" ]]; then
+  NVJPEG_ROOT_ARG=(-DSLUICE_NVJPEG_ROOT="$SLUICE_NVJPEG_ROOT")
+else
+  for d in "$ROOT"/build/nvjpeg/nvidia/cu*; do
+    [[ -e "$d/include/nvjpeg.h" ]] && NVJPEG_ROOT_ARG=(-DSLUICE_NVJPEG_ROOT="$d")
+  done
+fi
 # ---- configure + build with CMake ---------------------------------------------------------------
 if [[ -n "$CMAKE_BIN" ]]; then
   GEN=()
   if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
   run_step configure 120 "$CMAKE_BIN" -S "$ROOT" -B "$BUILD/cmake" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_EXAMPLES=OFF \
-    -DSLUICE_BUILD_BENCHMARKS=OFF -DSLUICE_INSTALL=OFF -DSLUICE_GPU_CHECKS=ON \
+    -DSLUICE_BUILD_BENCHMARKS=OFF -DSLUICE_INSTALL=OFF -DSLUICE_GPU_CHECKS=ON "${NVJPEG_ROOT_ARG[@]}" \
     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90-real
   if [[ ${STEP_RC[configure]} -eq 0 ]]; then
     # nvJPEG's test exists where CMake found nvJPEG (the toolkit's, or -DSLUICE_NVJPEG_ROOT) and TurboJPEG.
