@@ -126,9 +126,11 @@ class nvjpeg_backend {
     nvjpegStatus_t st = nvjpegDecodeBatchedInitialize(s.handle, s.jstate, static_cast<int>(take.size()), 1, NVJPEG_OUTPUT_RGBI);
     if (st == NVJPEG_STATUS_SUCCESS) st = nvjpegDecodeBatched(s.handle, s.jstate, data.data(), lengths.data(), dest.get(), s.stream);
     if (st != NVJPEG_STATUS_SUCCESS) {
+      // Batches of one (the hardware engine has no single-image call): the bad images fail alone.
       for (std::size_t k = 0; k < take.size(); ++k) {
-        const nvjpegStatus_t one =
-            nvjpegDecode(s.handle, s.single, data[k], lengths[k], NVJPEG_OUTPUT_RGBI, &dest[k], s.stream);
+        nvjpegStatus_t one = nvjpegDecodeBatchedInitialize(s.handle, s.jstate, 1, 1, NVJPEG_OUTPUT_RGBI);
+        if (one == NVJPEG_STATUS_SUCCESS)
+          one = nvjpegDecodeBatched(s.handle, s.jstate, &data[k], &lengths[k], &dest[k], s.stream);
         if (one != NVJPEG_STATUS_SUCCESS) {
           ok[k] = 0;
           items[take[k]].why = std::string("nvJPEG: ") + nvjpeg_text(one);
@@ -216,7 +218,6 @@ class nvjpeg_backend {
           nvjpeg_check(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &handle), "create");
         }
         nvjpeg_check(nvjpegJpegStateCreate(handle, &jstate), "state");
-        nvjpeg_check(nvjpegJpegStateCreate(handle, &single), "state");
         nvjpeg_check(nvjpegJpegStreamCreate(handle, &stream_info), "stream");
         check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
       } catch (...) {
@@ -236,18 +237,17 @@ class nvjpeg_backend {
       pinned_out.release();
       if (stream != nullptr) cudaStreamDestroy(stream);
       if (stream_info != nullptr) nvjpegJpegStreamDestroy(stream_info);
-      if (single != nullptr) nvjpegJpegStateDestroy(single);
       if (jstate != nullptr) nvjpegJpegStateDestroy(jstate);
       if (handle != nullptr) nvjpegDestroy(handle);
       stream = nullptr;
       stream_info = nullptr;
-      single = jstate = nullptr;
+      jstate = nullptr;
       handle = nullptr;
     }
     int device = 0;
     bool hardware = false;
     nvjpegHandle_t handle = nullptr;
-    nvjpegJpegState_t jstate = nullptr, single = nullptr;
+    nvjpegJpegState_t jstate = nullptr;
     nvjpegJpegStream_t stream_info = nullptr;
     cudaStream_t stream = nullptr;
     buffer decoded{false}, taps{false}, out{false}, images{false}, pinned_out{true};
