@@ -251,3 +251,42 @@ TEST_CASE("device jpeg: a loader destroyed while the decoder holds jobs returns,
   auto loader = split_loader(data, split_decode<"jpg">(codec, dev, placement::device_only{}));
   CHECK(drain(loader, 1).images == want.images);
 }
+
+TEST_CASE(
+    "device jpeg: RGB-coded, 2-component, 12-bit and hierarchical frames are refused by reason, before any decode") {
+  // Headers only (what the refusal reads): SOI, an optional APP14 "Adobe" segment, a frame header.
+  const auto jpeg_of = [](int sof, int precision, int components, int adobe_transform) {
+    std::vector<std::byte> b;
+    const auto put = [&](std::initializer_list<int> v) {
+      for (int x : v) b.push_back(static_cast<std::byte>(x));
+    };
+    put({0xFF, 0xD8});
+    if (adobe_transform >= 0)
+      put({0xFF, 0xEE, 0x00, 0x0E, 'A', 'd', 'o', 'b', 'e', 0, 100, 0, 0, 0, 0, adobe_transform});
+    const int len = 8 + 3 * components;
+    put({0xFF, sof, len >> 8, len & 0xFF, precision, 0, 32, 0, 48, components});
+    for (int c = 0; c < components; ++c) put({c + 1, 0x11, 0});
+    put({0xFF, 0xD9});
+    return b;
+  };
+  const std::vector<std::vector<std::byte>> frames = {
+      jpeg_of(0xC0, 8, 3, 0),    // RGB-coded (Adobe transform 0)
+      jpeg_of(0xC0, 8, 2, -1),   // two components
+      jpeg_of(0xC1, 12, 3, -1),  // 12-bit
+      jpeg_of(0xC5, 8, 3, -1),   // hierarchical
+      jpeg_of(0xC9, 8, 3, -1),   // arithmetic
+  };
+  CHECK(scan_jpeg_frame(frames[0]).adobe_transform == 0);
+  CHECK(scan_jpeg_frame(frames[3]).hierarchical);
+  const device dev(host_jpeg_backend{}, crop);
+  std::vector<device_job::item> items;
+  for (const auto& f : frames) items.push_back({f, {}});
+  device_job job(std::move(items), jpeg(crop).output_bytes());
+  dev.run(job);
+  for (std::size_t i = 0; i < frames.size(); ++i) CHECK(!job.decoded(i));
+  CHECK(dev.counters().refused_for(device_refusal::colour) == 2);
+  CHECK(dev.counters().refused_for(device_refusal::precision) == 1);
+  CHECK(dev.counters().refused_for(device_refusal::coding) == 2);
+  CHECK(dev.counters().decoded == 0);
+  CHECK(dev.counters().failed == 0);
+}

@@ -670,3 +670,29 @@ TEST_CASE("video: every_clip keeps the indexes of its probe, so no clip reads it
   }
   CHECK(codec.counters().seek_fallbacks == 0);
 }
+
+TEST_CASE("video: a clip that fails after a seek is read whole and fails as it would without the index") {
+  need_ffmpeg();
+  temp_dir dir;
+  auto bytes = sluice_test::read_file(encode_cfr(dir, "a.mp4", 120, h264));
+  // The packets of the middle third damaged (the container's index at the end stays whole, so
+  // every packet still demuxes): clips there fail in the decoder, clips elsewhere decode.
+  for (std::size_t i = bytes.size() * 2 / 5; i < bytes.size() * 3 / 5; ++i) bytes[i] = static_cast<std::byte>(i * 13);
+  const clip_options c{.frames = 3, .stride = 2};
+  auto table = std::make_shared<one_video>();
+  table->starts = {0, 60, 110};
+  const video indexed(same_size, c, table);
+  struct fixed final : clip_table {
+    std::vector<std::size_t> starts{0, 60, 110};
+    clip_choice choose(std::uint64_t id) const override { return {true, starts[id % 3]}; }
+    std::string describe(std::uint64_t id) const override { return "clip " + std::to_string(id); }
+  };
+  const video plain(same_size, c, std::make_shared<fixed>());  // no video_of: every clip reads the video whole
+  CHECK(numbers(decode_clip(indexed, bytes, {.id = 0}), 3) == std::vector<int>{0, 2, 4});  // indexes it
+  const auto with_index = sluice_test::expect_format_error([&] { decode_clip(indexed, bytes, {.id = 1}); });
+  const auto without = sluice_test::expect_format_error([&] { decode_clip(plain, bytes, {.id = 1}); });
+  CHECK(with_index.cause() == without.cause());
+  CHECK(indexed.counters().seek_fallbacks == 1);
+  CHECK(numbers(decode_clip(indexed, bytes, {.id = 2}), 3) == std::vector<int>{110, 112, 114});  // still seeks
+  CHECK(indexed.counters().seek_fallbacks == 1);
+}

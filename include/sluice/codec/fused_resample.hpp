@@ -144,6 +144,8 @@ SLUICE_HOST_DEVICE inline void fused_pixel(const std::uint8_t* src, std::size_t 
 inline void fused_resample_host(const std::uint8_t* src, int src_w, int src_h, std::size_t pitch, const fused_plan& p,
                                 std::span<std::byte> out) {
   if (out.size() < p.output_bytes()) throw usage_error("sluice: fused_resample_host: the destination is too small");
+  if (pitch < static_cast<std::size_t>(src_w) * static_cast<std::size_t>(p.channels))
+    throw usage_error("sluice: fused_resample_host: rows shorter than the image's width");
   for (int x = 0; x < p.out_width; ++x)
     if (p.cols[x].i0 < 0 || p.cols[x].i1 >= src_w)
       throw usage_error("sluice: fused_resample_host: taps made for a wider image");

@@ -49,7 +49,6 @@ extern "C" {
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -195,6 +194,16 @@ class demuxer {
   demuxer(const demuxer&) = delete;
   demuxer& operator=(const demuxer&) = delete;
   ~demuxer() { close(); }
+  // The same container from its start again (a seek's fallback).
+  void reopen(std::span<const std::byte> in) {
+    close();
+    try {
+      open(in);
+    } catch (...) {
+      close();
+      throw;
+    }
+  }
   [[nodiscard]] AVStream* stream() const noexcept { return fmt_->streams[stream_]; }
   [[nodiscard]] const AVCodec* decoder() const noexcept { return decoder_; }
   [[nodiscard]] AVFormatContext* format() const noexcept { return fmt_; }
@@ -213,6 +222,7 @@ class demuxer {
   void open(std::span<const std::byte> in) {
     src_.data = reinterpret_cast<const std::uint8_t*>(in.data());
     src_.size = static_cast<std::int64_t>(in.size());
+    src_.pos = 0;
     if (in.empty()) video_fail("an empty video (0 bytes)");
     constexpr int buffer_bytes = 1 << 16;
     auto* buf = static_cast<std::uint8_t*>(av_malloc(buffer_bytes));
@@ -255,6 +265,9 @@ class demuxer {
       av_freep(&io_->buffer);
       avio_context_free(&io_);
     }
+    fmt_ = nullptr;
+    io_ = nullptr;
+    stream_ = -1;
   }
 
   memory_source src_;
@@ -513,7 +526,8 @@ struct video_counters {
   std::atomic<std::uint64_t> nvdec_clips{0};
   std::atomic<std::uint64_t> nvdec_fallbacks{0};
   std::atomic<std::uint64_t> packets{0};         // packets demuxed for clips (a clip's own; an index's first scan)
-  std::atomic<std::uint64_t> seek_fallbacks{0};  // seeks that missed the keyframe: read from the start instead
+  std::atomic<std::uint64_t> seek_fallbacks{
+      0};                     // seeks that missed the keyframe, or clips that failed after one: read whole instead
   std::string last_fallback;  // why, the first time: set before nvdec_fallbacks counts it, read it after
   std::once_flag fallback_once;
 };
@@ -730,8 +744,8 @@ class video {
       detail::video_worker& w;
       ~release() { w.release_packets(); }
     } released{w};
-    std::optional<detail::demuxer> d(std::in_place, in);
-    detail::fill_info(w.info, *d);
+    detail::demuxer d(in);
+    detail::fill_info(w.info, d);
     if (static_cast<std::uint64_t>(w.info.width) * static_cast<std::uint64_t>(w.info.height) > clip_.max_frame_pixels)
       detail::video_fail("frames of " + std::to_string(w.info.width) + "x" + std::to_string(w.info.height) +
                          " exceed clip_options.max_frame_pixels");
@@ -746,17 +760,28 @@ class video {
     }
     if (index != nullptr) {
       index->expand(w.info, w.scratch);
-    } else {
-      detail::scan_packets(*d, w.info, [&] { return w.next_packet(); });
-      --w.used;  // the slot the end of the stream was read into
-      counters_->packets.fetch_add(w.used, std::memory_order_relaxed);
-      if (video != clip_table::no_video)
-        table_->indexes().keep(video, std::make_shared<const detail::video_index>(w.info, identity));
+      const std::size_t first = choose_first(w.info, ctx);
+      clip_frames(w.info, clip_, first, w.wanted);
+      try {
+        decode_frames(d, in, w, plan_transform(w.info.width, w.info.height, geo_, ctx), first, out, false);
+        return;
+      } catch (const format_error&) {
+        // After a seek, a demuxer may read otherwise than from the start (its timestamps, a read
+        // error past the keyframe): the clip is read whole instead, as a first clip is, and gives
+        // the same frames or the same error as without the index. Counted.
+        counters_->seek_fallbacks.fetch_add(1, std::memory_order_relaxed);
+      }
+      w.release_packets();
+      d.reopen(in);
     }
+    detail::scan_packets(d, w.info, [&] { return w.next_packet(); });
+    --w.used;  // the slot the end of the stream was read into
+    counters_->packets.fetch_add(w.used, std::memory_order_relaxed);
+    if (video != clip_table::no_video)
+      table_->indexes().keep(video, std::make_shared<const detail::video_index>(w.info, identity));
     const std::size_t first = choose_first(w.info, ctx);
     clip_frames(w.info, clip_, first, w.wanted);
-    const image_transform t = plan_transform(w.info.width, w.info.height, geo_, ctx);
-    decode_frames(d, in, w, t, first, out, index == nullptr);
+    decode_frames(d, in, w, plan_transform(w.info.width, w.info.height, geo_, ctx), first, out, true);
   }
 
   std::string too_short(const video_info& v) const {
@@ -782,7 +807,7 @@ class video {
   // order says nothing of its place in presentation order when B-frames follow it). The packets
   // come from the worker's kept ones (`kept`: the whole stream was just read) or from the demuxer,
   // sought to the keyframe (or from the start where a seek misses it, counted).
-  void decode_frames(std::optional<detail::demuxer>& d, std::span<const std::byte> in, detail::video_worker& w,
+  void decode_frames(detail::demuxer& d, std::span<const std::byte> in, detail::video_worker& w,
                      const image_transform& t, std::size_t first, std::span<std::byte> out, bool kept) const {
     const std::int64_t first_pts = w.info.pts[w.wanted.front()];
     const bool by_count = w.info.decode_times_only;
@@ -804,11 +829,10 @@ class video {
       for (const keyframe& k : w.info.keyframes)
         if (k.time <= first_pts && !by_count) key = &k;
       if (key != nullptr) {
-        pending = seek_keyframe(*d, *key, first_pts, held, demuxed);
+        pending = seek_keyframe(d, *key, first_pts, held, demuxed);
         if (!pending) {
           counters_->seek_fallbacks.fetch_add(1, std::memory_order_relaxed);
-          d.reset();
-          d.emplace(in);
+          d.reopen(in);
         }
       }
     }
@@ -818,20 +842,20 @@ class video {
         pending = false;
         return held;
       }
-      if (!d->next(held)) return nullptr;
+      if (!d.next(held)) return nullptr;
       ++demuxed;
       return held;
     };
     bool nvdec = false;
     if (clip_.decoder == video_decoder::nvdec) {
-      const std::string refusal = w.nvdec_refusal(d->decoder());
+      const std::string refusal = w.nvdec_refusal(d.decoder());
       nvdec = refusal.empty();
       if (!nvdec) {  // the reason first: a reader that sees the count may read it
         std::call_once(counters_->fallback_once, [&] { counters_->last_fallback = refusal; });
         counters_->nvdec_fallbacks.fetch_add(1, std::memory_order_release);
       }
     }
-    AVCodecContext* dec = w.decoder_for(d->decoder(), d->stream()->codecpar, clip_.decoder_threads,
+    AVCodecContext* dec = w.decoder_for(d.decoder(), d.stream()->codecpar, clip_.decoder_threads,
                                         clip_.max_frame_pixels, nvdec);
     counters_->clips.fetch_add(1, std::memory_order_relaxed);
     if (nvdec) counters_->nvdec_clips.fetch_add(1, std::memory_order_relaxed);
@@ -898,7 +922,11 @@ class video {
   static bool seek_keyframe(detail::demuxer& d, const keyframe& k, std::int64_t first_pts, AVPacket* pkt,
                             std::uint64_t& reads) {
     for (const std::int64_t target : {k.time, k.dts}) {
-      if (av_seek_frame(d.format(), d.stream()->index, target, AVSEEK_FLAG_BACKWARD) < 0 || !d.next(pkt)) continue;
+      try {
+        if (av_seek_frame(d.format(), d.stream()->index, target, AVSEEK_FLAG_BACKWARD) < 0 || !d.next(pkt)) continue;
+      } catch (const format_error&) {
+        return false;  // a read error where the seek landed: read from the start instead
+      }
       ++reads;
       if ((pkt->flags & AV_PKT_FLAG_KEY) != 0 && detail::packet_time(pkt) <= first_pts) return true;
     }

@@ -84,10 +84,27 @@ class nvjpeg_backend {
     for (std::size_t i = 0; i < items.size(); ++i) {
       device_jpeg_item& it = items[i];
       const auto* data = reinterpret_cast<const unsigned char*>(it.encoded.data());
+      // nvJPEG's own reading of the size, which sizes its output: an image whose header nvJPEG
+      // reads otherwise than sluice's scan (a second frame header, a crafted file) is not decoded
+      // here, so nvJPEG never writes past the image's slice of the buffer.
+      int comps = 0, widths[NVJPEG_MAX_COMPONENT] = {}, heights[NVJPEG_MAX_COMPONENT] = {};
+      nvjpegChromaSubsampling_t sub{};
+      const nvjpegStatus_t info = nvjpegGetImageInfo(s.handle, data, it.encoded.size(), &comps, &sub, widths, heights);
+      if (info != NVJPEG_STATUS_SUCCESS) {
+        it.why = std::string("nvJPEG: ") + nvjpeg_text(info);
+        continue;
+      }
+      if (widths[0] != it.frame.width || heights[0] != it.frame.height || comps != it.frame.components) {
+        it.why = "nvJPEG reads " + std::to_string(widths[0]) + "x" + std::to_string(heights[0]) + " with " +
+                 std::to_string(comps) + " components where the frame header says " + std::to_string(it.frame.width) +
+                 "x" + std::to_string(it.frame.height) + " with " + std::to_string(it.frame.components);
+        continue;
+      }
       if (s.hardware) {
         int unsupported = 1;
         if (nvjpegJpegStreamParseHeader(s.handle, data, it.encoded.size(), s.stream_info) != NVJPEG_STATUS_SUCCESS ||
             nvjpegDecodeBatchedSupported(s.handle, s.stream_info, &unsupported) != NVJPEG_STATUS_SUCCESS || unsupported != 0) {
+          it.refused = true;
           it.why = "nvJPEG's hardware decoder does not take this image";
           continue;
         }

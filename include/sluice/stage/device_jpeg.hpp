@@ -4,9 +4,9 @@
 // jpeg_device_decoder<Backend>(backend, geometry) takes a job of a batch's images on its own
 // thread (one device serves every worker; jobs run in submission order) and, for each image:
 // reads its frame header (scan_jpeg_frame: size, components, precision, progressive, coding),
-// refuses what the device does not take — CMYK/YCCK, other than 8-bit, arithmetic or lossless
-// coding, progressive where the backend says its decoder refuses it, more pixels than
-// max_pixels — and plans its transform exactly as the host codec does (plan_transform of the
+// refuses what the device does not take — CMYK/YCCK, RGB-coded (Adobe transform 0) or 2
+// components, other than 8-bit, arithmetic, lossless or hierarchical coding, progressive where
+// the backend says its decoder refuses it, more pixels than max_pixels — and plans its transform exactly as the host codec does (plan_transform of the
 // image's size, the geometry and the sample's (seed, epoch, id)), made into the fused pass's taps
 // (codec/fused_resample.hpp). The backend then decodes the accepted images at full size, runs the
 // fused pass and copies each result into the job's output; an image it cannot decode (corrupt,
@@ -14,7 +14,7 @@
 // codec, so a corrupt image fails with the host path's format_error and `skip` drops the same
 // samples whichever side was asked first. Counted: counters().
 //
-// Backends: cuda/nvjpeg.hpp's nvjpeg_backend (nvJPEG's batched decode — the hardware engine where
+// Backends: cuda/nvjpeg.cuh's nvjpeg_backend (nvJPEG's batched decode — the hardware engine where
 // the GPU has one, the hybrid CUDA decoder otherwise — then cuda/fused_resample.cuh), and
 // host_jpeg_backend below: libjpeg-turbo's full-size decode and the fused pass's host reference,
 // the double that runs every line of this file on a machine without a GPU (tests, and trying
@@ -55,7 +55,9 @@ struct jpeg_frame {
   bool progressive = false;  // SOF2, SOF6, SOF10, SOF14
   bool arithmetic = false;   // SOF9..SOF15: arithmetic entropy coding
   bool lossless = false;     // SOF3, SOF7, SOF11, SOF15
+  bool hierarchical = false;  // SOF5..7, SOF13..15: differential (hierarchical) frames
   bool adobe = false;        // an APP14 "Adobe" segment came before the frame header
+  int adobe_transform = -1;  // its colour transform: 0 none (RGB or CMYK as stored), 1 YCbCr, 2 YCCK
 };
 
 // Reads the frame header of the JPEG in `in`; a format_error (not a JPEG, truncated before the
@@ -82,7 +84,10 @@ inline jpeg_frame scan_jpeg_frame(std::span<const std::byte> in) {
     if (len < 2 || i + len > n) return fail("a segment longer than the data");
     const std::uint8_t* p = b + i + 2;
     const std::size_t plen = len - 2;
-    if (m == 0xEE && plen >= 5 && std::memcmp(p, "Adobe", 5) == 0) f.adobe = true;
+    if (m == 0xEE && plen >= 5 && std::memcmp(p, "Adobe", 5) == 0) {
+      f.adobe = true;
+      if (plen >= 12) f.adobe_transform = p[11];
+    }
     const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
     if (sof) {
       if (plen < 6) return fail("a frame header shorter than 6 bytes");
@@ -93,6 +98,7 @@ inline jpeg_frame scan_jpeg_frame(std::span<const std::byte> in) {
       f.progressive = m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE;
       f.arithmetic = m >= 0xC9;
       f.lossless = m == 0xC3 || m == 0xC7 || m == 0xCB || m == 0xCF;
+      f.hierarchical = (m >= 0xC5 && m <= 0xC7) || m >= 0xCD;
       if (f.width == 0 || f.height == 0) return fail("a zero dimension (a height given later by DNL is not supported)");
       if (f.components == 0 || plen < 6 + 3 * static_cast<std::size_t>(f.components))
         return fail("a frame header with " + std::to_string(f.components) + " components and " + std::to_string(plen) +
@@ -104,16 +110,28 @@ inline jpeg_frame scan_jpeg_frame(std::span<const std::byte> in) {
 }
 
 // Why an image was left to the host.
-enum class device_refusal : std::uint8_t { none, cmyk, precision, coding, progressive, too_large, count };
+enum class device_refusal : std::uint8_t {
+  none,
+  cmyk,
+  precision,
+  coding,
+  progressive,
+  too_large,
+  colour,
+  backend,
+  count
+};
 
 inline const char* refusal_name(device_refusal r) noexcept {
   switch (r) {
     case device_refusal::none: return "none";
     case device_refusal::cmyk: return "CMYK/YCCK";
     case device_refusal::precision: return "not 8-bit";
-    case device_refusal::coding: return "arithmetic or lossless coding";
+    case device_refusal::coding: return "arithmetic, lossless or hierarchical coding";
     case device_refusal::progressive: return "progressive (the device's decoder refuses it)";
     case device_refusal::too_large: return "more pixels than max_pixels";
+    case device_refusal::colour: return "not grey or YCbCr (RGB-coded, or 2 components)";
+    case device_refusal::backend: return "the backend's decoder does not take it";
     case device_refusal::count: break;
   }
   return "?";
@@ -128,7 +146,8 @@ struct device_jpeg_item {
   codecs::fused_plan plan;      // over taps (host pointers)
   std::span<std::byte> output;  // the job's output for the image (plan.output_bytes())
   bool ok = false;
-  std::string why;  // set by the backend on failure (its library's text)
+  bool refused = false;  // set by the backend for an image its decoder does not take (not a failure)
+  std::string why;       // set by the backend on failure (its library's text)
 };
 
 template <class B>
@@ -180,8 +199,10 @@ class jpeg_device_decoder {
     impl(Backend b, codecs::geometry_options g, device_jpeg_options o) : backend(std::move(b)), geo(g), opt(o) {}
     device_refusal refusal(const jpeg_frame& f) const noexcept {
       if (f.components == 4) return device_refusal::cmyk;
+      if (f.components != 1 && f.components != 3) return device_refusal::colour;
+      if (f.components == 3 && f.adobe && f.adobe_transform == 0) return device_refusal::colour;  // RGB-coded
       if (f.precision != 8) return device_refusal::precision;
-      if (f.arithmetic || f.lossless) return device_refusal::coding;
+      if (f.arithmetic || f.lossless || f.hierarchical) return device_refusal::coding;
       if (f.progressive && !backend.takes_progressive()) return device_refusal::progressive;
       if (static_cast<std::uint64_t>(f.width) * static_cast<std::uint64_t>(f.height) > opt.max_pixels)
         return device_refusal::too_large;
@@ -211,11 +232,21 @@ class jpeg_device_decoder {
         const codecs::image_transform t = codecs::plan_transform(f.width, f.height, geo, in.ctx);
         auto taps = std::make_shared<const codecs::fused_taps>(codecs::to_plan(t, f.width, f.height, geo.layout),
                                                                f.width, f.height);
-        device_jpeg_item item{.encoded = in.encoded, .frame = f, .taps = taps, .plan = taps->plan(3),
-                              .output = job.output(i), .ok = false, .why = {}};
-        if (item.plan.output_bytes() != job.output_bytes()) {
-          job.finish_item(i, false);  // a geometry that is not the host codec's: leave it to the host
+        device_jpeg_item item{.encoded = in.encoded,
+                              .frame = f,
+                              .taps = taps,
+                              .plan = taps->plan(3),
+                              .output = job.output(i),
+                              .ok = false,
+                              .refused = false,
+                              .why = {}};
+        if (item.plan.output_bytes() != job.output_bytes()) {  // a geometry that is not the host codec's
+          job.finish_item(i, false);
           counts.failed.fetch_add(1, std::memory_order_relaxed);
+          const std::lock_guard lk(counts.m);
+          counts.last_failure = "the decoder's geometry writes " + std::to_string(item.plan.output_bytes()) +
+                                " bytes an image, the host codec " + std::to_string(job.output_bytes()) +
+                                ": give both the same geometry (RGB)";
           continue;
         }
         items.push_back(std::move(item));
@@ -235,6 +266,8 @@ class jpeg_device_decoder {
         job.finish_item(which[k], items[k].ok);
         if (items[k].ok) {
           counts.decoded.fetch_add(1, std::memory_order_relaxed);
+        } else if (items[k].refused) {
+          counts.refused[static_cast<int>(device_refusal::backend)].fetch_add(1, std::memory_order_relaxed);
         } else if (!job.cancelled()) {  // (a cancelled job's images are nobody's failure)
           counts.failed.fetch_add(1, std::memory_order_relaxed);
           if (!items[k].why.empty()) {

@@ -116,8 +116,9 @@ template <class D>
 concept device_decoder = requires(const D& d, std::shared_ptr<device_job> j) { d.submit(std::move(j)); };
 
 // One thread that runs a device decoder's jobs in submission order (one device serves every
-// worker). `run` decodes a job and calls its complete(). Jobs still queued when the thread is
-// destroyed are completed undecoded: the workers decode them on the host.
+// worker). `run` decodes a job and calls its complete(); if it throws, the job's unfinished images
+// are left to the host and the job completed. Jobs still queued when the thread is destroyed are
+// completed undecoded: the workers decode them on the host.
 class device_job_thread {
  public:
   explicit device_job_thread(std::function<void(device_job&)> run)
@@ -153,7 +154,13 @@ class device_job_thread {
         continue;
       }
       lk.unlock();
-      run_(*job);
+      try {
+        run_(*job);
+      } catch (...) {  // (bad_alloc, mostly): what it did not finish goes to the host, never terminate()
+        for (std::size_t i = 0; i < job->size(); ++i)
+          if (!job->decoded(i)) job->finish_item(i, false);
+        job->complete();
+      }
       lk.lock();
     }
   }
