@@ -185,6 +185,16 @@ void install_signal_handlers() {
   sa.sa_handler = on_signal;
   sigfillset(&sa.sa_mask);  // one handler at a time
   for (int sig : handled_signals) ::sigaction(sig, &sa, nullptr);
+  // The test hook's SIGUSR1 blocked before any thread starts, so every thread sluice starts (the
+  // page warmer) inherits the block and the signal reaches the main thread in phase()'s
+  // sigsuspend only: delivered to another thread, its handler raced the main thread's read
+  // (ThreadSanitizer saw it) and the main thread slept on.
+  if (std::getenv("SLUICE_PACK_TEST_PAUSE_AT") != nullptr) {
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    ::pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+  }
 }
 
 void set_partial_name(int slot, const std::string& path) {
