@@ -132,6 +132,20 @@ TEST_CASE("device jpeg: scan_jpeg_frame reads the frame header from the markers"
   CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x0B, 8, 0, 0, 0, 16, 1, 1, 0x11, 0})).find("zero dimension") !=
         std::string::npos);
   CHECK(text(b({0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x40, 8})).find("longer than the data") != std::string::npos);
+  // Two frame headers (nvJPEG and libjpeg might each believe another), and the Adobe segment read
+  // wherever it stands before the scan (libjpeg reads it there too: an RGB-coded file says so late).
+  const auto cat = [](std::vector<std::vector<std::byte>> parts) {
+    std::vector<std::byte> o;
+    for (const auto& p : parts) o.insert(o.end(), p.begin(), p.end());
+    return o;
+  };
+  const auto sof = [&](int w) { return b({0xFF, 0xC0, 0x00, 0x0B, 8, 0, 16, 0, w, 1, 1, 0x11, 0}); };
+  const auto soi = b({0xFF, 0xD8}), sos = b({0xFF, 0xDA, 0x00, 0x02});
+  CHECK(text(cat({soi, sof(16), sof(64), sos})).find("two frame headers") != std::string::npos);
+  const auto late = cat({soi, sof(16), b({0xFF, 0xEE, 0x00, 0x0E, 'A', 'd', 'o', 'b', 'e', 0, 100, 0, 0, 0, 0, 0}), sos});
+  CHECK(scan_jpeg_frame(late).adobe);
+  CHECK(scan_jpeg_frame(late).adobe_transform == 0);
+  CHECK(codecs::detail::has_adobe_marker(late));
   // Every prefix of a real file: an error or the right frame, never a read past the end (ASan).
   for (std::size_t n = 0; n <= base.size(); n += 7) {
     int width = 123;
@@ -254,7 +268,8 @@ TEST_CASE("device jpeg: a loader destroyed while the decoder holds jobs returns,
 
 TEST_CASE(
     "device jpeg: RGB-coded, 2-component, 12-bit and hierarchical frames are refused by reason, before any decode") {
-  // Headers only (what the refusal reads): SOI, an optional APP14 "Adobe" segment, a frame header.
+  // Headers only (what the refusal reads): SOI, an optional APP14 "Adobe" segment, a frame header,
+  // the start of a scan.
   const auto jpeg_of = [](int sof, int precision, int components, int adobe_transform) {
     std::vector<std::byte> b;
     const auto put = [&](std::initializer_list<int> v) {
@@ -266,7 +281,7 @@ TEST_CASE(
     const int len = 8 + 3 * components;
     put({0xFF, sof, len >> 8, len & 0xFF, precision, 0, 32, 0, 48, components});
     for (int c = 0; c < components; ++c) put({c + 1, 0x11, 0});
-    put({0xFF, 0xD9});
+    put({0xFF, 0xDA, 0x00, 0x02, 0xFF, 0xD9});  // a (bare) scan: the header ends there
     return b;
   };
   const std::vector<std::vector<std::byte>> frames = {

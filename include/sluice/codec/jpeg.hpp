@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/codec/jpeg_frame.hpp"
 #include "sluice/codec/transform.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
@@ -102,24 +103,15 @@ inline tjscalingfactor pick_scale(double need) {
   return best;
 }
 
-// Whether the JPEG carries Adobe's APP14 marker (scanned from SOI up to the first scan). CMYK
+// Whether the JPEG carries Adobe's APP14 marker before its first scan (scan_jpeg_frame). CMYK
 // written by Adobe software, the bulk of the CMYK JPEGs in the wild, is stored inverted
 // (255 = no ink) and marked so; libjpeg hands the stored values back unchanged.
-inline bool has_adobe_marker(std::span<const std::byte> in) noexcept {
-  auto b = [&](std::size_t i) { return std::to_integer<unsigned>(in[i]); };
-  std::size_t i = 2;
-  while (i + 4 <= in.size() && b(i) == 0xff) {
-    const unsigned m = b(i + 1);
-    if (m == 0xff) { ++i; continue; }                                  // fill byte
-    if (m == 0xda || m == 0xd9) break;                                  // SOS, EOI
-    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) { i += 2; continue; }   // no length
-    const std::size_t len = (b(i + 2) << 8) | b(i + 3);
-    if (m == 0xee && len >= 7 && i + 9 <= in.size() && b(i + 4) == 'A' && b(i + 5) == 'd' && b(i + 6) == 'o' &&
-        b(i + 7) == 'b' && b(i + 8) == 'e')
-      return true;
-    i += 2 + len;
+inline bool has_adobe_marker(std::span<const std::byte> in) {
+  try {
+    return scan_jpeg_frame(in).adobe;
+  } catch (const format_error&) {
+    return false;
   }
-  return false;
 }
 
 // CMYK (4 bytes a pixel, `n` pixels) to RGB (3) or grey (1), in place (the output never overtakes

@@ -366,7 +366,6 @@ class int64_runs {
         out.push_back(static_cast<std::int64_t>(runs_[k].first + runs_[k].step * i));
     }
   }
-  [[nodiscard]] std::size_t bytes() const noexcept { return runs_.capacity() * sizeof(run); }
 
  private:
   struct run {

@@ -162,10 +162,10 @@ class video_clips {
       try {
         const codecs::video_info info = codecs::probe_video(bytes);
         starts = codecs::clip_starts(info, c);
-        if (starts != 0)  // kept: the codec's clips of this video seek instead of reading it again
-          p->indexes().keep(v,
-                            std::make_shared<const codecs::detail::video_index>(info,
-                                                                                codecs::detail::video_identity(bytes)));
+        if (starts != 0) {  // kept: the codec's clips of this video seek instead of reading it again
+          const std::uint64_t identity = codecs::detail::video_identity(bytes);
+          p->indexes().keep(v, std::make_shared<const codecs::detail::video_index>(info, identity));
+        }
       } catch (const format_error& e) {
         if (!plan.skip_bad) throw format_error(std::string(origin_of(s)), {.record = v}, e.cause());
         bad_.push_back({v, e.cause()});
