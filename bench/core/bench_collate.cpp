@@ -10,6 +10,7 @@
 // Counters: samples/s (items_per_second) and bytes/s; bench/README.md keeps the figures.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "json_lines.hpp"
 
@@ -20,7 +21,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,6 +48,37 @@ std::string data_path(std::size_t n = records) {
       f.write(rec.data(), static_cast<std::streamsize>(rec.size()));
     }
   }
+  return p;
+}
+
+// BM_first_epoch's file of n records, written anew at each call `write_bytes` at a time, so that
+// the page cache holds it as that write size leaves it: Linux 6.x keeps a file written in small
+// pieces in small folios (4-16 KiB: a fault per 64 KiB when mapped, populating 1.2 GB costs ~50 ms
+// of CPU) and one written 2 MiB or more at a time in 2 MiB folios (populating it costs ~1 ms).
+// A file read back from disk gets large folios from readahead.
+std::string first_epoch_data(std::size_t n, std::size_t write_bytes) {
+  const auto p = (std::filesystem::temp_directory_path() /
+                  ("sluice-bench-first-epoch-" + std::to_string(n) + "-w" + std::to_string(write_bytes) + ".u8"))
+                     .string();
+  std::filesystem::remove(p);  // its old pages leave the page cache with it
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  std::vector<char> buf(write_bytes), rec(record_bytes);
+  std::size_t used = 0;  // every write but the last is write_bytes long, at a multiple of it
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < record_bytes; j += 8) rec[j] = static_cast<char>(i + j);
+    for (std::size_t k = 0; k < record_bytes;) {
+      const std::size_t m = std::min(record_bytes - k, write_bytes - used);
+      std::memcpy(buf.data() + used, rec.data() + k, m);
+      used += m;
+      k += m;
+      if (used == write_bytes) {
+        f.write(buf.data(), static_cast<std::streamsize>(used));
+        used = 0;
+      }
+    }
+  }
+  f.write(buf.data(), static_cast<std::streamsize>(used));
+  if (!f.flush()) throw std::runtime_error("cannot write " + p);
   return p;
 }
 
@@ -231,13 +268,51 @@ void BM_sluice_pipeline_any_sampler(benchmark::State& state) { run_pipeline<slui
 // Also counted: the process's minor page faults in each epoch (the file mapping's and the ring's
 // fresh slots' in epoch 0; none in a later epoch). (Advice random against automatic, the
 // argument this replaced: bench/results/first-epoch-advice-2vcpu-2026-12-01.txt.)
+// This process's threads now (/proc/self/task): name, minor faults, CPU time. Sluice names its
+// threads (sluice-workerN, sluice-pagewarm, ...), so a delta between two reads says who did what.
+struct thread_use {
+  std::string name;
+  std::uint64_t faults = 0, cpu_ns = 0;
+};
+std::map<long, thread_use> threads_now() {
+  std::map<long, thread_use> out;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    thread_use u;
+    std::ifstream comm(t.path() / "comm"), stat(t.path() / "stat"), sched(t.path() / "schedstat");
+    std::getline(comm, u.name);
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const auto rp = text.rfind(')');
+    if (rp == std::string::npos) continue;
+    std::istringstream fields(text.substr(rp + 2));  // state ppid pgrp session tty tpgid flags minflt
+    std::string skip;
+    for (int i = 0; i < 7; ++i) fields >> skip;
+    fields >> u.faults;
+    sched >> u.cpu_ns;
+    out[std::stol(t.path().filename().string())] = u;
+  }
+  return out;
+}
+// Faults and CPU ms from `a` to `b` of the threads whose name starts with `prefix` ("" with
+// main_only: the benchmark's own thread, the trainer's).
+std::pair<double, double> used_between(const std::map<long, thread_use>& a, const std::map<long, thread_use>& b,
+                                       const std::string& prefix, bool main_only = false) {
+  double faults = 0, ms = 0;
+  for (const auto& [tid, u] : b) {
+    if (main_only ? tid != static_cast<long>(::getpid()) : u.name.rfind(prefix, 0) != 0) continue;
+    const auto it = a.find(tid);
+    faults += static_cast<double>(u.faults - (it == a.end() ? 0 : it->second.faults));
+    ms += static_cast<double>(u.cpu_ns - (it == a.end() ? 0 : it->second.cpu_ns)) / 1e6;
+  }
+  return {faults, ms};
+}
+
 void BM_first_epoch(benchmark::State& state) {
   const auto mode = static_cast<sluice::io::populate_mode>(state.range(0));
   const auto advice = sluice::io::access::automatic;
   const auto setup = std::chrono::milliseconds(state.range(1));
   const bool warm_slots = state.range(2) != 0;
   const auto n = static_cast<std::size_t>(state.range(3));
-  const std::string path = data_path(n);
+  const std::string path = first_epoch_data(n, static_cast<std::size_t>(state.range(4)) * 1024);
   std::uint64_t faults0 = 0, faults1 = 0;
   auto minflt = [] {
     rusage u{};
@@ -250,7 +325,10 @@ void BM_first_epoch(benchmark::State& state) {
   }
   double first_s = 0, second_s = 0;
   std::uint64_t warm0_ns = 0, warm1_ns = 0;
+  // Who did the work of each epoch: the worker, the page warmer, the trainer's thread (sums).
+  double worker_faults0 = 0, worker_ms0 = 0, worker_ms1 = 0, warmer_ms0 = 0, trainer_ms0 = 0, trainer_ms1 = 0;
   for (auto _ : state) {
+    const auto use0 = threads_now();
     const auto t0 = std::chrono::steady_clock::now();
     sluice::io::fixed_records r(path, {.record_bytes = record_bytes, .map = {.advice = advice, .populate = mode}});
     auto loader = sluice::from(sluice::sample::shuffle(n, {.seed = 1})) | sluice::read(r) |
@@ -265,11 +343,20 @@ void BM_first_epoch(benchmark::State& state) {
     for (auto& b : loader.epoch(0)) benchmark::DoNotOptimize(b.bytes().data());
     const auto t1 = std::chrono::steady_clock::now();
     const std::uint64_t f1 = minflt();
+    const auto use1 = threads_now();
+    const auto t1b = std::chrono::steady_clock::now();  // the reads above are in neither epoch
     for (auto& b : loader.epoch(1)) benchmark::DoNotOptimize(b.bytes().data());
     const auto t2 = std::chrono::steady_clock::now();
+    const auto use2 = threads_now();
+    worker_faults0 += used_between(use0, use1, "sluice-worker").first;
+    worker_ms0 += used_between(use0, use1, "sluice-worker").second;
+    worker_ms1 += used_between(use1, use2, "sluice-worker").second;
+    warmer_ms0 += used_between(use0, use1, "sluice-pagewarm").second;
+    trainer_ms0 += used_between(use0, use1, "", true).second;
+    trainer_ms1 += used_between(use1, use2, "", true).second;
     faults0 += f1 - f0;
     faults1 += minflt() - f1;
-    const double a = std::chrono::duration<double>(t1 - t0 - slept).count(), b = std::chrono::duration<double>(t2 - t1).count();
+    const double a = std::chrono::duration<double>(t1 - t0 - slept).count(), b = std::chrono::duration<double>(t2 - t1b).count();
     state.SetIterationTime(a);
     first_s += a;
     second_s += b;
@@ -284,6 +371,12 @@ void BM_first_epoch(benchmark::State& state) {
   state.counters["first_epoch_ms"] = first_s / it * 1e3;
   state.counters["second_epoch_ms"] = second_s / it * 1e3;
   state.counters["first_over_second"] = second_s / first_s;
+  state.counters["worker_faults_epoch0"] = worker_faults0 / it;
+  state.counters["worker_cpu_ms_epoch0"] = worker_ms0 / it;
+  state.counters["worker_cpu_ms_epoch1"] = worker_ms1 / it;
+  state.counters["pagewarm_cpu_ms_epoch0"] = warmer_ms0 / it;
+  state.counters["trainer_cpu_ms_epoch0"] = trainer_ms0 / it;
+  state.counters["trainer_cpu_ms_epoch1"] = trainer_ms1 / it;
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * record_bytes));
 }
@@ -313,9 +406,9 @@ void BM_batch_file_check(benchmark::State& state) {
 
 BENCHMARK(BM_batch_file_check)->Arg(1)->Arg(16)->Arg(256)->Unit(benchmark::kMicrosecond)->MinTime(1.0);
 BENCHMARK(BM_first_epoch)
-    ->ArgNames({"populate", "setup_ms", "warm_slots", "records"})
-    ->ArgsProduct({{0, 1, 2}, {0, 100}, {0, 1}, {16384}})
-    ->ArgsProduct({{0, 1, 2}, {0, 100}, {1}, {100000}})
+    ->ArgNames({"populate", "setup_ms", "warm_slots", "records", "write_kib"})
+    ->ArgsProduct({{0, 1, 2}, {0, 100}, {0, 1}, {16384}, {12}})
+    ->ArgsProduct({{0, 1, 2}, {0, 100}, {1}, {100000}, {12, 8192}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -900,6 +903,33 @@ TEST_CASE("cpus: workers run on the CPUs they are pinned to, and a CPU the proce
   CHECK(::sched_getcpu() == cpu);
   REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof old, &old) == 0);
   CHECK_THROWS_AS(pin_current_thread(-1), usage_error);
+}
+
+TEST_CASE("threads: every worker is named sluice-workerN, so top -H and perf tell them apart") {
+  mem_reader r(600, 8);
+  std::mutex m;
+  std::set<std::string> names;
+  auto l = from(sample::sequential(600)) | read(r) |
+           map([&](record_view v) {
+             char buf[16] = {};
+             if (::pthread_getname_np(::pthread_self(), buf, sizeof buf) != 0) std::strcpy(buf, "(unreadable)");
+             std::lock_guard lk(m);
+             names.insert(buf);
+             return v;
+           }) |
+           collate({.batch = 1}) | prefetch(4, {.workers = 3});
+  std::size_t n = 0;
+  for (auto& b : l.epoch(0)) {
+    n += b.size();
+    if (n == 3) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every worker gets a batch
+  }
+  CHECK(n == 600);
+  for (const auto& name : names) CHECK(name.rfind("sluice-worker", 0) == 0);
+  CHECK(names.size() >= 2);
+  CHECK(names.count("sluice-worker0") + names.count("sluice-worker1") + names.count("sluice-worker2") == names.size());
+  char mine[16] = {};
+  REQUIRE(::pthread_getname_np(::pthread_self(), mine, sizeof mine) == 0);
+  CHECK(std::string(mine).rfind("sluice-", 0) != 0);  // the trainer's thread keeps its own name
 }
 
 // ---- Warming the ring's slots (loader_options::warm_slots) ------------------------------------

@@ -91,6 +91,14 @@ inline int set_thread_cpu(int cpu) noexcept {
   CPU_SET(cpu, &set);
   return ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
 }
+// Names the calling thread, a thread sluice started, so that top -H, perf, gdb, py-spy and
+// /proc/PID/task/TID/comm tell its threads apart ("sluice-worker0", "sluice-pagewarm", ...).
+// Linux keeps the first 15 bytes.
+inline void name_current_thread(const std::string& name) noexcept {
+  char buf[16] = {};
+  name.copy(buf, name.size() < 15 ? name.size() : 15);
+  (void)::pthread_setname_np(::pthread_self(), buf);
+}
 }  // namespace detail
 
 // Pins the calling thread to `cpu`. usage_error if the CPU is not allowed; io-like failures of

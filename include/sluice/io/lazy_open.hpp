@@ -122,6 +122,7 @@ class background_opener {
  private:
   void run() {
     sluice::detail::unpin_current_thread();  // not the set of the thread that posted first
+    sluice::detail::name_current_thread("sluice-open");
     while (true) {
       std::function<void()> job;
       {

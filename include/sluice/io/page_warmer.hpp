@@ -207,6 +207,7 @@ class page_warmer {
 
   void run() {
     sluice::detail::unpin_current_thread();  // not the set of the thread that opened the first file
+    sluice::detail::name_current_thread("sluice-pagewarm");
     std::unique_lock lk(m_);
     for (;;) {
       cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/core/affinity.hpp"
 #include "sluice/core/batch.hpp"
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
@@ -143,6 +144,7 @@ class device_job_thread {
 
  private:
   void loop() {
+    detail::name_current_thread("sluice-device");
     std::unique_lock lk(m_);
     for (;;) {
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });

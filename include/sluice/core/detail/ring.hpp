@@ -549,6 +549,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     // worker does not keep the set of the thread that started it (a pinned trainer's).
     if (!opt_.cpus.empty()) (void)detail::set_thread_cpu(opt_.cpus[w % opt_.cpus.size()]);
     else detail::unpin_current_thread();
+    detail::name_current_thread("sluice-worker" + std::to_string(w));
     scratch_type& scratch = scratch_[w];
     std::uint64_t sample_counter = 0;
     std::unique_lock lk(m_);
@@ -1050,6 +1051,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   // (no memory) only leaves the slot to be allocated by its first batch, which reports it.
   void warm_main() {
     detail::unpin_current_thread();  // not on the CPU of the worker that started it
+    detail::name_current_thread("sluice-slotwarm");
     for (;;) {
       slot_type* s = nullptr;
       std::size_t bytes = 0;
