@@ -408,6 +408,7 @@ BENCHMARK(BM_batch_file_check)->Arg(1)->Arg(16)->Arg(256)->Unit(benchmark::kMicr
 BENCHMARK(BM_first_epoch)
     ->ArgNames({"populate", "setup_ms", "warm_slots", "records", "write_kib"})
     ->ArgsProduct({{0, 1, 2}, {0, 100}, {0, 1}, {16384}, {12}})
+    ->ArgsProduct({{1}, {0, 100}, {1}, {16384}, {8192}})
     ->ArgsProduct({{0, 1, 2}, {0, 100}, {1}, {100000}, {12, 8192}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
