@@ -35,35 +35,16 @@ constexpr std::size_t record_bytes = 3 * 64 * 64;
 constexpr std::size_t batch = 256;
 constexpr std::size_t records = 16384;  // 201 MB: larger than any cache, well inside RAM
 
-// A file of n records in the temporary directory, written once (the default size, and the 100,000
-// records, 1.2 GB, that BM_first_epoch also runs).
-std::string data_path(std::size_t n = records) {
-  const std::string name = n == records ? "sluice-bench-collate.u8" : "sluice-bench-collate-" + std::to_string(n) + ".u8";
-  auto p = (std::filesystem::temp_directory_path() / name).string();
-  if (!std::filesystem::exists(p) || std::filesystem::file_size(p) != n * record_bytes) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    std::vector<char> rec(record_bytes);
-    for (std::size_t i = 0; i < n; ++i) {
-      for (std::size_t j = 0; j < record_bytes; j += 8) rec[j] = static_cast<char>(i + j);
-      f.write(rec.data(), static_cast<std::streamsize>(rec.size()));
-    }
-  }
-  return p;
-}
-
-// BM_first_epoch's file of n records, written anew at each call `write_bytes` at a time, so that
-// the page cache holds it as that write size leaves it: Linux 6.x keeps a file written in small
-// pieces in small folios (4-16 KiB: a fault per 64 KiB when mapped, populating 1.2 GB costs ~50 ms
-// of CPU) and one written 2 MiB or more at a time in 2 MiB folios (populating it costs ~1 ms).
-// A file read back from disk gets large folios from readahead.
-std::string first_epoch_data(std::size_t n, std::size_t write_bytes) {
-  const auto p = (std::filesystem::temp_directory_path() /
-                  ("sluice-bench-first-epoch-" + std::to_string(n) + "-w" + std::to_string(write_bytes) + ".u8"))
-                     .string();
-  std::filesystem::remove(p);  // its old pages leave the page cache with it
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+// Writes n records to `path`, `write_bytes` at a time: every write but the last is that long, at
+// a multiple of it. How a file was written decides how it sits in the page cache: Linux 6.x keeps
+// one written in small pieces in small folios (4-16 KiB: mapped a fault per 64 KiB, populating
+// 1.2 GB costs ~27 ms of CPU) and one written 2 MiB or more at a time in 2 MiB folios (populating it
+// costs ~1 ms, and gathers from it take fewer TLB misses). A file read back from disk gets large
+// folios from readahead.
+void write_records(const std::string& path, std::size_t n, std::size_t write_bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
   std::vector<char> buf(write_bytes), rec(record_bytes);
-  std::size_t used = 0;  // every write but the last is write_bytes long, at a multiple of it
+  std::size_t used = 0;
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j < record_bytes; j += 8) rec[j] = static_cast<char>(i + j);
     for (std::size_t k = 0; k < record_bytes;) {
@@ -78,7 +59,27 @@ std::string first_epoch_data(std::size_t n, std::size_t write_bytes) {
     }
   }
   f.write(buf.data(), static_cast<std::streamsize>(used));
-  if (!f.flush()) throw std::runtime_error("cannot write " + p);
+  if (!f.flush()) throw std::runtime_error("cannot write " + path);
+}
+
+// A file of n records in the temporary directory, written once, 8 MiB at a time, so that it is in
+// the page cache as a file read from disk or packed by sluice-pack is, whatever ran before (the
+// default size; BM_first_epoch writes its own).
+std::string data_path(std::size_t n = records) {
+  const std::string name = "sluice-bench-collate-" + std::to_string(n) + "-w8m.u8";
+  auto p = (std::filesystem::temp_directory_path() / name).string();
+  if (!std::filesystem::exists(p) || std::filesystem::file_size(p) != n * record_bytes) write_records(p, n, std::size_t{8} << 20);
+  return p;
+}
+
+// BM_first_epoch's file of n records, written anew at each call `write_bytes` at a time, so that
+// the page cache holds it as that write size leaves it (see write_records).
+std::string first_epoch_data(std::size_t n, std::size_t write_bytes) {
+  const auto p = (std::filesystem::temp_directory_path() /
+                  ("sluice-bench-first-epoch-" + std::to_string(n) + "-w" + std::to_string(write_bytes) + ".u8"))
+                     .string();
+  std::filesystem::remove(p);  // its old pages leave the page cache with it
+  write_records(p, n, write_bytes);
   return p;
 }
 
