@@ -454,6 +454,25 @@ def test_dlpack_versioned_legacy_copy_device_and_stream(recs):
     assert capsule_name(t.__dlpack__(dl_device=(1, 0), copy=False)) == "dltensor"
 
 
+def test_numpy_asarray_and_array_see_the_batch(recs):
+    # numpy.asarray does not look for __dlpack__: before __array__ it made a 0-d object array.
+    b = next(iter(loader_of(recs, sampler=sluice.sample.sequential())))
+    t = b["data"]
+    view = np.asarray(t)
+    assert view.shape == (10, 4) and view.dtype == np.uint32
+    assert view.ctypes.data == t.data_ptr and view[:, 0].tolist() == list(range(10))
+    copy = np.array(t)                                          # numpy.array copies by default
+    assert copy.ctypes.data != t.data_ptr and (copy == view).all()
+    f = np.asarray(t, dtype=np.float64)
+    assert f.dtype == np.float64 and (f == view).all()
+    if int(np.__version__.split(".")[0]) >= 2:
+        with pytest.raises(ValueError, match="needs a copy"):
+            np.asarray(t, dtype=np.float32, copy=False)
+        assert np.asarray(t, copy=False).ctypes.data == t.data_ptr
+    del b, t
+    assert view[:, 0].tolist() == list(range(10))              # the view keeps its batch alive
+
+
 def test_numpy_2_takes_versioned_capsules(recs):
     if int(np.__version__.split(".")[0]) < 2:
         pytest.skip(f"numpy {np.__version__} predates the versioned protocol (the numpy-2 venv runs this)")

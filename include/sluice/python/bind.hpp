@@ -604,6 +604,34 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
            "when copy=True.")
       .def("__dlpack_device__",
            [](const tensor& t) { return py::make_tuple(static_cast<int>(t.dl().device.device_type), t.dl().device.device_id); })
+      // numpy.asarray / numpy.array take it through __array__ (numpy does not look for __dlpack__
+      // there): without it numpy made a 0-d object array holding the Tensor.
+      .def(
+          "__array__",
+          [](py::object self, py::object dtype, py::object copy) -> py::object {
+            const auto& t = self.cast<const tensor&>();
+            if (t.dl().device.device_type != kDLCPU)
+              throw py::type_error("sluice: a CUDA tensor has no numpy array; take it with torch.from_dlpack (or "
+                                   "cupy.from_dlpack), or copy it to the host there");
+            py::object np = py::module_::import("numpy");
+            py::object a = np.attr("from_dlpack")(self);  // a view of the batch, which it keeps alive
+            const bool must_copy = !copy.is_none() && copy.cast<bool>();
+            const bool may_copy = copy.is_none() || must_copy;
+            if (!dtype.is_none()) {
+              py::object want = np.attr("dtype")(dtype);
+              if (!py::object(a.attr("dtype")).equal(want)) {
+                if (!may_copy)
+                  throw py::value_error("sluice: __array__(dtype=" + std::string(py::str(want)) +
+                                        ", copy=False): the batch holds " + detail::dtype_name(t.dl().dtype) +
+                                        "; converting needs a copy");
+                return a.attr("astype")(want);
+              }
+            }
+            return must_copy ? a.attr("copy")() : a;
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+          "numpy's array protocol: numpy.asarray(t) is a view of the batch (no copy), numpy.array(t) a copy; "
+          "dtype= converts (a copy).")
       .def_property_readonly("shape",
                              [](const tensor& t) {
                                py::tuple s(t.dl().ndim);
