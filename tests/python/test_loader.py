@@ -288,6 +288,38 @@ def test_webdataset_missing_member_names_shard_key_and_field(tmp_path):
     assert skip.stats()["skipped"] == 1
 
 
+def test_webdataset_members_apart_in_the_tar_name_the_fix(tmp_path):
+    # `tar -cf shard.tar *.jpg *.cls` (or GNU tar over a directory, unsorted) puts a sample's
+    # members apart; WebDataset groups only adjacent members. The error names the sample and the fix.
+    import shutil
+    import subprocess
+    if shutil.which("tar") is None:
+        pytest.skip("no tar")
+    write_wds(tmp_path / "sorted.tar", 0, 4)
+    src = tmp_path / "files"
+    src.mkdir()
+    with tarfile_open(tmp_path / "sorted.tar") as t:
+        t.extractall(src)
+    names = [f"s/{g:06d}.jpg" for g in range(4)] + [f"s/{g:06d}.cls" for g in range(4)]
+    subprocess.run(["tar", "-cf", str(tmp_path / "apart.tar"), "-C", str(src), *names], check=True)
+    ld = sluice.loader("wds", path=str(tmp_path / "apart.tar"), batch_size=2, size=[8, 8], sampler="sequential")
+    with pytest.raises(sluice.FormatError) as e:
+        for _ in ld:
+            pass
+    text = str(e.value)
+    assert "apart.tar" in text and "s/000000" in text and "has members apart in the tar" in text
+    assert "tar --sort=name" in text
+    skip = sluice.loader("wds", path=str(tmp_path / "apart.tar"), batch_size=2, size=[8, 8], sampler="sequential",
+                         errors="skip")
+    assert sum(b["label"].shape[0] for b in skip) == 0
+    assert skip.stats()["skipped"] == 8          # every part of every sample, counted
+
+
+def tarfile_open(path):
+    import tarfile
+    return tarfile.open(path)
+
+
 def test_the_gil_is_released_while_waiting_for_a_batch(tmp_path):
     import threading
     write_wds(tmp_path / "big.tar", 0, 12)

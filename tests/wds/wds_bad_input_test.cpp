@@ -109,6 +109,36 @@ TEST_CASE("wds bad input: a sample split across two shards is reported in both, 
   CHECK(first.cause().find("previous shard") != std::string::npos);
 }
 
+TEST_CASE("wds bad input: a sample whose members are apart in the tar (a directory tarred unsorted) is named with the fix") {
+  // GNU tar without --sort=name writes a directory in the file system's order, so a sample's
+  // members need not be next to each other; WebDataset would read each part as a sample.
+  temp_dir dir;
+  write_tar(dir.file("u.tar"), {{"k/0.jpg", bytes_of("a")}, {"k/1.jpg", bytes_of("b")}, {"k/0.cls", bytes_of("1")},
+                                {"k/2.jpg", bytes_of("c")}, {"k/2.cls", bytes_of("3")}, {"k/1.cls", bytes_of("2")}});
+  io::wds_dataset<cls_schema> d(dir.file("u.tar"), {.index = io::saved_index::ignore});
+  REQUIRE(d.size() == 5);  // k/0, k/1, k/0, k/2, k/1: each part of a split sample fails
+  for (std::size_t i : {0, 1, 2, 4}) {
+    const auto e = error_of(d, i);
+    CAPTURE(e.what());
+    CHECK(e.file() == dir.file("u.tar"));
+    CHECK(e.record() == i);
+    CHECK(e.cause().find("has members apart in the tar") != std::string::npos);
+    CHECK(e.cause().find("tar --sort=name") != std::string::npos);
+  }
+  CHECK(error_of(d, 0).cause().find("sample 'k/0'") != std::string::npos);
+  CHECK(error_of(d, 2).cause().find("samples 0 and 2 of the shard") != std::string::npos);
+  CHECK(error_of(d, 4).cause().find("samples 1 and 4 of the shard") != std::string::npos);
+  CHECK_NOTHROW((void)d.fields(3));  // k/2 is whole
+  // The single-field reader refuses the shard when it scans it.
+  try {
+    io::wds_tar_reader r(dir.file("u.tar"), {.record_field = "jpg", .index = io::saved_index::ignore});
+    FAIL("no format_error");
+  } catch (const format_error& e) {
+    CHECK(e.file() == dir.file("u.tar"));
+    CHECK(std::string(e.what()).find("sample 'k/0' has members apart in the tar (samples 0 and 2") != std::string::npos);
+  }
+}
+
 TEST_CASE("wds bad input: under the loader, skip drops and counts bad samples, raise reports the first") {
   temp_dir dir;
   std::vector<member> ms;

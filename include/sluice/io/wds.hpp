@@ -75,7 +75,7 @@ enum class wds_take : std::uint8_t { bytes, number, npy };
 
 // What is wrong with a sample, found at the scan and raised when it is read. Stored in the
 // label of the sample's first index entry as (problem << 16) | field.
-enum class wds_problem : std::uint8_t { none = 0, missing = 1, duplicate = 2, bad_number = 3, bad_npy = 4 };
+enum class wds_problem : std::uint8_t { none = 0, missing = 1, duplicate = 2, bad_number = 3, bad_npy = 4, split = 5 };
 
 
 // The npy (kind, item size) an element type matches.
@@ -347,9 +347,14 @@ class wds_core {
     bool have = false;
     std::size_t base = 0;
     std::vector<bool> seen(F);
+    sample_keys_seen keys;
     auto flag = [&](wds_problem p, std::size_t k) {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
+    };
+    // A sample in two places: both groups say so (the first may have been flagged missing).
+    auto flag_split = [&](std::size_t group_base) {
+      out[group_base].label = (out[group_base].label & ~problem_mask) | (static_cast<std::int64_t>(wds_problem::split) << 16);
     };
     auto finish = [&] {
       if (!have) return;
@@ -368,6 +373,10 @@ class wds_core {
         base = out.size();
         out.resize(out.size() + stride_, record_entry{m.start, 0, -1});
         out[base].label = 0;
+        if (const auto first = keys.repeat(key, base)) {
+          flag_split(*first);
+          flag_split(base);
+        }
       }
       for (std::size_t k = 0; k < F; ++k) {
         if (!rules_[k].matches(ext)) continue;
@@ -453,6 +462,12 @@ class wds_core {
       case wds_problem::duplicate:
         cause += "the sample has two members for it (" + exts + "); a field takes one member";
         break;
+      case wds_problem::split: {
+        std::size_t other = local;  // another sample of the shard with this key
+        for (std::size_t i = 0; i < sh.entries.size() / stride_ && other == local; ++i)
+          if (i != local && key_at(sh, sh.entries[i * stride_].offset) == key) other = i;
+        throw format_error(sh.path, {.record = local, .offset = e[0].offset}, split_sample_cause(key, local, other));
+      }
       case wds_problem::bad_number: {
         std::int64_t slot = 0;
         const char* why = visit_dtype(fields_[k].type, [&]<class T>() { return parse_number<T>(body, slot); });

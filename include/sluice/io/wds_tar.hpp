@@ -18,9 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -360,11 +362,38 @@ inline bool split_key(std::string_view name, std::string_view& key, std::string_
   return true;
 }
 
+// The keys of the samples a scan has started, to tell a sample whose members are apart in the tar
+// from two samples: WebDataset groups a sample's members only when they are next to each other,
+// and a tar of a directory written without sorting (GNU tar's default takes the file system's
+// order) splits samples so. repeat(key, at) records that the group at `at` has `key` and returns
+// where the key's first group was, if this is not the first.
+class sample_keys_seen {
+ public:
+  std::optional<std::size_t> repeat(std::string_view key, std::size_t at) {
+    const auto [it, fresh] = first_.try_emplace(std::string(key), at);
+    if (fresh) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<std::string, std::size_t> first_;
+};
+
+// The cause a format_error gives for such a sample, found as samples a and b of the shard.
+inline std::string split_sample_cause(std::string_view key, std::size_t a, std::size_t b) {
+  return "sample '" + std::string(key) + "' has members apart in the tar (samples " + std::to_string(std::min(a, b)) +
+         " and " + std::to_string(std::max(a, b)) +
+         " of the shard both have its key): WebDataset takes a sample's members only when they are next to each other; write the tar "
+         "with its members sorted by name (tar --sort=name, or add each sample's files together as "
+         "webdataset's TarWriter does)";
+}
+
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
                                               const wds_tar_options& opt, std::vector<std::string>* keys) {
   std::vector<record_entry> out;
   tar_sample cur;
   bool have_cur = false;
+  sample_keys_seen seen;
 
   auto finish = [&] {
     if (!have_cur) return;
@@ -384,6 +413,8 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     if (!split_key(m.name, key, ext)) return true;
     if (!have_cur || key != cur.key) {
       finish();
+      if (const auto first = seen.repeat(key, out.size()))
+        throw format_error(path, {out.size(), m.header}, split_sample_cause(key, *first, out.size()));
       cur = tar_sample{};
       cur.key.assign(key);
       cur.first_offset = m.header;
