@@ -274,18 +274,22 @@ def test_webdataset_images_and_labels(tmp_path):
     assert b["image"].shape == (4, 8, 12, 3) and b["image"].dtype == "uint8"
 
 
-def test_webdataset_missing_member_names_shard_key_and_field(tmp_path):
-    write_wds(tmp_path / "bad.tar", 0, 6, missing_cls=3)
-    ld = sluice.loader("wds", path=str(tmp_path / "bad.tar"), batch_size=2, size=[8, 8], sampler="sequential")
+def error_and_skipped(path):
+    """What a sequential wds loader over `path` raises, and with errors="skip" (samples delivered, skipped)."""
+    ld = sluice.loader("wds", path=str(path), batch_size=2, size=[8, 8], sampler="sequential")
     with pytest.raises(sluice.FormatError) as e:
         for _ in ld:
             pass
-    text = str(e.value)
+    skip = sluice.loader("wds", path=str(path), batch_size=2, size=[8, 8], sampler="sequential", errors="skip")
+    delivered = sum(b["label"].shape[0] for b in skip)
+    return str(e.value), delivered, skip.stats()["skipped"]
+
+
+def test_webdataset_missing_member_names_shard_key_and_field(tmp_path):
+    write_wds(tmp_path / "bad.tar", 0, 6, missing_cls=3)
+    text, delivered, skipped = error_and_skipped(tmp_path / "bad.tar")
     assert "bad.tar" in text and "000003" in text and "cls" in text
-    skip = sluice.loader("wds", path=str(tmp_path / "bad.tar"), batch_size=2, size=[8, 8], sampler="sequential",
-                         errors="skip")
-    assert sum(b["label"].shape[0] for b in skip) == 5
-    assert skip.stats()["skipped"] == 1
+    assert (delivered, skipped) == (5, 1)
 
 
 def test_webdataset_members_apart_in_the_tar_name_the_fix(tmp_path):
@@ -293,31 +297,20 @@ def test_webdataset_members_apart_in_the_tar_name_the_fix(tmp_path):
     # members apart; WebDataset groups only adjacent members. The error names the sample and the fix.
     import shutil
     import subprocess
+    import tarfile
     if shutil.which("tar") is None:
         pytest.skip("no tar")
     write_wds(tmp_path / "sorted.tar", 0, 4)
     src = tmp_path / "files"
     src.mkdir()
-    with tarfile_open(tmp_path / "sorted.tar") as t:
+    with tarfile.open(tmp_path / "sorted.tar") as t:
         t.extractall(src)
     names = [f"s/{g:06d}.jpg" for g in range(4)] + [f"s/{g:06d}.cls" for g in range(4)]
     subprocess.run(["tar", "-cf", str(tmp_path / "apart.tar"), "-C", str(src), *names], check=True)
-    ld = sluice.loader("wds", path=str(tmp_path / "apart.tar"), batch_size=2, size=[8, 8], sampler="sequential")
-    with pytest.raises(sluice.FormatError) as e:
-        for _ in ld:
-            pass
-    text = str(e.value)
+    text, delivered, skipped = error_and_skipped(tmp_path / "apart.tar")
     assert "apart.tar" in text and "s/000000" in text and "has members apart in the tar" in text
     assert "tar --sort=name" in text
-    skip = sluice.loader("wds", path=str(tmp_path / "apart.tar"), batch_size=2, size=[8, 8], sampler="sequential",
-                         errors="skip")
-    assert sum(b["label"].shape[0] for b in skip) == 0
-    assert skip.stats()["skipped"] == 8          # every part of every sample, counted
-
-
-def tarfile_open(path):
-    import tarfile
-    return tarfile.open(path)
+    assert (delivered, skipped) == (0, 8)        # every part of every sample, counted
 
 
 def test_the_gil_is_released_while_waiting_for_a_batch(tmp_path):
