@@ -573,6 +573,20 @@ TEST_CASE("pack: wds --fields with a sample missing a field or a field of partia
   CHECK(r.err.find("odd.tar") != std::string::npos);
   CHECK(r.err.find("sample 'x': field 'jpg': 3 bytes, not a whole number of i16 elements") != std::string::npos);
   check_nothing_left(out);
+  // A sample whose members are apart in the tar (tar -cf s.tar *.jpg *.cls) is named as such.
+  std::vector<std::byte> apart;
+  for (const char* name : {"p/0.jpg", "p/1.jpg", "p/0.cls", "p/1.cls"}) sluice::io::append_tar_member(apart, name, bytes_of_text("1"));
+  apart.resize(apart.size() + 1024);
+  sluice_test::write_file(d.file("apart.tar"), apart);
+  r = run_pack({"wds", d.file("apart.tar"), "-o", out, "--fields", "jpg", "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("apart.tar") != std::string::npos);
+  CHECK(r.err.find("sample 'p/0' has members apart in the tar (samples 0 and 2") != std::string::npos);
+  check_nothing_left(out);
+  r = run_pack({"wds", d.file("apart.tar"), "-o", out, "-q"});  // the single-field path, label cls
+  CHECK(r.code == 1);
+  CHECK(r.err.find("sample 'p/0' has members apart in the tar") != std::string::npos);
+  check_nothing_left(out);
   // With --skip-bad the bad file is listed and the good one packed.
   std::vector<std::byte> g;
   sluice::io::append_tar_member(g, "y.jpg", bytes_of_text("abcd"));

@@ -68,7 +68,8 @@ struct wds_dataset_options {
 namespace detail {
 
 // 2: a fixed u8 field of text members holds a parsed number (an index of version 1 held its bytes).
-inline constexpr int wds_group_scan_version = 2;
+// 3: the parts of a sample whose members are apart are flagged split, each naming the other.
+inline constexpr int wds_group_scan_version = 3;
 
 // How a field takes its member.
 enum class wds_take : std::uint8_t { bytes, number, npy };
@@ -352,9 +353,11 @@ class wds_core {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
     };
-    // A sample in two places: both groups say so (the first may have been flagged missing).
-    auto flag_split = [&](std::size_t group_base) {
+    // A sample in two places: both groups say so (the first may have been flagged missing), each
+    // naming the other (in its entry's size, 1 + the other group's sample number).
+    auto flag_split = [&](std::size_t group_base, std::size_t other_base) {
       out[group_base].label = (out[group_base].label & ~problem_mask) | (static_cast<std::int64_t>(wds_problem::split) << 16);
+      out[group_base].size = 1 + other_base / stride_;
     };
     auto finish = [&] {
       if (!have) return;
@@ -374,8 +377,8 @@ class wds_core {
         out.resize(out.size() + stride_, record_entry{m.start, 0, -1});
         out[base].label = 0;
         if (const auto first = keys.repeat(key, base)) {
-          flag_split(*first);
-          flag_split(base);
+          flag_split(*first, base);
+          flag_split(base, *first);
         }
       }
       for (std::size_t k = 0; k < F; ++k) {
@@ -463,9 +466,7 @@ class wds_core {
         cause += "the sample has two members for it (" + exts + "); a field takes one member";
         break;
       case wds_problem::split: {
-        std::size_t other = local;  // another sample of the shard with this key
-        for (std::size_t i = 0; i < sh.entries.size() / stride_ && other == local; ++i)
-          if (i != local && key_at(sh, sh.entries[i * stride_].offset) == key) other = i;
+        const std::size_t other = e[0].size != 0 ? static_cast<std::size_t>(e[0].size - 1) : local;
         throw format_error(sh.path, {.record = local, .offset = e[0].offset}, split_sample_cause(key, local, other));
       }
       case wds_problem::bad_number: {

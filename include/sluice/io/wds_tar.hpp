@@ -163,7 +163,8 @@ inline std::uint64_t first_nonzero(std::span<const std::byte> file, std::uint64_
 //   1: first release (stopped silently at the first zero block; pax size= ignored).
 //   2: pax size= honoured; lone and repeated zero blocks reported (or read through with
 //      ignore_zeros); sparse members refused; no data read after a link/device/directory.
-inline constexpr int wds_scan_version = 2;
+//   3: a sample key that comes back after other samples (members apart) is refused.
+inline constexpr int wds_scan_version = 3;
 
 // The `kind` the saved index is keyed by: everything that changes which samples a scan yields.
 inline std::string wds_index_kind(const wds_tar_options& opt) {
@@ -388,6 +389,42 @@ inline std::string split_sample_cause(std::string_view key, std::size_t a, std::
          "webdataset's TarWriter does)";
 }
 
+// Where a tar first has a sample key come back after other samples: the key, its two groups (the
+// samples they would be, counting groups of adjacent members) and the later group's first header.
+struct split_sample {
+  std::string key;
+  std::size_t first = 0, later = 0;
+  std::uint64_t offset = 0;
+};
+inline std::optional<split_sample> find_split_sample(std::span<const std::byte> file, const std::string& path,
+                                                     bool ignore_zeros) {
+  sample_keys_seen seen;
+  std::string cur;
+  bool have = false;
+  std::size_t groups = 0;
+  std::optional<split_sample> out;
+  walk_tar(file, path, ignore_zeros, [&](const tar_member_view& m) {
+    std::string_view key, ext;
+    if (!split_key(m.name, key, ext) || (have && key == cur)) return true;
+    cur.assign(key);
+    have = true;
+    if (const auto first = seen.repeat(key, groups)) {
+      out = split_sample{cur, *first, groups, m.header};
+      return false;
+    }
+    ++groups;
+    return true;
+  });
+  return out;
+}
+
+// A sample lacking a member may be one whose members are apart: that cause, if so, is the one to
+// give (called before raising a missing-member error; it walks the tar's headers once more).
+inline void throw_if_split(std::span<const std::byte> file, const std::string& path, bool ignore_zeros) {
+  if (const auto s = find_split_sample(file, path, ignore_zeros))
+    throw format_error(path, {s->later, s->offset}, split_sample_cause(s->key, s->first, s->later));
+}
+
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
                                               const wds_tar_options& opt, std::vector<std::string>* keys) {
   std::vector<record_entry> out;
@@ -397,10 +434,12 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
 
   auto finish = [&] {
     if (!have_cur) return;
-    if (cur.record.offset == ~std::uint64_t{0})
+    const bool no_record = cur.record.offset == ~std::uint64_t{0}, no_label = !opt.label_field.empty() && !cur.has_label;
+    if (no_record || no_label) throw_if_split(file, path, opt.ignore_zeros);
+    if (no_record)
       throw format_error(path, {out.size(), cur.first_offset},
                          "sample '" + cur.key + "' has no '" + opt.record_field + "' field");
-    if (!opt.label_field.empty() && !cur.has_label)
+    if (no_label)
       throw format_error(path, {out.size(), cur.first_offset},
                          "sample '" + cur.key + "' has no '" + opt.label_field + "' field");
     out.push_back(cur.record);
