@@ -129,6 +129,15 @@ TEST_CASE("wds bad input: a sample whose members are apart in the tar (a directo
   CHECK(error_of(d, 2).cause().find("samples 0 and 2 of the shard") != std::string::npos);
   CHECK(error_of(d, 4).cause().find("samples 1 and 4 of the shard") != std::string::npos);
   CHECK_NOTHROW((void)d.fields(3));  // k/2 is whole
+  // A key in two places with whole samples in both is two samples, as WebDataset reads them
+  // (archives joined with --ignore-zeros that number their samples alike).
+  write_tar(dir.file("w.tar"), {{"w/0.jpg", bytes_of("a")}, {"w/0.cls", bytes_of("1")}, {"w/1.jpg", bytes_of("b")},
+                                {"w/1.cls", bytes_of("2")}, {"w/0.jpg", bytes_of("c")}, {"w/0.cls", bytes_of("3")}});
+  io::wds_dataset<cls_schema> whole(dir.file("w.tar"), {.index = io::saved_index::ignore});
+  REQUIRE(whole.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK_NOTHROW((void)whole.fields(i));
+  io::wds_tar_reader whole_reader(dir.file("w.tar"), {.record_field = "jpg", .label_field = "cls", .index = io::saved_index::ignore});
+  CHECK(whole_reader.size() == 3);
   // The single-field reader refuses the shard when it scans it, with or without a label field
   // (with one, the first part already lacks a member: the split is still the cause it gives).
   write_tar(dir.file("c.tar"), {{"k/0.cls", bytes_of("1")}, {"k/1.cls", bytes_of("2")}, {"k/0.jpg", bytes_of("a")},

@@ -729,11 +729,10 @@ class wds_fields_source {
     auto fail = [&](std::uint64_t at, const std::string& why) {
       throw sluice::format_error(path, {.record = labels_.size(), .offset = at}, "sample '" + key + "': " + why);
     };
-    sluice::io::detail::sample_keys_seen seen;
     auto finish = [&] {
       if (!open) return;
       const bool complete = std::find(have.begin(), have.end(), false) == have.end() && (label.empty() || have_label);
-      if (!complete) sluice::io::detail::throw_if_split(file_.bytes(), path, o.ignore_zeros);
+      if (!complete) sluice::io::detail::throw_if_split(file_.bytes(), path, o.ignore_zeros, key);
       for (std::size_t k = 0; k < fields.size(); ++k)
         if (!have[k]) fail(first, "field '" + fields[k].name + "': missing (no '" + key + "." + fields[k].name + "' member)");
       if (!label.empty() && !have_label) fail(first, "has no '" + label + "' label member");
@@ -746,9 +745,6 @@ class wds_fields_source {
       if (!sluice::io::detail::split_key(m.name, k, ext)) return true;
       if (!open || k != key) {
         finish();
-        if (const auto earlier = seen.repeat(k, labels_.size()))
-          throw sluice::format_error(path, {.record = labels_.size(), .offset = m.header},
-                                     sluice::io::detail::split_sample_cause(k, *earlier, labels_.size()));
         key.assign(k);
         std::fill(have.begin(), have.end(), false);
         std::fill(cur.begin(), cur.end(), std::span<const std::byte>{});

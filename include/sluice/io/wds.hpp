@@ -26,6 +26,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,7 +69,8 @@ struct wds_dataset_options {
 namespace detail {
 
 // 2: a fixed u8 field of text members holds a parsed number (an index of version 1 held its bytes).
-// 3: the parts of a sample whose members are apart are flagged split, each naming the other.
+// 3: the parts of a sample whose members are apart (a key in two groups, one lacking a member)
+//    are flagged split, each naming the other.
 inline constexpr int wds_group_scan_version = 3;
 
 // How a field takes its member.
@@ -353,8 +355,11 @@ class wds_core {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
     };
-    // A sample in two places: both groups say so (the first may have been flagged missing), each
-    // naming the other (in its entry's size, 1 + the other group's sample number).
+    // A key with another group earlier in the shard, one of them lacking a member: a sample whose
+    // members are apart. Both groups say so, each naming the other (in its entry's size, 1 + the
+    // other group's sample number). Two whole groups are two samples, as WebDataset reads them.
+    std::optional<std::size_t> earlier;  // the current group's key's first group
+    auto problem_at = [&](std::size_t b) { return static_cast<wds_problem>((out[b].label >> 16) & 0xff); };
     auto flag_split = [&](std::size_t group_base, std::size_t other_base) {
       out[group_base].label = (out[group_base].label & ~problem_mask) | (static_cast<std::int64_t>(wds_problem::split) << 16);
       out[group_base].size = 1 + other_base / stride_;
@@ -363,6 +368,13 @@ class wds_core {
       if (!have) return;
       for (std::size_t k = 0; k < F; ++k)
         if (!seen[k]) flag(wds_problem::missing, k);
+      if (earlier) {
+        const auto a = problem_at(*earlier), b = problem_at(base);
+        if (a == wds_problem::missing || a == wds_problem::split || b == wds_problem::missing) {
+          flag_split(*earlier, base);
+          flag_split(base, *earlier);
+        }
+      }
       have = false;
     };
     walk_tar(file, path, opt_.ignore_zeros, [&](const tar_member_view& m) {
@@ -376,10 +388,7 @@ class wds_core {
         base = out.size();
         out.resize(out.size() + stride_, record_entry{m.start, 0, -1});
         out[base].label = 0;
-        if (const auto first = keys.repeat(key, base)) {
-          flag_split(*first, base);
-          flag_split(base, *first);
-        }
+        earlier = keys.repeat(key, base);
       }
       for (std::size_t k = 0; k < F; ++k) {
         if (!rules_[k].matches(ext)) continue;

@@ -163,7 +163,7 @@ inline std::uint64_t first_nonzero(std::span<const std::byte> file, std::uint64_
 //   1: first release (stopped silently at the first zero block; pax size= ignored).
 //   2: pax size= honoured; lone and repeated zero blocks reported (or read through with
 //      ignore_zeros); sparse members refused; no data read after a link/device/directory.
-//   3: a sample key that comes back after other samples (members apart) is refused.
+//   3: a sample lacking a member whose key has another group elsewhere (members apart) says so.
 inline constexpr int wds_scan_version = 3;
 
 // The `kind` the saved index is keyed by: everything that changes which samples a scan yields.
@@ -364,10 +364,10 @@ inline bool split_key(std::string_view name, std::string_view& key, std::string_
 }
 
 // The keys of the samples a scan has started, to tell a sample whose members are apart in the tar
-// from two samples: WebDataset groups a sample's members only when they are next to each other,
-// and a tar of a directory written without sorting (GNU tar's default takes the file system's
-// order) splits samples so. repeat(key, at) records that the group at `at` has `key` and returns
-// where the key's first group was, if this is not the first.
+// (WebDataset groups a sample's members only when they are next to each other, and a tar of a
+// directory written without sorting, GNU tar's default, splits samples so) from a whole sample.
+// repeat(key, at) records that the group at `at` has `key` and returns where the key's first
+// group was, if this is not the first.
 class sample_keys_seen {
  public:
   std::optional<std::size_t> repeat(std::string_view key, std::size_t at) {
@@ -389,40 +389,43 @@ inline std::string split_sample_cause(std::string_view key, std::size_t a, std::
          "webdataset's TarWriter does)";
 }
 
-// Where a tar first has a sample key come back after other samples: the key, its two groups (the
-// samples they would be, counting groups of adjacent members) and the later group's first header.
+// The first two groups of adjacent members (the samples they would be) that have sample key `key`,
+// and the second group's first header, if the key has two.
 struct split_sample {
-  std::string key;
   std::size_t first = 0, later = 0;
   std::uint64_t offset = 0;
 };
 inline std::optional<split_sample> find_split_sample(std::span<const std::byte> file, const std::string& path,
-                                                     bool ignore_zeros) {
-  sample_keys_seen seen;
+                                                     bool ignore_zeros, std::string_view key) {
   std::string cur;
   bool have = false;
   std::size_t groups = 0;
+  std::optional<std::size_t> first;
   std::optional<split_sample> out;
   walk_tar(file, path, ignore_zeros, [&](const tar_member_view& m) {
-    std::string_view key, ext;
-    if (!split_key(m.name, key, ext) || (have && key == cur)) return true;
-    cur.assign(key);
+    std::string_view k, ext;
+    if (!split_key(m.name, k, ext) || (have && k == cur)) return true;
+    cur.assign(k);
     have = true;
-    if (const auto first = seen.repeat(key, groups)) {
-      out = split_sample{cur, *first, groups, m.header};
-      return false;
+    const std::size_t g = groups++;
+    if (k != key) return true;
+    if (!first) {
+      first = g;
+      return true;
     }
-    ++groups;
-    return true;
+    out = split_sample{*first, g, m.header};
+    return false;
   });
   return out;
 }
 
-// A sample lacking a member may be one whose members are apart: that cause, if so, is the one to
-// give (called before raising a missing-member error; it walks the tar's headers once more).
-inline void throw_if_split(std::span<const std::byte> file, const std::string& path, bool ignore_zeros) {
-  if (const auto s = find_split_sample(file, path, ignore_zeros))
-    throw format_error(path, {s->later, s->offset}, split_sample_cause(s->key, s->first, s->later));
+// A sample lacking a member may be a part of one whose members are apart: that is the cause to
+// give, if so (called before raising a missing-member error; it walks the tar's headers again).
+// Parts that are each whole are two samples, as WebDataset reads them.
+inline void throw_if_split(std::span<const std::byte> file, const std::string& path, bool ignore_zeros,
+                           std::string_view key) {
+  if (const auto s = find_split_sample(file, path, ignore_zeros, key))
+    throw format_error(path, {s->later, s->offset}, split_sample_cause(key, s->first, s->later));
 }
 
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
@@ -430,12 +433,11 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
   std::vector<record_entry> out;
   tar_sample cur;
   bool have_cur = false;
-  sample_keys_seen seen;
 
   auto finish = [&] {
     if (!have_cur) return;
     const bool no_record = cur.record.offset == ~std::uint64_t{0}, no_label = !opt.label_field.empty() && !cur.has_label;
-    if (no_record || no_label) throw_if_split(file, path, opt.ignore_zeros);
+    if (no_record || no_label) throw_if_split(file, path, opt.ignore_zeros, cur.key);
     if (no_record)
       throw format_error(path, {out.size(), cur.first_offset},
                          "sample '" + cur.key + "' has no '" + opt.record_field + "' field");
@@ -452,8 +454,6 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     if (!split_key(m.name, key, ext)) return true;
     if (!have_cur || key != cur.key) {
       finish();
-      if (const auto first = seen.repeat(key, out.size()))
-        throw format_error(path, {out.size(), m.header}, split_sample_cause(key, *first, out.size()));
       cur = tar_sample{};
       cur.key.assign(key);
       cur.first_offset = m.header;
