@@ -142,7 +142,8 @@ TEST_CASE("wds bad input: a sample whose members are apart in the tar (a directo
   // (with one, the first part already lacks a member: the split is still the cause it gives).
   write_tar(dir.file("c.tar"), {{"k/0.cls", bytes_of("1")}, {"k/1.cls", bytes_of("2")}, {"k/0.jpg", bytes_of("a")},
                                 {"k/1.jpg", bytes_of("b")}});
-  for (const auto& [tar, label] : {std::pair{"u.tar", ""}, std::pair{"u.tar", "cls"}, std::pair{"c.tar", "cls"}}) {
+  for (const auto& shard : {std::pair{"u.tar", ""}, std::pair{"u.tar", "cls"}, std::pair{"c.tar", "cls"}}) {
+    const std::string tar = shard.first, label = shard.second;  // named (clang 14 cannot capture bindings)
     CAPTURE(tar);
     CAPTURE(label);
     try {
