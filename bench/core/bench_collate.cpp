@@ -40,8 +40,8 @@ constexpr std::size_t records = 16384;  // 201 MB: larger than any cache, well i
 // a multiple of it. How a file was written decides how it sits in the page cache: Linux 6.x keeps
 // one written in small pieces in small folios (4-16 KiB: mapped a fault per 64 KiB, populating
 // 1.2 GB costs ~27 ms of CPU) and one written 2 MiB or more at a time in 2 MiB folios (populating it
-// costs ~1 ms, and gathers from it take fewer TLB misses). A file read back from disk gets large
-// folios from readahead.
+// costs ~1 ms, and gathers from it take fewer TLB misses). A file read back from disk gets what
+// readahead makes, in between.
 void write_records(const std::string& path, std::size_t n, std::size_t write_bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot create " + path);
@@ -71,8 +71,8 @@ void write_records(const std::string& path, std::size_t n, std::size_t write_byt
 }
 
 // A file of n records in the temporary directory, written once, 8 MiB at a time, so that it is in
-// the page cache as a file read from disk or packed by sluice-pack is, whatever ran before (the
-// default size; BM_first_epoch writes its own).
+// the page cache as a shard packed by sluice-pack is, whatever ran before (the default size;
+// BM_first_epoch writes its own).
 std::string data_path(std::size_t n = records) {
   const std::string name = "sluice-bench-collate-" + std::to_string(n) + "-w8m.u8";
   auto p = (std::filesystem::temp_directory_path() / name).string();
@@ -357,8 +357,9 @@ void BM_first_epoch(benchmark::State& state) {
     for (auto& b : loader.epoch(1)) benchmark::DoNotOptimize(b.bytes().data());
     const auto t2 = std::chrono::steady_clock::now();
     const auto use2 = threads_now();
-    worker_faults0 += used_between(use0, use1, "sluice-worker").first;
-    worker_ms0 += used_between(use0, use1, "sluice-worker").second;
+    const auto [faults, ms] = used_between(use0, use1, "sluice-worker");
+    worker_faults0 += faults;
+    worker_ms0 += ms;
     worker_ms1 += used_between(use1, use2, "sluice-worker").second;
     warmer_ms0 += used_between(use0, use1, "sluice-pagewarm").second;
     trainer_ms0 += used_between(use0, use1, "", true).second;

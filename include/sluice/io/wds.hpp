@@ -32,6 +32,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -350,7 +351,7 @@ class wds_core {
     bool have = false;
     std::size_t base = 0;
     std::vector<bool> seen(F);
-    sample_keys_seen keys;
+    std::unordered_map<std::string, std::size_t> first_group;  // each key's first group
     auto flag = [&](wds_problem p, std::size_t k) {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
@@ -388,7 +389,8 @@ class wds_core {
         base = out.size();
         out.resize(out.size() + stride_, record_entry{m.start, 0, -1});
         out[base].label = 0;
-        earlier = keys.repeat(key, base);
+        const auto [it, fresh] = first_group.try_emplace(std::string(key), base);
+        earlier = fresh ? std::nullopt : std::optional<std::size_t>(it->second);
       }
       for (std::size_t k = 0; k < F; ++k) {
         if (!rules_[k].matches(ext)) continue;

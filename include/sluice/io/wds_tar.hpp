@@ -22,7 +22,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -363,23 +362,8 @@ inline bool split_key(std::string_view name, std::string_view& key, std::string_
   return true;
 }
 
-// The keys of the samples a scan has started, to tell a sample whose members are apart in the tar
-// (WebDataset groups a sample's members only when they are next to each other, and a tar of a
-// directory written without sorting, GNU tar's default, splits samples so) from a whole sample.
-// repeat(key, at) records that the group at `at` has `key` and returns where the key's first
-// group was, if this is not the first.
-class sample_keys_seen {
- public:
-  std::optional<std::size_t> repeat(std::string_view key, std::size_t at) {
-    const auto [it, fresh] = first_.try_emplace(std::string(key), at);
-    if (fresh) return std::nullopt;
-    return it->second;
-  }
-
- private:
-  std::unordered_map<std::string, std::size_t> first_;
-};
-
+// WebDataset groups a sample's members only when they are next to each other; a tar of a
+// directory written without sorting (GNU tar's default takes the file system's order) splits them.
 // The cause a format_error gives for such a sample, found as samples a and b of the shard.
 inline std::string split_sample_cause(std::string_view key, std::size_t a, std::size_t b) {
   return "sample '" + std::string(key) + "' has members apart in the tar (samples " + std::to_string(std::min(a, b)) +
