@@ -18,7 +18,9 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -99,6 +101,35 @@ inline void name_current_thread(const std::string& name) noexcept {
   name.copy(buf, name.size() < 15 ? name.size() : 15);
   (void)::pthread_setname_np(::pthread_self(), buf);
 }
+
+// The process that started an object's threads. fork() copies the object into the child but none
+// of its threads: there, joining one waits forever, and destroying a condition variable one of
+// them was waiting on does too (glibc waits for every waiter it counted). An object whose threads
+// another process started refuses further use and is left in memory, never joined or destroyed.
+class thread_owner {
+ public:
+  // Called where the threads start (any number of times; the first call in a process counts).
+  void started() noexcept {
+    const pid_t self = ::getpid();
+    if (pid_.load(std::memory_order_relaxed) != self) pid_.store(self, std::memory_order_relaxed);
+  }
+  // Whether threads were started, by a process other than this one (a forked child's view).
+  [[nodiscard]] bool forked_away() const noexcept {
+    const pid_t p = pid_.load(std::memory_order_relaxed);
+    return p != 0 && p != ::getpid();
+  }
+  [[nodiscard]] pid_t pid() const noexcept { return pid_.load(std::memory_order_relaxed); }
+  // The usage_error a forked child gets for using `what`.
+  [[nodiscard]] usage_error forked_error(const std::string& what) const {
+    return usage_error("sluice: " + what + " runs threads that process " + std::to_string(pid()) +
+                       " started; this process (" + std::to_string(::getpid()) +
+                       ", forked from it) has none of them. Build a new one after the fork (or start processes with "
+                       "'spawn'); letting this one go here is safe");
+  }
+
+ private:
+  std::atomic<pid_t> pid_{0};
+};
 }  // namespace detail
 
 // Pins the calling thread to `cpu`. usage_error if the CPU is not allowed; io-like failures of

@@ -51,7 +51,9 @@ class loader {
   class epoch_range;
 
   loader(BChain chain, Depth depth, loader_options opt)
-      : ring_(std::make_shared<ring_type>(std::move(chain), std::move(depth), opt)) {}
+      : ring_(new ring_type(std::move(chain), std::move(depth), opt), [](ring_type* r) {
+          if (!r->forked_away()) delete r;  // a forked child's copy is left in memory (thread_owner)
+        }) {}
   loader(loader&&) noexcept = default;
   loader& operator=(loader&& o) noexcept {
     if (this != &o) {

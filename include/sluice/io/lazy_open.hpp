@@ -106,9 +106,15 @@ class background_opener {
     std::lock_guard lk(m_);
     if (stopping_) return;
     jobs_.push_back(std::move(job));
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!thread_.joinable()) {
+      owner_.started();
+      thread_ = std::thread([this] { run(); });
+    }
     cv_.notify_one();
   }
+  // Whether the thread was started by the process this one was forked from (then this object is
+  // left in memory: sluice::detail::thread_owner).
+  [[nodiscard]] bool forked_away() const noexcept { return owner_.forked_away(); }
   void stop() noexcept {
     {
       std::lock_guard lk(m_);
@@ -142,6 +148,7 @@ class background_opener {
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
+  sluice::detail::thread_owner owner_;
   std::thread thread_;
 };
 
@@ -159,11 +166,13 @@ class opener_handle {
   ~opener_handle() = default;
   void post(std::function<void()> job) {
     std::lock_guard lk(m_);
+    if (p_ && p_->forked_away()) (void)p_.release();  // a forked child starts its own opener
     if (!p_) p_ = std::make_unique<background_opener>();
     p_->post(std::move(job));
   }
   void stop() noexcept {
     std::lock_guard lk(m_);
+    if (p_ && p_->forked_away()) (void)p_.release();  // left in memory: its thread is not here
     if (p_) p_->stop();
     p_.reset();
   }

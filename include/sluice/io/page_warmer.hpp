@@ -125,8 +125,16 @@ class page_warmer {
   static constexpr std::size_t min_bytes = std::size_t{1} << 20;  // smaller files are not queued
 
   static page_warmer& instance() {
-    static page_warmer w;
-    return w;
+    // Destroyed at exit (joining the thread) by the process that started the thread; a forked
+    // child's copy is left as it is (sluice::detail::thread_owner says why).
+    struct holder {
+      page_warmer* w = new page_warmer;
+      ~holder() {
+        if (!w->owner_.forked_away()) delete w;
+      }
+    };
+    static holder h;
+    return *h.w;
   }
   page_warmer(const page_warmer&) = delete;
   page_warmer& operator=(const page_warmer&) = delete;
@@ -136,17 +144,16 @@ class page_warmer {
       stop_ = true;
     }
     cv_.notify_all();
-    // A forked child inherits this object but not the thread: it must neither join nor destroy
-    // a std::thread that is joinable (std::terminate), so the child leaves it alone.
-    if (thread_ != nullptr && owner_ == ::getpid()) {
+    if (thread_ != nullptr) {
       thread_->join();
       delete thread_;
     }
   }
 
-  // Queues [p, p + n) (a whole read-only file mapping). Returns the job's id (0: not queued).
+  // Queues [p, p + n) (a whole read-only file mapping). Returns the job's id (0: not queued). A
+  // process forked from one whose warmer ran does not warm: its copy belongs to a thread it lacks.
   std::uint64_t add(const std::byte* p, std::size_t n) {
-    if (n < min_bytes) return 0;  // a few faults: not worth a job
+    if (n < min_bytes || owner_.forked_away()) return 0;  // a few faults: not worth a job
     const std::uint64_t avail = memory_available();
     std::lock_guard lk(m_);
 #ifdef MADV_POPULATE_READ
@@ -157,9 +164,9 @@ class page_warmer {
     }
     jobs_.push_back({++next_id_, p, n, 0, false, false});
     ++stats_.files_queued;
-    if (thread_ == nullptr || owner_ != ::getpid()) {  // first use, or first use in a forked child
+    if (thread_ == nullptr) {  // first use
+      owner_.started();
       thread_ = new std::thread([this] { run(); });
-      owner_ = ::getpid();
     }
     cv_.notify_one();
     return next_id_;
@@ -174,7 +181,7 @@ class page_warmer {
   // Drops job `id` (queued or running): returns once the thread no longer touches its range (at
   // most the chunk in progress later).
   void cancel(std::uint64_t id) {
-    if (id == 0) return;
+    if (id == 0 || owner_.forked_away()) return;  // a forked child: no thread touches its copy
     std::unique_lock lk(m_);
     auto it = find(id);
     if (it == jobs_.end()) return;  // finished or failed already
@@ -250,8 +257,8 @@ class page_warmer {
   std::uint64_t next_id_ = 0;
   bool stop_ = false;
   page_warm_stats_t stats_;
-  std::thread* thread_ = nullptr;  // started on first use; see ~page_warmer for why a pointer
-  pid_t owner_ = 0;                // the process that started it
+  std::thread* thread_ = nullptr;          // started on first use
+  sluice::detail::thread_owner owner_;    // the process that started it
 };
 
 }  // namespace detail

@@ -133,8 +133,13 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
   }
 
+  // Whether this is a forked child's copy of a ring whose workers another process started: it
+  // must be left in memory, not destroyed (loader's deleter; detail::thread_owner says why).
+  [[nodiscard]] bool forked_away() const noexcept { return owner_.forked_away(); }
+
   // Stops and joins every worker. Idempotent; called by the loader's destructor.
   void shutdown() noexcept {
+    if (owner_.forked_away()) return;  // a forked child: the threads are not here (thread_owner)
     {
       std::lock_guard lk(m_);
       stop_.store(true, std::memory_order_relaxed);
@@ -153,6 +158,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // Starts (or restarts) an epoch run at `start` samples into the epoch's order.
   void begin_epoch(std::uint64_t epoch, std::uint64_t start) {
+    if (owner_.forked_away()) throw owner_.forked_error("this loader");
     check_all_files();  // a file replaced or written since it was opened fails its samples
     std::unique_lock lk(m_);
     generation_.fetch_add(1, std::memory_order_relaxed);  // cancels a running epoch
@@ -189,6 +195,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     active_ = true;
     if (threads_.empty()) {
       threads_.reserve(opt_.max_workers);
+      owner_.started();
       for (std::size_t w = 0; w < opt_.max_workers; ++w) threads_.emplace_back([this, w] { worker_main(w); });
     }
     cv_work_.notify_all();
@@ -196,6 +203,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // Cancels the running epoch (the trainer left the loop early). Batches already held stay valid.
   void end_epoch() {
+    if (owner_.forked_away()) return;
     std::lock_guard lk(m_);
     if (!active_) return;
     history_.mark_end(now_ns());
@@ -214,6 +222,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
 
   // The next batch in order, or an empty handle at the end of the epoch.
   batch next() {
+    if (owner_.forked_away()) throw owner_.forked_error("this loader");
     const std::uint64_t t_request = now_ns();
     clock_.on_request(t_request);
     std::unique_lock lk(m_);
@@ -340,6 +349,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
 
   void release(slot_base& base) noexcept override {
+    if (owner_.forked_away()) return;  // a forked child keeps the slot: its ring is left as it is
     auto& s = static_cast<slot_type&>(base);
     const std::exception_ptr failed = stages_.template invoke_hook<hook::on_release>(s, s.count != 0 ? s.ids[0] : 0,
                                                                                      on_hook_failure::go_on);
@@ -1115,6 +1125,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::atomic<write_job*> urgent_{nullptr};  // the open job the trainer waits for (set under m_)
   std::uint64_t awaited_ = no_ticket;        // under m_: the ticket the trainer waits for
   std::vector<std::thread> threads_;
+  thread_owner owner_;  // the process that started threads_ (a forked child has none of them)
   std::vector<std::thread> warm_threads_;  // the warming runs, joined by shutdown() (under m_)
   bool warming_running_ = false;           // under m_
   std::size_t slots_warmed_ = 0;           // under m_
