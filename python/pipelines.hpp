@@ -198,8 +198,9 @@ inline sluice::sample::any_sampler sampler_of(const options& o, std::size_t n, c
   if (o.sampler == "shuffle") return distributed{shuffle(n, {.seed = seed}), r};
   if (o.sampler == "weighted") {
     if (o.sample_weights.size() != n)
-      throw sluice::usage_error("sluice: sampler='weighted' needs sample_weights= with one weight per sample (" +
-                            std::to_string(n) + "), got " + std::to_string(o.sample_weights.size()));
+      throw sluice::usage_error("sluice: a weighted sampler needs one weight per sample (" + std::to_string(n) +
+                                "), got " + std::to_string(o.sample_weights.size()) +
+                                " (sluice.sample.weighted(weights), or sluice.loader's sample_weights=)");
     return distributed{weighted(o.sample_weights, {.seed = seed}), r};
   }
   if (o.sampler == "class_balanced") {

@@ -105,6 +105,10 @@ _DATALOADER_WORDS = {
     "generator": "the sampler's seed (sluice.sample.shuffle(seed=...))",
     "batch_sampler": "sampler= and batch_size=",
     "timeout": "nothing: errors and Ctrl-C reach the trainer without one",
+    "multiprocessing_context": "nothing: workers are C++ threads, never processes",
+    "in_order": "nothing: batches always arrive in the sampler's order",
+    "pin_memory_device": "nothing: batches are host memory; torch.from_dlpack(...).to(device) copies",
+    "dataset": "the source, Loader's first argument: sluice.Loader(source, batch_size=...)",
 }
 
 
@@ -114,7 +118,7 @@ def _param_names(fn) -> Sequence[str]:
 
 def _unknown_keyword(where: str, name: str, valid: Sequence[str]) -> TypeError:
     msg = f"{where}() got an unexpected keyword argument '{name}'"
-    close = difflib.get_close_matches(name, valid, n=1)
+    close = [] if name in _DATALOADER_WORDS else difflib.get_close_matches(name, valid, n=1)
     if close:
         msg += f"; did you mean '{close[0]}'?"
     homes = [h for h, params in _HOMES.items() if name in params and h != where]
@@ -1219,7 +1223,9 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch being iterated; between iterations, the one the next iter() starts."""
+        """The epoch of the last iter() until its last batch (also after a ``break``: state_dict()
+        resumes it); after that, the one the next iter() starts. iter() without load_state_dict()
+        always starts the next epoch."""
         return self._engine.epoch
 
     def set_epoch(self, epoch: int) -> None:
@@ -1228,13 +1234,16 @@ class Loader:
         self._engine.set_epoch(_int("epoch", epoch))
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where the loader stands: mid-epoch, the batches delivered count as consumed; after an
-        epoch, the start of the next. Pickles (bytes and ints) for torch.save / a checkpoint."""
+        """Where the loader stands: mid-epoch (also after a ``break`` or an exception left the loop),
+        the batches delivered count as consumed; after an epoch, the start of the next. Pickles
+        (bytes and ints) for torch.save / a checkpoint."""
         return self._engine.state_dict()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """The next iter() resumes where ``state_dict`` stood (checked against this pipeline at once:
         another dataset, sampler, seed or batch size is a UsageError naming each difference)."""
+        if not isinstance(state_dict, dict):
+            raise _usage(f"load_state_dict() takes the dict state_dict() returned, not a {type(state_dict).__name__}")
         self._engine.load_state_dict(state_dict)
 
     def stats(self) -> Dict[str, Any]:
@@ -1243,7 +1252,7 @@ class Loader:
 
     def epoch_stats(self, epoch: int) -> Optional[Dict[str, Any]]:
         """One epoch's figures (per stage, stall, bottleneck), or None when no longer kept (16 kept)."""
-        return self._engine.epoch_stats(epoch)
+        return self._engine.epoch_stats(_int("epoch", epoch))
 
     def advise(self, validation_loss: Optional[Dict[int, float]] = None) -> list:
         """The advisor's recommendations on the kept epochs: ``[{rule, severity, message, value}]``.
@@ -1311,8 +1320,15 @@ pack = _checked(pack, "sluice.pack")
 _loader_init = Loader.__init__
 
 
-def _loader_init_checked(self, source, **kwargs):
+def _loader_init_checked(self, source=None, *more, **kwargs):
+    if more:
+        raise TypeError(f"sluice.Loader() takes the source positionally and its settings by keyword: "
+                        f"sluice.Loader(source, batch_size={more[0]!r}, ...) (got {len(more)} more positional "
+                        f"argument{'s' if len(more) > 1 else ''})")
     _check_keywords("sluice.Loader", kwargs, _LOADER_KEYWORDS)
+    if source is None:
+        raise TypeError("sluice.Loader() needs a source as its first argument: sluice.Loader(sluice.npy(...), "
+                        "batch_size=...)")
     _loader_init(self, source, **kwargs)
 
 

@@ -97,6 +97,29 @@ def test_iterating_again_is_the_next_epoch_reshuffled(recs):
     assert [i for b in ref for i in ids(b)] == e1
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loop_left_early_checkpoints_where_it_stopped_and_iter_starts_the_next_epoch(recs, workers):
+    ld = loader_of(recs, workers=workers)
+    seen = []
+    for b in ld:
+        seen += ids(b)
+        if len(seen) == 30:
+            break
+    st = ld.state_dict()
+    assert (st["epoch"], st["position"], ld.epoch) == (0, 30, 0)  # the stopped epoch, as a checkpoint
+    resumed = loader_of(recs, workers=2 - workers)
+    resumed.load_state_dict(st)
+    rest = [i for b in resumed for i in ids(b)]
+    assert sorted(seen + rest) == list(range(N))                   # the checkpoint finishes epoch 0
+    assert [i for b in ld for i in ids(b)] == [i for b in resumed for i in ids(b)]  # iter(): epoch 1 in both
+    again = loader_of(recs, workers=workers)
+    it = iter(again)
+    first = ids(next(it)) + ids(next(it)) + ids(next(it))
+    del it                                                         # the loop left early
+    again.load_state_dict(again.state_dict())                      # this process finishes epoch 0 too
+    assert sorted(first + [i for b in again for i in ids(b)]) == list(range(N))
+
+
 def test_iter_is_a_fresh_iterator_and_a_half_used_one_continues(recs):
     ld = loader_of(recs)
     it = iter(ld)
@@ -293,6 +316,54 @@ def test_ctrl_c_reaches_the_trainer_promptly_and_del_returns(tmp_path, workers):
     assert float(lines["del"]) < 2.0
 
 
+FORKED = r"""
+import os, signal, sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import sluice
+path, mid = sys.argv[2], sys.argv[3] == "mid"
+def loader():
+    return sluice.Loader(sluice.records(path, record_bytes=16, dtype="uint32", shape=(4,)), batch_size=1000, workers=2)
+def ids(ld):
+    return sorted(int(i) for b in ld for i in np.from_dlpack(b["data"])[:, 0])
+ld = loader()
+it = iter(ld)
+first = [int(i) for i in np.from_dlpack(next(it)["data"])[:, 0]]
+if not mid:
+    rest = [int(i) for b in it for i in np.from_dlpack(b["data"])[:, 0]]
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)                                 # a hang ends the child with SIGALRM
+    for what in ("next", "iter"):                      # the kept iterator, then a new one
+        try:
+            next(it) if what == "next" else next(iter(ld))
+            print("child", what, "gave a batch"); os._exit(3)
+        except sluice.UsageError as e:
+            assert "forked" in str(e) and str(os.getppid()) in str(e), e
+        except StopIteration:
+            assert what == "next" and not mid
+    assert ids(loader()) == list(range(100000))      # a loader built in the child works
+    del it, ld
+    sys.exit(0)                                      # destructors and exit handlers run
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+got = sorted(first + ([int(i) for b in it for i in np.from_dlpack(b["data"])[:, 0]] if mid else rest))
+print("parent", got == list(range(100000)), ids(ld) == list(range(100000)))
+"""
+
+
+@pytest.mark.parametrize("when", ["mid", "after"])
+def test_a_forked_child_is_refused_clearly_and_exits_cleanly(tmp_path, when):
+    # fork() after a loader's workers started: the child has none of its threads. Using the loader
+    # there is a UsageError; letting it go (del, exit) neither hangs nor crashes; the parent's
+    # epoch is whole. The file is large enough (1.6 MB) for the page warmer's thread to start.
+    data = np.repeat(np.arange(100000, dtype="<u4")[:, None], 4, axis=1)
+    (tmp_path / "d.bin").write_bytes(data.tobytes())
+    out = subprocess.run([sys.executable, "-c", FORKED, os.path.dirname(os.path.dirname(sluice.__file__)),
+                          str(tmp_path / "d.bin"), when], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["child", "0", "parent", "True", "True"], (out.stdout, out.stderr)
+
+
 # --- ranks ----------------------------------------------------------------------------------
 
 RANKED = r"""
@@ -358,6 +429,33 @@ def test_keywords_that_do_not_apply_are_type_errors_naming_where_they_apply(recs
         sluice.loader("wds", path="x.tar", size=(8, 8), vocab=3)
     with pytest.raises(sluice.UsageError, match="mean=/std= normalise float32 output"):
         sluice.records(recs[0], record_bytes=16, mean=0.5)
+
+
+def test_dataloader_habits_in_calls_get_errors_in_sluices_words(recs):
+    src = sluice.records(recs[0], record_bytes=16)
+    with pytest.raises(TypeError, match=r"source positionally and its settings by keyword: sluice.Loader\(source, "
+                                        r"batch_size=32"):
+        sluice.Loader(src, 32)                               # DataLoader(dataset, 32)
+    with pytest.raises(TypeError, match="DataLoader's dataset: in sluice, the source, Loader's first argument"):
+        sluice.Loader(dataset=src, batch_size=4)
+    with pytest.raises(TypeError) as e:                      # not max_workers, an unrelated setting
+        sluice.Loader(src, num_workers=2)
+    assert "did you mean" not in str(e.value) and "workers=" in str(e.value)
+    with pytest.raises(TypeError, match="multiprocessing_context: in sluice, nothing: workers are C"):
+        sluice.Loader(src, multiprocessing_context="fork")
+    with pytest.raises(sluice.UsageError, match=r"sample weight 0 is inf: a weight must be finite and >= 0"):
+        sluice.Loader(src, sampler=sluice.sample.weighted([float("inf")] + [1.0] * (N - 1)))
+    with pytest.raises(sluice.UsageError, match=r"one weight per sample \(100\), got 99 \(sluice.sample.weighted"):
+        sluice.Loader(src, sampler=sluice.sample.weighted([1.0] * (N - 1)))
+    ld = loader_of(recs)
+    with pytest.raises(sluice.UsageError, match="epoch=-1 is not accepted"):
+        ld.epoch_stats(-1)
+    with pytest.raises(sluice.UsageError, match="takes the dict state_dict\\(\\) returned, not a NoneType"):
+        ld.load_state_dict(None)
+    next(iter(ld))
+    with pytest.raises(sluice.UsageError, match=r"augmentation seed differs \(state 0, loader 4\): build the loader "
+                                                r"with seed 0 \(C\+\+: loader_options::seed; Python: seed=\)"):
+        loader_of(recs, seed=4).load_state_dict(ld.state_dict())
 
 
 def test_mean_and_std_are_checked_when_given_not_at_the_first_batch(recs, tmp_path):

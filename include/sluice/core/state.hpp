@@ -250,7 +250,7 @@ inline std::string count_text(std::uint64_t n) {
     say("the batch layout differs (the collated tensors' names or dtypes, or the collate options)");
   if (st.seed != seed)
     say("the augmentation seed differs (state " + std::to_string(st.seed) + ", loader " + std::to_string(seed) +
-        "): build the loader with loader_options{.seed = " + std::to_string(st.seed) + "}");
+        "): build the loader with seed " + std::to_string(st.seed) + " (C++: loader_options::seed; Python: seed=)");
   return out;
 }
 

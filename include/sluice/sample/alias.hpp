@@ -87,8 +87,8 @@ class alias_table {
     for (std::size_t i = 0; i < n; ++i) {
       const double w = weights[i];
       if (!(w >= 0) || !std::isfinite(w))
-        throw usage_error("sluice: alias_table weight " + std::to_string(i) +
-                          " is negative, NaN or infinite");
+        throw usage_error("sluice: sample weight " + std::to_string(i) + " is " + std::to_string(w) +
+                          ": a weight must be finite and >= 0");
       total += w;
     }
     if (!(total > 0)) throw usage_error("sluice: alias_table weights sum to zero");
