@@ -484,6 +484,34 @@ TEST_CASE("pack: an input truncated while the tool has it mapped fails the pack,
   check_nothing_left(out);
 }
 
+TEST_CASE("pack: an input written in place while the tool has it mapped fails the pack, naming it") {
+  // Same size, new bytes: every record may verify against the bytes there when it was read, yet
+  // the shard can mix rows from before and after the write. Refused, whatever the timing.
+  temp_dir d;
+  const auto x = write_npy(d, "x.npy", 64, 64 * 1024);
+  const auto out = d.file("w.sluice");
+  child c({"npy", x, "-o", out, "-q"}, "read");
+  REQUIRE(c.wait_for("paused at read"));
+  {
+    const int fd = ::open(x.c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    const std::vector<char> junk(4096, 'x');
+    CHECK(::pwrite(fd, junk.data(), junk.size(), 3 * 64 * 1024) == static_cast<ssize_t>(junk.size()));
+    ::close(fd);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {1, 0}};  // a coarse clock could leave the time alone
+    CHECK(::utimensat(AT_FDCWD, x.c_str(), ts, 0) == 0);
+  }
+  c.send(SIGUSR1);
+  auto r = c.finish(60);
+  INFO(r.err);
+  CHECK(r.exited);
+  CHECK(r.code == 1);
+  CHECK(r.err.find(x) != std::string::npos);
+  CHECK(r.err.find("written to") != std::string::npos);
+  CHECK(r.err.find("while it was packed") != std::string::npos);
+  check_nothing_left(out);
+}
+
 // ---- shards with fields (--fields for WebDataset, --features for tf.train.Example) ----------------
 
 namespace {

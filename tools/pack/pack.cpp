@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -146,10 +147,16 @@ constexpr int exit_ok = 0, exit_bad_input = 1, exit_usage = 2, exit_io = 3;
 
 // ---- signals: every phase, no polling ----------------------------------------------------------
 // The handler removes the partial files named here and _exits. The names are written with the
-// signals blocked, so the handler never sees half a name.
+// signals blocked, so the handler never sees half a name. The signal may run the handler on any
+// thread (the library's threads, the page warmer's, do not block it), also while the main thread
+// renames the shard into place: commit_state decides, by compare-and-swap, which of the two ends
+// the run, so the message and the exit status always say what is on disk.
 constexpr int n_partials = 2;
 char partial_names[n_partials][PATH_MAX + 64];
-volatile sig_atomic_t committed = 0;
+enum commit_step : int { running = 0, committing = 1, committed = 2, ending = 3 };
+std::atomic<int> commit_state{running};
+std::atomic<int> pending_signal{0};  // a signal that came while the main thread renamed
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 constexpr int handled_signals[] = {SIGINT, SIGTERM, SIGHUP};
 
 void say(const char* s) {
@@ -157,10 +164,17 @@ void say(const char* s) {
   (void)r;
 }
 extern "C" void on_signal(int sig) {
+  pending_signal.store(sig);  // before the swap: the main thread reads it after its own
+  int step = running;
+  if (!commit_state.compare_exchange_strong(step, ending)) {
+    if (step == committing) return;  // the main thread finishes the rename, then reports the signal
+    if (step == ending)              // a handler on another thread is ending the run
+      for (;;) ::pause();
+  }
   for (auto& n : partial_names)
     if (n[0] != '\0') ::unlink(n);
-  say(committed ? "sluice-pack: interrupted after the shard was renamed into place; it is complete and verified\n"
-                : "sluice-pack: interrupted; partial files removed, no shard written\n");
+  say(step == committed ? "sluice-pack: interrupted after the shard was renamed into place; it is complete and verified\n"
+                        : "sluice-pack: interrupted; partial files removed, no shard written\n");
   ::_exit(128 + sig);
 }
 
@@ -985,8 +999,40 @@ void verify(const options& o, const std::string& file, const packed& p) {
   }
 }
 
+// An input written, truncated, replaced or removed while the pack ran (its size, times or inode
+// moved since the pack began) may have given the shard records it never held at any one moment,
+// even when each record verified against the bytes there when it was read: such a pack is refused,
+// naming the input and what changed. The inputs' identities are taken before any is opened.
+class inputs_unchanged {
+ public:
+  explicit inputs_unchanged(const options& o) {
+    std::vector<std::string> named = o.inputs;
+    if (!o.labels_npy.empty()) named.push_back(o.labels_npy);
+    for (auto& in : named) {
+      struct stat st {};
+      if (::stat(in.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        files_.emplace_back(std::move(in), sluice::file_identity::of(st));
+    }
+  }
+  void check() const {
+    for (const auto& [path, then] : files_) {
+      struct stat st {};
+      std::string why;
+      if (::stat(path.c_str(), &st) != 0) why = "it was removed or renamed";
+      else if (const auto now = sluice::file_identity::of(st); !(now == then))
+        why = sluice::file_identity::describe_change(then, now);
+      else continue;
+      throw input_error(path, why + " while it was packed; pack it again once it is complete");
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, sluice::file_identity>> files_;
+};
+
 int run(const options& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  const inputs_unchanged inputs_then(o);   // an input that changes from here on fails the pack
   const sluice::fault_watch inputs_watch;  // a mapped input that faults from here on fails the pack
   packed p;
   set_partial_name(0, o.out + ".partial");  // before the file exists: a signal never misses it
@@ -1059,13 +1105,25 @@ int run(const options& o) {
   w.seal();  // complete and fsynced, still only under the partial name
   phase("sealed");
   if (o.verify != verify_mode::none) verify(o, w.partial_path(), p);
+  inputs_then.check();
   phase("commit");
   {
-    // The rename and the flag change together: the handler's message is true either way.
+    // The rename between two steps of commit_state: a handler that runs meanwhile (on another
+    // thread) leaves the report to this thread, so the message is true either way.
     signals_blocked b;
-    w.commit();
+    int step = running;
+    if (!commit_state.compare_exchange_strong(step, committing))
+      for (;;) ::pause();  // a handler is ending the run: it removes the partial files and exits
+    try {
+      w.commit();
+    } catch (...) {
+      commit_state.store(running);
+      if (const int sig = pending_signal.load(); sig != 0) on_signal(sig);  // no shard: says so, exits
+      throw;
+    }
     clear_partial_name(0);
-    committed = 1;
+    commit_state.store(committed);
+    if (const int sig = pending_signal.load(); sig != 0) on_signal(sig);  // "complete and verified"
   }
   std::error_code ec;
   if (report) report->commit();
@@ -1092,7 +1150,7 @@ int run(const options& o) {
 
 // What a failure left: nothing, or (a failure after the rename) a complete, verified shard.
 const char* outcome() {
-  return committed ? "sluice-pack: the shard itself was written and verified before this failure"
+  return commit_state.load() == committed ? "sluice-pack: the shard itself was written and verified before this failure"
                    : "sluice-pack: no shard written";
 }
 
