@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -324,6 +326,36 @@ TEST_CASE("keeping batches: past hold_budget the error names the budget and how 
   std::size_t n = 0;
   for (auto& b : loader.epoch(1)) n += b.size();
   CHECK(n == 1000);
+}
+
+TEST_CASE("keeping batches: the storage of grown slots let go returns to the system, not to the allocator's heap") {
+  // 4 MiB batches: slots that large are mapped and unmapped (batch_stages.hpp, map_bytes), so the
+  // process's resident memory falls by what the kept batches grew; freed to glibc's heap, it stayed.
+  const auto resident_mib = [] {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    REQUIRE(f != nullptr);
+    unsigned long size = 0, resident = 0;
+    const int got = std::fscanf(f, "%lu %lu", &size, &resident);
+    std::fclose(f);
+    REQUIRE(got == 2);
+    return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+  };
+  mem_reader r(96, std::size_t{1} << 20);
+  auto loader = from(sample::sequential(96)) | read(r) | collate({.batch = 4}) | prefetch(2, {.workers = 1});
+  for (int round = 0; round < 2; ++round) {  // the second round: a heap would reuse, not return
+    std::vector<batch> kept;
+    for (auto& b : loader.epoch(static_cast<std::uint64_t>(round))) kept.push_back(std::move(b));
+    const auto full = loader.stats();
+    const double held = resident_mib();
+    kept.clear();
+    const auto after = loader.stats();
+    const double grown_mib = static_cast<double>(full.ring_bytes - after.ring_bytes) / (1 << 20);
+    const double fell = held - resident_mib();
+    INFO("round " << round << ": ring " << full.ring_bytes / (1 << 20) << " -> " << after.ring_bytes / (1 << 20)
+                  << " MiB, resident " << held << " MiB, fell by " << fell << " MiB");
+    CHECK(grown_mib >= 60);             // 24 batches kept, at most 4 in the ring's own slots
+    CHECK(fell >= 0.9 * grown_mib);     // given back to the system
+  }
 }
 
 TEST_CASE("keeping batches: a loop that keeps the previous batch needs no growth with workers = 0, and dropped batches give their slots' storage back") {

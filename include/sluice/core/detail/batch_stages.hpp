@@ -10,6 +10,8 @@
 // Threads: none of its own; each hook is called on the thread core/concepts.hpp names for it.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -124,11 +126,23 @@ class batch_stage_set {
     return invoke_hook<H>(s, id, mode, [](std::size_t, auto&& call) { call(); });
   }
 
+  // The loader's own slots of this size or more are mapped from the kernel and unmapped when
+  // freed, so a slot the ring gives back (grown for kept batches, then let go) returns its memory
+  // to the system: glibc would keep a freed chunk of that size in its heap (its mmap threshold
+  // rises to the largest chunk freed, up to 32 MiB), and the process's RSS would stay at its peak.
+  static constexpr std::size_t map_bytes = std::size_t{1} << 20;
+
   // Slot storage of `bytes` (a multiple of the cache line): from the first stage that provides
-  // storage, else the loader's own, cache-line aligned. Throws std::bad_alloc (or the stage's error).
+  // storage, else the loader's own, cache-line aligned (page aligned from map_bytes on). Throws
+  // std::bad_alloc (or the stage's error).
   void* allocate(std::size_t bytes) {
     void* p = nullptr;
     if constexpr (own_storage) {
+      if (bytes >= map_bytes) {
+        p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        return p;
+      }
       p = ::operator new(bytes, std::align_val_t{cache_line});
     } else {
       p = std::get<first_provider()>(stages_).allocate(bytes);
@@ -138,7 +152,8 @@ class batch_stage_set {
   }
   void deallocate(void* p, std::size_t bytes) noexcept {
     if constexpr (own_storage) {
-      ::operator delete(p, std::align_val_t{cache_line});
+      if (bytes >= map_bytes) (void)::munmap(p, bytes);
+      else ::operator delete(p, std::align_val_t{cache_line});
     } else {
       std::get<first_provider()>(stages_).deallocate(p, bytes);
     }
