@@ -707,7 +707,9 @@ def records(path: PathLike, *, record_bytes: int, labels: Optional[PathLike] = N
 def npy(path: PathLike, *, labels: Optional[PathLike] = None, shape: Optional[Sequence[int]] = None,
         output: Optional[str] = None, mean=None, std=None, fields: Optional[Dict[str, Field]] = None) -> Source:
     """An ``.npy`` array (format 1.0-3.0, C order, little-endian): sample ``i`` is row ``i``, with the
-    array's dtype and shape: a ``(N, 3)`` float32 array gives ``"data"`` of ``(B, 3)`` float32.
+    array's dtype and shape: a ``(N, 3)`` float32 array gives ``"data"`` of ``(B, 3)`` float32, a
+    1-D ``(N,)`` array ``(B,)``. An array whose rows hold no elements (``(N, 0)``) is a FormatError
+    naming the file when the loader opens it.
 
     labels: an optional 1-D integer ``.npy`` of the same length (``"label"``, int64).
     shape: another per-sample shape of the same element count.

@@ -416,6 +416,52 @@ def test_npy_rows_and_labels(tmp_path):
     assert labels.tolist() == [i % 3 for i in range(10)]
 
 
+def _read_all(src, batch_size=4):
+    """Every batch of src in order, each key's batches concatenated (numpy copies)."""
+    out = {}
+    with sluice.Loader(src, batch_size=batch_size, sampler=sluice.sample.sequential(), workers=1) as ld:
+        for b in ld:
+            for k, v in b.items():
+                out.setdefault(k, []).append(np.from_dlpack(v).copy())
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def _same_rows(got, a):
+    """got holds exactly a's values, dtype and shape (bool arrives as uint8 where DLPack is older than 0.8)."""
+    want = np.uint8 if a.dtype == bool and got.dtype == np.uint8 else a.dtype
+    return got.dtype == want and got.shape == a.shape and got.tobytes() == a.astype(want).tobytes()
+
+
+def test_npy_one_dimensional_array_gives_one_element_samples(tmp_path):
+    # A sample is row i with the array's shape: a (N,) array's rows are single elements, (B,) a batch.
+    for a in (np.arange(10, dtype=np.int64) * -3, np.linspace(0, 1, 10, dtype=np.float32), np.arange(10, dtype=np.uint8),
+              np.arange(10) % 3 == 0):
+        np.save(tmp_path / "y.npy", a)
+        got = _read_all(sluice.npy(tmp_path / "y.npy"))["data"]
+        assert _same_rows(got, a), (a.dtype, got.dtype, got.shape)
+        fields = _read_all(sluice.npy(tmp_path, fields={"y": sluice.field("y.npy")}))["y"]
+        assert fields.shape == got.shape and (fields == got).all()      # the fields= form agrees
+    np.save(tmp_path / "u.npy", np.arange(10, dtype=np.uint8) * 20)
+    scaled = _read_all(sluice.npy(tmp_path / "u.npy", output="float32"))["data"]
+    assert scaled.dtype == np.float32 and scaled.shape == (10,)
+    assert np.allclose(scaled, np.arange(10) * 20 / 255.0)
+    np.save(tmp_path / "l.npy", np.arange(10, dtype=np.int64) % 4)
+    both = _read_all(sluice.npy(tmp_path / "u.npy", labels=tmp_path / "l.npy"))
+    assert both["data"].shape == (10,) and both["label"].tolist() == [i % 4 for i in range(10)]
+    shaped = _read_all(sluice.npy(tmp_path / "u.npy", shape=(1,)))["data"]      # shape= still says otherwise
+    assert shaped.shape == (10, 1)
+
+
+def test_npy_rows_of_no_elements_refused_naming_the_file(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((10, 0), np.float32))
+    for src in (lambda: sluice.npy(tmp_path / "x.npy"), lambda: sluice.npy(tmp_path, fields={"x": sluice.field("x.npy")})):
+        with pytest.raises(sluice.FormatError) as e:
+            next(iter(sluice.Loader(src(), batch_size=4, workers=0)))
+        msg = str(e.value)
+        assert str(tmp_path / "x.npy") in msg and "shape (10, 0)" in msg and "hold no elements" in msg
+        assert "collate" not in msg                                     # refused at open, not at the first batch
+
+
 def _crc32c(data):
     crc = 0xFFFFFFFF
     for byte in data:
