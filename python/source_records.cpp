@@ -16,6 +16,9 @@
 
 namespace sluice_module {
 
+// A shard with fields read without fields= (source_fields.cpp): every field stacked as stored.
+loader_ptr make_shard_fields_as_stored_loader(const options& o);
+
 namespace {
 
 // What a source's samples are: dtype (numpy-style name, for messages) and per-sample shape.
@@ -184,6 +187,9 @@ loader_ptr make_records_loader(const options& o) {
   // "shard", records as stored
   if (o.path.empty()) throw sluice::usage_error("sluice.shard: needs path=");
   sluice::io::shard_reader r(o.path);
+  // A shard with fields (sluice-pack npy of a non-uint8 array, --fields, --features): each field as
+  // stored, with its dtype and shape, never its record's bytes (field table included) as uint8.
+  if (r.has_fields()) return make_shard_fields_as_stored_loader(o);
   auto labels = r.labels();
   // A shard's records may differ in size (collate checks each batch): no per-sample shape here
   // unless the trainer gives one.

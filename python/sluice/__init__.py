@@ -783,6 +783,13 @@ def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Option
     (``sluice-pack --fields``), the field ``image_field=`` (default ``"jpg"``) into ``"image"`` and
     the record's label (or the integer field ``label_field=``) into ``"label"``.
 
+    A shard with fields read without ``decode=`` and ``fields=`` (``sluice-pack npy`` of a
+    non-uint8 array: fields ``"data"`` and, packed with ``--labels``, ``"label"``) gives every
+    field under its own name with its stored dtype and shape, so the array's rows come back as
+    they were; ``output=`` may only name the fields' own dtype (a field ``"label"`` excepted; a
+    conversion is a UsageError naming the field and both types), ``shape=``, ``mean=`` and
+    ``std=`` are for single records, and a variable field is a UsageError pointing to ``fields=``.
+
     Any fields of a shard with fields: ``fields={name: sluice.field("jpg", decode=...), ...}``, a
     field's members being the shard field's name; the element types are the shard's, a fixed
     field's shape its stored one (see :func:`field`); the records' labels serve

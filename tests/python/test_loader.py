@@ -462,6 +462,70 @@ def test_npy_rows_of_no_elements_refused_naming_the_file(tmp_path):
         assert "collate" not in msg                                     # refused at open, not at the first batch
 
 
+def _pack(*args):
+    pack = os.environ.get("SLUICE_PACK", "")
+    if not pack or not os.path.exists(pack):
+        pytest.skip("sluice-pack was not built (SLUICE_PACK)")
+    return subprocess.run([pack, *map(str, args), "-q"], capture_output=True, text=True)
+
+
+def test_sluice_pack_npy_round_trip_keeps_every_value_dtype_and_row_shape(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 11
+    made = {"float32": lambda s: rng.standard_normal(s).astype(np.float32),
+            "float16": lambda s: rng.standard_normal(s).astype(np.float16),
+            "int64": lambda s: rng.integers(-2**62, 2**62, s, dtype=np.int64),
+            "bool": lambda s: rng.integers(0, 2, s).astype(bool),
+            "uint8": lambda s: rng.integers(0, 256, s, dtype=np.uint8)}
+    for dtype, make in made.items():
+        for row in ((), (3,), (2, 3)):
+            a = make((n, *row))
+            x, out = tmp_path / f"{dtype}{len(row)}.npy", tmp_path / f"{dtype}{len(row)}.sluice"
+            np.save(x, a)
+            r = _pack("npy", x, "-o", out)
+            assert r.returncode == 0, r.stderr
+            if dtype == "uint8" and row:
+                # A uint8 array's rows are single records of bytes, as sluice-pack always packed them
+                # (pixels for output="float32"): flat, shape= gives the row shape back.
+                got = _read_all(sluice.shard(out))["data"]
+                assert got.dtype == np.uint8 and got.shape == (n, int(np.prod(row)))
+                got = _read_all(sluice.shard(out, shape=row))["data"]
+            else:
+                got = _read_all(sluice.shard(out))["data"]
+            assert _same_rows(got, a), (dtype, row, got.dtype, got.shape)  # value for value, bit for bit
+    # --labels: the labels come back beside the rows, and class_balanced draws from them.
+    a = rng.standard_normal((12, 3)).astype(np.float32)
+    y = (np.arange(12) % 3).astype(np.int64)
+    np.save(tmp_path / "f.npy", a)
+    np.save(tmp_path / "y.npy", y)
+    assert _pack("npy", tmp_path / "f.npy", "--labels", tmp_path / "y.npy", "-o", tmp_path / "f.sluice").returncode == 0
+    got = _read_all(sluice.shard(tmp_path / "f.sluice"))
+    assert set(got) == {"data", "label"} and (got["data"] == a).all() and got["label"].tolist() == y.tolist()
+    with sluice.Loader(sluice.shard(tmp_path / "f.sluice"), batch_size=6, sampler=sluice.sample.class_balanced(),
+                       workers=0) as ld:
+        assert sum(np.from_dlpack(b["label"]).shape[0] for b in ld) == 12
+    # output= never reads a field's bytes as other values: its own dtype is accepted, a conversion refused.
+    same = _read_all(sluice.shard(tmp_path / "f.sluice", output="float32"))["data"]
+    assert same.dtype == np.float32 and (same == a).all()
+    with pytest.raises(sluice.UsageError) as e:
+        sluice.Loader(sluice.shard(tmp_path / "int641.sluice", output="float32"), batch_size=4)
+    assert "int641.sluice" in str(e.value) and "output='float32' for field 'data' of dtype int64" in str(e.value)
+    with pytest.raises(sluice.UsageError, match="shape= is for a shard of single records"):
+        sluice.Loader(sluice.shard(tmp_path / "f.sluice", shape=(3, 1)), batch_size=4)
+    # A uint8 array packed as before: output="float32" scales its bytes as pixels.
+    px = _read_all(sluice.shard(tmp_path / "uint81.sluice", output="float32"))["data"]
+    assert px.dtype == np.float32 and np.allclose(px * 255, np.load(tmp_path / "uint81.npy").astype(np.float32), atol=1e-3)
+
+
+def test_sluice_pack_npy_refuses_what_it_cannot_pack_naming_the_file(tmp_path):
+    np.save(tmp_path / "c.npy", np.zeros((3, 2), np.complex64))
+    r = _pack("npy", tmp_path / "c.npy", "-o", tmp_path / "c.sluice")
+    assert r.returncode == 1 and "c.npy" in r.stderr and "'<c8'" in r.stderr and not (tmp_path / "c.sluice").exists()
+    np.save(tmp_path / "z.npy", np.zeros((10, 0), np.float32))
+    r = _pack("npy", tmp_path / "z.npy", "-o", tmp_path / "z.sluice")
+    assert r.returncode == 1 and "z.npy" in r.stderr and "shape (10, 0)" in r.stderr
+
+
 def _crc32c(data):
     crc = 0xFFFFFFFF
     for byte in data:
@@ -657,6 +721,10 @@ def test_shard_with_fields_from_sluice_pack(tmp_path):
     ld = sluice.loader("shard", path=str(tmp_path / "w.sluice"), size=[8, 8], batch_size=5,
                        sampler="sequential", workers=2)
     assert _greys_and_labels(ld, 10) == [(g % 20, g % 5) for g in range(12)]
+    with pytest.raises(sluice.UsageError) as e:              # without decode=: never the records' bytes as uint8
+        sluice.loader("shard", path=str(tmp_path / "w.sluice"), batch_size=4)
+    assert "w.sluice is a shard with fields (jpg (u8 variable [n]))" in str(e.value)
+    assert "field 'jpg' is variable" in str(e.value)
     # tfrecord --features: the label a field of its own, named with label_field=.
     _write_tfrecord(tmp_path / "t.tfrecord", 8)
     subprocess.run([pack, "tfrecord", str(tmp_path / "t.tfrecord"), "--features",
