@@ -273,7 +273,65 @@ loader_ptr npy_fields_loader(const options& o) {
   return fields_loader(o, std::move(data), {});
 }
 
+// The NumPy name of a field's element type (as Python users write dtype=), for messages.
+std::string numpy_name(sluice::dtype t) {
+  switch (t) {
+    case sluice::dtype::u8: return "uint8";
+    case sluice::dtype::i8: return "int8";
+    case sluice::dtype::u16: return "uint16";
+    case sluice::dtype::i16: return "int16";
+    case sluice::dtype::u32: return "uint32";
+    case sluice::dtype::i32: return "int32";
+    case sluice::dtype::u64: return "uint64";
+    case sluice::dtype::i64: return "int64";
+    case sluice::dtype::f16: return "float16";
+    case sluice::dtype::bf16: return "bfloat16";
+    case sluice::dtype::f32: return "float32";
+    case sluice::dtype::f64: return "float64";
+    case sluice::dtype::boolean: return "bool";
+  }
+  return sluice::dtype_name(t);
+}
+
 }  // namespace
+
+// sluice.shard(path) without fields= or decode= on a shard with fields (sluice-pack npy of a
+// non-uint8 array, --fields, --features): every field stacked under its own name with its stored
+// dtype and shape. A variable field, shape=, mean=/std= and an output= other than the fields' own
+// dtype are UsageErrors naming the shard and its fields (never the record's bytes as uint8).
+loader_ptr make_shard_fields_as_stored_loader(const options& o) {
+  const sluice::io::shard_reader r(o.path);
+  std::string fields;
+  for (const auto& f : r.schema())
+    fields += (fields.empty() ? "" : ", ") + f.name + " (" + sluice::io::schema_field_text(f) + ")";
+  const std::string what = "sluice.shard: " + o.path + " is a shard with fields (" + fields + ")";
+  if (!o.shape.empty())
+    throw sluice::usage_error(what + ", each stored with its own shape; shape= is for a shard of single records");
+  if (!o.mean.empty() || !o.std.empty())
+    throw sluice::usage_error(what + "; mean=/std= normalise single uint8 records: read the field with "
+                                     "fields={name: sluice.field(name, collate=sluice.normalized(mean=..., std=...))}");
+  options c = o;
+  c.output.clear();
+  for (const auto& f : r.schema()) {
+    if (f.kind != sluice::extent::fixed)
+      throw sluice::usage_error(what + ": field '" + f.name +
+                                "' is variable, with no one shape to stack; name the fields "
+                                "to read with fields= (sluice.ragged() or sluice.pad() collate a variable field) or "
+                                "decode= for images");
+    // Every field arrives as stored: output= may only name its own type, never convert its bytes
+    // (a field "label" is the labels, int64 whatever output= says, as for single records).
+    if (!o.output.empty() && f.name != "label" && o.output != numpy_name(f.type))
+      throw sluice::usage_error(what + ": output='" + o.output + "' for field '" + f.name + "' of dtype " +
+                                numpy_name(f.type) +
+                                "; a shard's fields arrive with their stored dtype and shape (leave "
+                                "output= out)");
+    field_option fo;
+    fo.name = f.name;
+    fo.members = f.name;
+    c.fields.push_back(std::move(fo));
+  }
+  return shard_fields_loader(c);
+}
 
 loader_ptr make_fields_loader(const options& o) {
   if (o.path.empty()) throw sluice::usage_error("sluice." + o.source + ": needs a path");

@@ -16,13 +16,17 @@
 
 namespace sluice_module {
 
+// A shard with fields read without fields= (source_fields.cpp): every field stacked as stored.
+loader_ptr make_shard_fields_as_stored_loader(const options& o);
+
 namespace {
 
 // What a source's samples are: dtype (numpy-style name, for messages) and per-sample shape.
 struct row_type {
   DLDataType type{kDLUInt, 8, 1};
   std::string name = "uint8";
-  std::vector<std::int64_t> shape;  // empty: one flat row of bytes
+  std::vector<std::int64_t> shape;  // empty: one flat row of bytes (unless scalar)
+  bool scalar = false;              // each sample is one element (a 1-D .npy array): "data" is (B,)
 };
 
 DLDataType dl(std::uint8_t code, std::uint8_t bits) { return DLDataType{code, bits, 1}; }
@@ -63,6 +67,7 @@ row_type npy_type(const sluice::io::npy_reader& r) {
                                 "', which has no tensor type (numbers and bool only)");
   }
   for (std::size_t i = 1; i < r.shape().size(); ++i) t.shape.push_back(static_cast<std::int64_t>(r.shape()[i]));
+  t.scalar = r.shape().size() == 1;
   return t;
 }
 
@@ -110,7 +115,8 @@ loader_ptr records_loader(const options& o, Reader r, std::vector<std::int64_t> 
                                 std::to_string(row_bytes / item));
     row.shape = o.shape;
   }
-  if (row.shape.empty()) row.shape = {static_cast<std::int64_t>(row_bytes / item)};
+  if (!o.shape.empty()) row.scalar = false;
+  if (row.shape.empty() && !row.scalar) row.shape = {static_cast<std::int64_t>(row_bytes / item)};
   // mean=/std= of C values normalise channels interleaved in each sample (element i is channel
   // i % C): a sample must hold whole C-channel pixels.
   if (const std::size_t ch = std::max(o.mean.size(), o.std.size()); ch > 1 && elements(row.shape) % ch != 0)
@@ -119,8 +125,10 @@ loader_ptr records_loader(const options& o, Reader r, std::vector<std::int64_t> 
                               std::to_string(ch) + "-channel pixels; give one value for all, or a per-channel count that divides it");
   std::vector<sluice::python::tensor_view_spec> views;
   if (u8) {
-    // uint8: the classic collate's own outputs (as stored, or normalised float32).
+    // uint8: the classic collate's own outputs (as stored, or normalised float32); one element a
+    // sample (a 1-D array) is collated as rows of one and described as (B,).
     c.shape = row.shape;
+    if (row.scalar) views.push_back({"data", o.output == "float32" ? dl(kDLFloat, 32) : row.type, {}});
   } else if (o.output.empty() || o.output == row.name) {
     if (!o.mean.empty() || !o.std.empty())
       throw sluice::usage_error("sluice: mean=/std= normalise uint8 data; field 'data' is " + row.name +
@@ -179,6 +187,9 @@ loader_ptr make_records_loader(const options& o) {
   // "shard", records as stored
   if (o.path.empty()) throw sluice::usage_error("sluice.shard: needs path=");
   sluice::io::shard_reader r(o.path);
+  // A shard with fields (sluice-pack npy of a non-uint8 array, --fields, --features): each field as
+  // stored, with its dtype and shape, never its record's bytes (field table included) as uint8.
+  if (r.has_fields()) return make_shard_fields_as_stored_loader(o);
   auto labels = r.labels();
   // A shard's records may differ in size (collate checks each batch): no per-sample shape here
   // unless the trainer gives one.

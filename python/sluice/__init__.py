@@ -711,7 +711,9 @@ def records(path: PathLike, *, record_bytes: int, labels: Optional[PathLike] = N
 def npy(path: PathLike, *, labels: Optional[PathLike] = None, shape: Optional[Sequence[int]] = None,
         output: Optional[str] = None, mean=None, std=None, fields: Optional[Dict[str, Field]] = None) -> Source:
     """An ``.npy`` array (format 1.0-3.0, C order, little-endian): sample ``i`` is row ``i``, with the
-    array's dtype and shape: a ``(N, 3)`` float32 array gives ``"data"`` of ``(B, 3)`` float32.
+    array's dtype and shape: a ``(N, 3)`` float32 array gives ``"data"`` of ``(B, 3)`` float32, a
+    1-D ``(N,)`` array ``(B,)``. An array whose rows hold no elements (``(N, 0)``) is a FormatError
+    naming the file when the loader opens it.
 
     labels: an optional 1-D integer ``.npy`` of the same length (``"label"``, int64).
     shape: another per-sample shape of the same element count.
@@ -784,6 +786,13 @@ def shard(path: PathLike, *, decode: Optional[Image] = None, image_field: Option
     encoded images decoded into ``"data"`` (a shard of single records) or, for a shard with fields
     (``sluice-pack --fields``), the field ``image_field=`` (default ``"jpg"``) into ``"image"`` and
     the record's label (or the integer field ``label_field=``) into ``"label"``.
+
+    A shard with fields read without ``decode=`` and ``fields=`` (``sluice-pack npy`` of a
+    non-uint8 array: fields ``"data"`` and, packed with ``--labels``, ``"label"``) gives every
+    field under its own name with its stored dtype and shape, so the array's rows come back as
+    they were; ``output=`` may only name the fields' own dtype (a field ``"label"`` excepted; a
+    conversion is a UsageError naming the field and both types), ``shape=``, ``mean=`` and
+    ``std=`` are for single records, and a variable field is a UsageError pointing to ``fields=``.
 
     Any fields of a shard with fields: ``fields={name: sluice.field("jpg", decode=...), ...}``, a
     field's members being the shard field's name; the element types are the shard's, a fixed

@@ -822,3 +822,95 @@ TEST_CASE("pack: a record changed in the sealed shard names the tar member it wa
         std::string::npos);
   check_nothing_left(out);
 }
+
+namespace {
+// An .npy of `descr` and `shape` holding `data` (its bytes as they are).
+template <class T>
+std::string write_typed_npy(const temp_dir& d, const std::string& name, std::string_view descr,
+                            const std::vector<std::uint64_t>& shape, const std::vector<T>& data) {
+  auto x = sluice::io::npy_header_bytes(descr, shape);
+  const auto b = std::as_bytes(std::span(data));
+  x.insert(x.end(), b.begin(), b.end());
+  sluice_test::write_file(d.file(name), x);
+  return d.file(name);
+}
+}  // namespace
+
+TEST_CASE("pack: npy of a non-uint8 array keeps its dtype and row shape (a shard with fields), labels beside it") {
+  temp_dir d;
+  std::vector<float> v(4 * 2 * 3);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f - 3.25f;
+  const auto x = write_typed_npy(d, "x.npy", "<f4", {4, 2, 3}, v);
+  const auto y = write_typed_npy(d, "y.npy", "<i8", {4}, std::vector<std::int64_t>{7, -1, 9, 3});
+  const auto out = d.file("x.sluice");
+  auto r = run_pack({"npy", x, "--labels", y, "-o", out, "-q"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  {
+    sluice::io::shard_reader s(out);
+    CHECK(s.version() == 3);
+    REQUIRE(s.schema().size() == 2);
+    CHECK(s.schema()[0] == sluice::io::shard_schema_field{"data", sluice::dtype::f32, sluice::extent::fixed, {2, 3}});
+    CHECK(s.schema()[1] == sluice::io::shard_schema_field{"label", sluice::dtype::i64, sluice::extent::fixed, {}});
+    REQUIRE(s.size() == 4);
+    const std::int64_t want[] = {7, -1, 9, 3};
+    for (std::size_t i = 0; i < 4; ++i) {
+      std::span<const std::byte> f[2];
+      s.field_views(i, f);
+      REQUIRE(f[0].size() == 24);
+      CHECK(std::memcmp(f[0].data(), v.data() + 6 * i, 24) == 0);  // the floats, bit for bit
+      std::int64_t l = 0;
+      REQUIRE(f[1].size() == 8);
+      std::memcpy(&l, f[1].data(), 8);
+      CHECK(l == want[i]);
+      CHECK(s.label(i) == want[i]);
+    }
+  }
+  // A 1-D array: one element a record (shape []), no label field without --labels.
+  const auto z = write_typed_npy(d, "z.npy", "<i8", {5}, std::vector<std::int64_t>{1, -2, 3, -4, 5});
+  r = run_pack({"npy", z, "-o", d.file("z.sluice"), "-q"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  {
+    sluice::io::shard_reader s(d.file("z.sluice"));
+    REQUIRE(s.schema().size() == 1);
+    CHECK(s.schema()[0] == sluice::io::shard_schema_field{"data", sluice::dtype::i64, sluice::extent::fixed, {}});
+    std::span<const std::byte> f[1];
+    s.field_views(3, f);
+    std::int64_t e = 0;
+    REQUIRE(f[0].size() == 8);
+    std::memcpy(&e, f[0].data(), 8);
+    CHECK(e == -4);
+    CHECK(s.label(3) == -1);
+  }
+  // A uint8 array with rows stays a shard of single records, byte for byte, as before.
+  const auto u = write_npy(d, "u.npy", 3, 5);
+  r = run_pack({"npy", u, "-o", d.file("u.sluice"), "-q"});
+  REQUIRE(r.code == 0);
+  {
+    sluice::io::shard_reader s(d.file("u.sluice"));
+    CHECK_FALSE(s.has_fields());
+    REQUIRE(s.size() == 3);
+    CHECK(s.record(1).size() == 5);
+    CHECK(std::to_integer<int>(s.record(1)[0]) == 35);  // byte 5 of the array: 5 * 7
+  }
+}
+
+TEST_CASE("pack: npy of an array sluice cannot type, or whose rows hold no elements, is bad input naming it") {
+  temp_dir d;
+  const auto c = write_typed_npy(d, "c.npy", "<c8", {3, 2}, std::vector<float>(12));
+  const auto out = d.file("c.sluice");
+  auto r = run_pack({"npy", c, "-o", out, "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("c.npy") != std::string::npos);
+  CHECK(r.err.find("'<c8'") != std::string::npos);
+  CHECK(r.err.find("numbers or bool") != std::string::npos);
+  check_nothing_left(out);
+  const auto e = write_typed_npy(d, "e.npy", "<f4", {10, 0}, std::vector<float>{});
+  r = run_pack({"npy", e, "-o", out, "-q"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("e.npy") != std::string::npos);
+  CHECK(r.err.find("shape (10, 0)") != std::string::npos);
+  CHECK(r.err.find("hold no elements") != std::string::npos);
+  check_nothing_left(out);
+}

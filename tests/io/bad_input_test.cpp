@@ -265,4 +265,13 @@ TEST_CASE("npy: empty, wrong magic, bad header, fortran order, truncated, garbag
     CHECK(e.file() == dir.file("l.npy"));
     CHECK(e.cause().find("integer") != std::string::npos);
   }
+  SUBCASE("rows of no elements (shape (10, 0)): refused at open, naming the shape, for npy_any too") {
+    write_file(path, io::npy_header_bytes("<f4", {10, 0}));
+    auto e = expect_format_error(open);
+    CHECK(e.file() == path);
+    CHECK(e.cause().find("shape (10, 0)") != std::string::npos);
+    CHECK(e.cause().find("hold no elements") != std::string::npos);
+    e = expect_format_error([&] { io::npy_any a({{"x", path}}); });
+    CHECK(e.file() == path);
+  }
 }

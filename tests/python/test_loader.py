@@ -416,6 +416,116 @@ def test_npy_rows_and_labels(tmp_path):
     assert labels.tolist() == [i % 3 for i in range(10)]
 
 
+def _read_all(src, batch_size=4):
+    """Every batch of src in order, each key's batches concatenated (numpy copies)."""
+    out = {}
+    with sluice.Loader(src, batch_size=batch_size, sampler=sluice.sample.sequential(), workers=1) as ld:
+        for b in ld:
+            for k, v in b.items():
+                out.setdefault(k, []).append(np.from_dlpack(v).copy())
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def _same_rows(got, a):
+    """got holds exactly a's values, dtype and shape (bool arrives as uint8 where DLPack is older than 0.8)."""
+    want = np.uint8 if a.dtype == bool and got.dtype == np.uint8 else a.dtype
+    return got.dtype == want and got.shape == a.shape and got.tobytes() == a.astype(want).tobytes()
+
+
+def test_npy_one_dimensional_array_gives_one_element_samples(tmp_path):
+    # A sample is row i with the array's shape: a (N,) array's rows are single elements, (B,) a batch.
+    for a in (np.arange(10, dtype=np.int64) * -3, np.linspace(0, 1, 10, dtype=np.float32), np.arange(10, dtype=np.uint8),
+              np.arange(10) % 3 == 0):
+        np.save(tmp_path / "y.npy", a)
+        got = _read_all(sluice.npy(tmp_path / "y.npy"))["data"]
+        assert _same_rows(got, a), (a.dtype, got.dtype, got.shape)
+        fields = _read_all(sluice.npy(tmp_path, fields={"y": sluice.field("y.npy")}))["y"]
+        assert fields.shape == got.shape and (fields == got).all()      # the fields= form agrees
+    np.save(tmp_path / "u.npy", np.arange(10, dtype=np.uint8) * 20)
+    scaled = _read_all(sluice.npy(tmp_path / "u.npy", output="float32"))["data"]
+    assert scaled.dtype == np.float32 and scaled.shape == (10,)
+    assert np.allclose(scaled, np.arange(10) * 20 / 255.0)
+    np.save(tmp_path / "l.npy", np.arange(10, dtype=np.int64) % 4)
+    both = _read_all(sluice.npy(tmp_path / "u.npy", labels=tmp_path / "l.npy"))
+    assert both["data"].shape == (10,) and both["label"].tolist() == [i % 4 for i in range(10)]
+    shaped = _read_all(sluice.npy(tmp_path / "u.npy", shape=(1,)))["data"]      # shape= still says otherwise
+    assert shaped.shape == (10, 1)
+
+
+def test_npy_rows_of_no_elements_refused_naming_the_file(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((10, 0), np.float32))
+    for src in (lambda: sluice.npy(tmp_path / "x.npy"), lambda: sluice.npy(tmp_path, fields={"x": sluice.field("x.npy")})):
+        with pytest.raises(sluice.FormatError) as e:
+            next(iter(sluice.Loader(src(), batch_size=4, workers=0)))
+        msg = str(e.value)
+        assert str(tmp_path / "x.npy") in msg and "shape (10, 0)" in msg and "hold no elements" in msg
+        assert "collate" not in msg                                     # refused at open, not at the first batch
+
+
+def _pack(*args):
+    pack = os.environ.get("SLUICE_PACK", "")
+    if not pack or not os.path.exists(pack):
+        pytest.skip("sluice-pack was not built (SLUICE_PACK)")
+    return subprocess.run([pack, *map(str, args), "-q"], capture_output=True, text=True)
+
+
+def test_sluice_pack_npy_round_trip_keeps_every_value_dtype_and_row_shape(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 11
+    made = {"float32": lambda s: rng.standard_normal(s).astype(np.float32),
+            "float16": lambda s: rng.standard_normal(s).astype(np.float16),
+            "int64": lambda s: rng.integers(-2**62, 2**62, s, dtype=np.int64),
+            "bool": lambda s: rng.integers(0, 2, s).astype(bool),
+            "uint8": lambda s: rng.integers(0, 256, s, dtype=np.uint8)}
+    for dtype, make in made.items():
+        for row in ((), (3,), (2, 3)):
+            a = make((n, *row))
+            x, out = tmp_path / f"{dtype}{len(row)}.npy", tmp_path / f"{dtype}{len(row)}.sluice"
+            np.save(x, a)
+            r = _pack("npy", x, "-o", out)
+            assert r.returncode == 0, r.stderr
+            if dtype == "uint8" and row:
+                # A uint8 array's rows are single records of bytes, as sluice-pack always packed them
+                # (pixels for output="float32"): flat, shape= gives the row shape back.
+                got = _read_all(sluice.shard(out))["data"]
+                assert got.dtype == np.uint8 and got.shape == (n, int(np.prod(row)))
+                got = _read_all(sluice.shard(out, shape=row))["data"]
+            else:
+                got = _read_all(sluice.shard(out))["data"]
+            assert _same_rows(got, a), (dtype, row, got.dtype, got.shape)  # value for value, bit for bit
+    # --labels: the labels come back beside the rows, and class_balanced draws from them.
+    a = rng.standard_normal((12, 3)).astype(np.float32)
+    y = (np.arange(12) % 3).astype(np.int64)
+    np.save(tmp_path / "f.npy", a)
+    np.save(tmp_path / "y.npy", y)
+    assert _pack("npy", tmp_path / "f.npy", "--labels", tmp_path / "y.npy", "-o", tmp_path / "f.sluice").returncode == 0
+    got = _read_all(sluice.shard(tmp_path / "f.sluice"))
+    assert set(got) == {"data", "label"} and (got["data"] == a).all() and got["label"].tolist() == y.tolist()
+    with sluice.Loader(sluice.shard(tmp_path / "f.sluice"), batch_size=6, sampler=sluice.sample.class_balanced(),
+                       workers=0) as ld:
+        assert sum(np.from_dlpack(b["label"]).shape[0] for b in ld) == 12
+    # output= never reads a field's bytes as other values: its own dtype is accepted, a conversion refused.
+    same = _read_all(sluice.shard(tmp_path / "f.sluice", output="float32"))["data"]
+    assert same.dtype == np.float32 and (same == a).all()
+    with pytest.raises(sluice.UsageError) as e:
+        sluice.Loader(sluice.shard(tmp_path / "int641.sluice", output="float32"), batch_size=4)
+    assert "int641.sluice" in str(e.value) and "output='float32' for field 'data' of dtype int64" in str(e.value)
+    with pytest.raises(sluice.UsageError, match="shape= is for a shard of single records"):
+        sluice.Loader(sluice.shard(tmp_path / "f.sluice", shape=(3, 1)), batch_size=4)
+    # A uint8 array packed as before: output="float32" scales its bytes as pixels.
+    px = _read_all(sluice.shard(tmp_path / "uint81.sluice", output="float32"))["data"]
+    assert px.dtype == np.float32 and np.allclose(px * 255, np.load(tmp_path / "uint81.npy").astype(np.float32), atol=1e-3)
+
+
+def test_sluice_pack_npy_refuses_what_it_cannot_pack_naming_the_file(tmp_path):
+    np.save(tmp_path / "c.npy", np.zeros((3, 2), np.complex64))
+    r = _pack("npy", tmp_path / "c.npy", "-o", tmp_path / "c.sluice")
+    assert r.returncode == 1 and "c.npy" in r.stderr and "'<c8'" in r.stderr and not (tmp_path / "c.sluice").exists()
+    np.save(tmp_path / "z.npy", np.zeros((10, 0), np.float32))
+    r = _pack("npy", tmp_path / "z.npy", "-o", tmp_path / "z.sluice")
+    assert r.returncode == 1 and "z.npy" in r.stderr and "shape (10, 0)" in r.stderr
+
+
 def _crc32c(data):
     crc = 0xFFFFFFFF
     for byte in data:
@@ -611,6 +721,10 @@ def test_shard_with_fields_from_sluice_pack(tmp_path):
     ld = sluice.loader("shard", path=str(tmp_path / "w.sluice"), size=[8, 8], batch_size=5,
                        sampler="sequential", workers=2)
     assert _greys_and_labels(ld, 10) == [(g % 20, g % 5) for g in range(12)]
+    with pytest.raises(sluice.UsageError) as e:              # without decode=: never the records' bytes as uint8
+        sluice.loader("shard", path=str(tmp_path / "w.sluice"), batch_size=4)
+    assert "w.sluice is a shard with fields (jpg (u8 variable [n]))" in str(e.value)
+    assert "field 'jpg' is variable" in str(e.value)
     # tfrecord --features: the label a field of its own, named with label_field=.
     _write_tfrecord(tmp_path / "t.tfrecord", 8)
     subprocess.run([pack, "tfrecord", str(tmp_path / "t.tfrecord"), "--features",

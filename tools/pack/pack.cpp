@@ -5,7 +5,8 @@
 // Records are stored as they are (JPEG bytes stay JPEG: decoding happens in the pipeline), each
 // with its label; ImageFolder class names go inside the shard (shard_reader::class_names()).
 // With --fields (wds) or --features (tfrecord of tf.train.Example) each record holds several
-// fields and the shard carries their schema (format version 3, io/shard_fields.hpp reads it).
+// fields and the shard carries their schema (format version 3, io/shard_fields.hpp reads it); so
+// does an .npy array other than uint8 rows, whose dtype and row shape the schema keeps.
 //
 // Never a bad file under the output name: the shard is written to "<out>.partial", fsynced,
 // re-opened and verified there, and only then renamed to <out> (and the directory fsynced). A
@@ -72,7 +73,14 @@ kinds:
                       error naming the offset unless --ignore-zeros is given.
   tfrecord FILE...    TFRecord files; CRCs are checked; labels are -1 (without --features).
   npy X.npy           rows of the first axis of X; --labels Y.npy gives a 1-D integer array with
-                      one label per row.
+                      one label per row. A uint8 array of two or more dimensions is packed as
+                      single records, each row's bytes (images, pixel rows: read flat, or with
+                      shape=). Any other array (float32, float16, int64, bool, ...; a 1-D array)
+                      keeps its dtype and row shape: a shard with fields (see below) whose field
+                      'data' is fixed at the row's shape ([] for a 1-D array), with --labels also
+                      a field 'label' (i64); sluice.shard(OUT) gives the array's rows back as
+                      they were. Complex, string and void arrays, and rows of no elements (shape
+                      (N, 0)), are bad input naming the file.
   idx IMAGES [LABELS] IDX files (MNIST, Fashion-MNIST, ...; plain or gzip-compressed .gz): one
                       record per image (its raw bytes, e.g. 28x28 uint8), labels from the
                       labels file when given, else -1.
@@ -945,6 +953,81 @@ void pack_field_sources(const options& o, sluice::io::shard_writer& w, packed& p
     }
 }
 
+// ---- npy ---------------------------------------------------------------------------------------
+// A uint8 array's rows are single records, their bytes as they are (a shard of images or pixel
+// rows, as sluice-pack always wrote them). Any other array becomes a shard with fields, so its
+// dtype and row shape travel with it: field "data" fixed at the row's shape with the array's
+// dtype (a 1-D array: one element a record, shape []), and with --labels also field "label"
+// (i64, shape []) beside the record's own label. An array sluice cannot type (complex, strings)
+// is bad input naming the file and its dtype.
+void pack_npy(const options& o, sluice::io::shard_writer& w, packed& p) {
+  const std::string& in = o.inputs[0];
+  std::optional<sluice::io::npy_reader> r;
+  bool bytes = false;
+  std::vector<sluice::io::shard_schema_field> schema;
+  try {
+    require_regular_file(in);
+    if (!o.labels_npy.empty()) require_regular_file(o.labels_npy);
+    try {
+      r.emplace(in, sluice::io::npy_options{.labels_path = o.labels_npy});
+    } catch (const sluice::error& e) {
+      throw input_error(in, e.what());
+    }
+    const auto& d = r->dtype();
+    const auto& shape = r->shape();
+    bytes = d.kind == 'u' && d.item_bytes == 1 && shape.size() > 1;
+    if (!bytes) {
+      sluice::dtype t{};
+      try {
+        t = sluice::io::npy_element_type(d, in);
+      } catch (const sluice::format_error& e) {
+        throw input_error(in, e.cause() + "; sluice-pack npy packs arrays of numbers or bool");
+      }
+      if (shape.size() - 1 > sluice::io::shard_format::max_field_dims)
+        throw input_error(in, "rows of " + std::to_string(shape.size() - 1) +
+                                  " dimensions; a shard field has at most " +
+                                  std::to_string(sluice::io::shard_format::max_field_dims));
+      sluice::io::shard_schema_field data{"data", t, sluice::extent::fixed, {}};
+      for (std::size_t k = 1; k < shape.size(); ++k) data.shape.push_back(static_cast<std::int64_t>(shape[k]));
+      schema.push_back(std::move(data));
+      if (!o.labels_npy.empty()) schema.push_back({"label", sluice::dtype::i64, sluice::extent::fixed, {}});
+    }
+  } catch (const input_error& e) {
+    if (!o.skip_bad) throw;
+    p.skipped.emplace_back(e.file, e.reason);
+    return;
+  }
+  if (!bytes) {
+    w.set_schema(schema);
+    p.schema = w.schema();
+  }
+  phase("read");
+  progress bar(r->size(), o.quiet);
+  const auto& labels = r->labels();
+  std::vector<std::span<const std::byte>> views(schema.size());
+  for (std::size_t i = 0; i < r->size(); ++i) {
+    const std::int64_t label = r->label(i);
+    if (bytes) {
+      const auto rec = r->record(i);
+      try {
+        check_record(o, rec);  // a row that holds a JPEG is decoded under --verify full, as before
+      } catch (const sluice::error& e) {
+        input_error err(record_name(o, in, i), e.what());
+        if (!o.skip_bad) throw err;
+        p.skipped.emplace_back(err.file, err.reason);
+        continue;
+      }
+      add(w, p, rec, label);
+    } else {
+      views[0] = r->record(i);
+      if (views.size() > 1) views[1] = std::as_bytes(std::span(&labels[i], 1));
+      add_fields(w, p, views, label);
+    }
+    p.source(in, i);
+    bar.update(p.labels.size(), p.bytes);
+  }
+}
+
 // Re-opens the sealed partial file and checks it against what was packed.
 void verify(const options& o, const std::string& file, const packed& p) {
   auto fail = [&](std::string why) { throw verify_error("sluice-pack: verification of '" + file + "' failed: " + why); };
@@ -1054,10 +1137,7 @@ int run(const options& o) {
       return sluice::io::tfrecord_reader(in, {.index = sluice::io::saved_index::ignore});
     });
   } else if (o.kind == "npy") {
-    pack_readers<sluice::io::npy_reader>(o, w, p, [&](const std::string& in) {
-      if (!o.labels_npy.empty()) require_regular_file(o.labels_npy);
-      return sluice::io::npy_reader(in, {.labels_path = o.labels_npy});
-    });
+    pack_npy(o, w, p);
   } else if (o.kind == "idx") {
 #if SLUICE_WITH_ZLIB
     for (const auto& in : o.inputs) require_regular_file(in);

@@ -5,8 +5,8 @@
 // dtype() say what the rows are. npy_any serves several arrays of one length as the fields of a
 // run-time sample, each typed as its array's dtype and shaped as its row.
 // Errors: what cannot be served as rows is refused at open, a format_error naming the file:
-// Fortran order, structured, object or big-endian multi-byte dtypes, 0-d arrays, trailing header
-// bytes, a data size other than the shape's, arrays of different lengths (both named), a uint64
+// Fortran order, structured, object or big-endian multi-byte dtypes, 0-d arrays, rows of no
+// elements (shape (N, 0)), trailing header bytes, a data size other than the shape's, arrays of different lengths (both named), a uint64
 // label past INT64_MAX (never wrapped). Threads: const after construction.
 // Every rule: docs/readers.md.
 #pragma once
@@ -225,6 +225,14 @@ class npy_reader {
     header_ = std::move(l.header);
     row_bytes_ = l.row_bytes;
     rows_ = l.rows;
+    if (row_bytes_ == 0) {  // an axis of length 0 after the first: no sample has anything in it
+      std::string dims;
+      for (auto d : header_.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      throw format_error(file_.path(), {},
+                         "shape (" + dims +
+                             "): its rows hold no elements (an axis after the first has length 0), "
+                             "so there is no data to serve as a sample; save an array whose rows are not empty");
+    }
     if (!opt.labels_path.empty()) load_labels(opt.labels_path, opt.map);
   }
 
