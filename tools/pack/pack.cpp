@@ -65,7 +65,10 @@ kinds:
                       are skipped and counted. Each JPEG is checked while packing (--no-jpeg-check
                       to skip): not empty, JPEG data (not PNG, not a macOS ._ AppleDouble file),
                       a readable header; with --verify full also decoded in full. The class names
-                      are stored inside the shard (shard_reader::class_names()).
+                      are stored inside the shard (shard_reader::class_names()). A class folder
+                      with no JPEG in it is bad input naming it, as torchvision's ImageFolder
+                      refuses one: it would still take a class index and shift the ones after it
+                      (--allow-empty-classes keeps it, with no samples).
   wds SHARD.tar...    WebDataset tar shards, in the order given. --field names the member
                       extension that is the record (default jpg), --label the extension of the
                       ASCII-integer label member (default cls; --label '' for none: label -1).
@@ -130,6 +133,7 @@ options:
                       "path<TAB>reason" in PATH.skipped.tsv (a tar member as "in.tar member
                       'NAME'") and their count is printed. Without it the first bad input ends the
                       pack, naming the file, the member and the cause.
+  --allow-empty-classes  imagefolder: keep a class folder with no JPEG in it (its index, no samples)
   --no-checksums      do not store per-record CRC-32C in the shard
   --no-jpeg-check     imagefolder: do not check the JPEGs
   --no-verify         --verify none
@@ -278,6 +282,7 @@ struct options {
   std::vector<sluice::io::shard_schema_field> fields;
   bool field_given = false;
   bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false, ignore_zeros = false;
+  bool allow_empty_classes = false;
   verify_mode verify = verify_mode::crc;
 };
 
@@ -376,6 +381,7 @@ options parse(int argc, char** argv) {
       else usage("--verify takes none, crc or full, not '" + m + "'");
     }
     else if (a == "--skip-bad") o.skip_bad = true;
+    else if (a == "--allow-empty-classes") o.allow_empty_classes = true;
     else if (a == "--ignore-zeros") o.ignore_zeros = true;
     else if (a == "-q" || a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
@@ -613,8 +619,10 @@ void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) 
   std::uint64_t other = 0;
   try {
     if (!fs::is_directory(root)) throw input_error(root.string(), "not a directory");
-    for (const auto& d : fs::directory_iterator(root))
+    for (const auto& d : fs::directory_iterator(root)) {
       if (d.is_directory()) classes.push_back(d.path().filename().string());
+      else ++other;  // a file beside the class folders: in no class, counted
+    }
     std::sort(classes.begin(), classes.end());
     if (classes.empty()) throw input_error(root.string(), "no class subfolders (expected DIR/<class>/<image>.jpg)");
     for (std::size_t c = 0; c < classes.size(); ++c) {
@@ -626,6 +634,11 @@ void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) 
         else ++other;
       }
       std::sort(in_class.begin(), in_class.end());
+      if (in_class.empty() && !o.allow_empty_classes)
+        throw input_error((root / classes[c]).string(),
+                          "class " + std::to_string(c) + " of " + std::to_string(classes.size()) +
+                              " has no JPEG file: it would take a class index with no samples and shift the "
+                              "classes after it (remove the folder, or pass --allow-empty-classes to keep it)");
       for (auto& f : in_class) files.emplace_back(std::move(f), static_cast<std::int64_t>(c));
     }
   } catch (const fs::filesystem_error& e) {

@@ -91,6 +91,24 @@ int main(int argc, char** argv) {
   EXPECT(!fs::exists(out + ".classes"));  // the names are inside the shard, not beside it
   EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out + " --verify full") == 0);
 
+  // An empty class folder would take index 1 and shift "dog" and "zebra": refused by name, as
+  // torchvision's ImageFolder refuses it; --allow-empty-classes keeps it, with no samples.
+  fs::create_directories(dir / "tree" / "cow");
+  const auto out_empty = (dir / "empty.sluice").string();
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out_empty + " 2>&1 | grep -q \"" +
+             (dir / "tree" / "cow").string() + "'.*has no JPEG\"") == 0);
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out_empty) == 1);
+  EXPECT(!fs::exists(out_empty));
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out_empty + " --allow-empty-classes") == 0);
+  {
+    sluice::io::shard_reader r(out_empty);
+    EXPECT(r.size() == expected.size());
+    EXPECT((r.class_names() == std::vector<std::string>{"cat", "cow", "dog", "zebra"}));
+    for (std::size_t i = 0; i < r.size() && i < expected.size(); ++i)
+      EXPECT(r.label(i) == (expected[i].second == 0 ? 0 : expected[i].second + 1));
+  }
+  fs::remove(dir / "tree" / "cow");
+
   // A corrupt JPEG: the pack fails, and neither the output nor the partial file remains.
   auto bad = tiny_jpeg(99);
   bad[0] = std::byte{0};
