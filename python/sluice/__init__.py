@@ -809,7 +809,8 @@ def wds(path: Shards, *, decode: Optional[Image] = None, image_field: Optional[s
         ignore_index: int = 255, output: Optional[str] = None, mean=None, std=None,
         fields: Optional[Dict[str, Field]] = None) -> Source:
     """WebDataset shards: a tar path, a brace pattern (``"train-{000000..000127}.tar"``) or a list
-    of paths (``sorted(glob.glob("train-*.tar"))``), read in the order given.
+    of paths (``sorted(glob.glob("train-*.tar"))``), read in the order given. The tars are read
+    uncompressed, in place: a ``.tar.gz`` (or zstd, bzip2, xz) shard is a FormatError saying so.
     ``<key>.<image_field>`` (any extension of the ``;`` list) is decoded into ``"image"``.
 
     Classification (the default): ``<key>.<label_field>`` (default ``cls``, an integer as text)
@@ -869,7 +870,8 @@ def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optio
              fields: Optional[Dict[str, Field]] = None) -> Source:
     """TFRecord files of ``tf.train.Example`` (every record's CRC checked), one path, a brace pattern
     (``"train-{00000..01023}-of-01024"``) or a list of paths, read as one dataset in the order
-    given (an error names the file and its record): the bytes feature
+    given (an error names the file and its record; a compressed file, as
+    ``TFRecordOptions(compression_type="GZIP")`` writes it, is a FormatError saying so): the bytes feature
     ``image_field`` (default ``"image/encoded"``) decoded into ``"image"``, the int64 feature
     ``label_field`` (default ``"image/class/label"``) as ``"label"``.
 

@@ -426,3 +426,38 @@ def test_npy_arrays_as_fields_arrive_with_their_dtypes_and_row_shapes(tmp_path):
         sluice.Loader(sluice.npy(tmp_path, fields={"y": sluice.field("y.npy", dtype="int32")}))
     with pytest.raises(sluice.UsageError, match=r"labels= does not apply"):
         sluice.npy(tmp_path, fields={"y": sluice.field("y.npy")}, labels=tmp_path / "y.npy")
+
+
+def test_compressed_shards_and_records_are_named_as_such(tmp_path):
+    # webdataset reads a .tar.gz and TensorFlow writes GZIP TFRecords; sluice maps uncompressed files
+    # in place, and says so instead of calling the file a broken tar or a bad CRC.
+    import bz2
+    import gzip
+    import lzma
+
+    with tarfile.open(tmp_path / "s.tar.gz", "w:gz") as tar:
+        add(tar, "a.cls", b"1")
+        add(tar, "a.txt", b"x")
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for k in range(40):
+            add(tar, f"k{k:03d}.cls", str(k).encode())
+    (tmp_path / "big.tar.xz").write_bytes(lzma.compress(raw.getvalue()))
+    (tmp_path / "big.tar.bz2").write_bytes(bz2.compress(raw.getvalue()))
+    for name, kind, command in (("s.tar.gz", "gzip", "gzip -dc"), ("big.tar.xz", "xz", "xz -dc"),
+                                ("big.tar.bz2", "bzip2", "bzip2 -dc")):
+        for src in (sluice.wds(tmp_path / name, fields={"y": sluice.field("cls", dtype="int64")}),
+                    sluice.wds(tmp_path / name, decode=sluice.image((8, 8)))):
+            with pytest.raises(sluice.FormatError) as e:
+                list(sluice.Loader(src, batch_size=2, workers=0))
+            msg = str(e.value)
+            assert name in msg and f"is {kind}-compressed" in msg and "uncompressed tar archives" in msg, msg
+            assert command in msg and "checksum" not in msg and "truncated" not in msg, msg
+    path = tmp_path / "a.tfrecord"
+    _write_tfrecord(path, [_example({"y": ("int64", [k])}) for k in range(3)])
+    (tmp_path / "a.gz.tfrecord").write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(sluice.FormatError) as e:
+        sluice.Loader(sluice.tfrecord(tmp_path / "a.gz.tfrecord", fields={"y": sluice.field("y")}), workers=0)
+    msg = str(e.value)
+    assert "a.gz.tfrecord" in msg and "is gzip-compressed" in msg and "uncompressed TFRecord files" in msg, msg
+    assert "CRC" not in msg, msg

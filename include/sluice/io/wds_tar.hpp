@@ -6,7 +6,8 @@
 // (checksums verified, pax path= and size= honoured), skips directories, links and devices, and
 // refuses what it would otherwise misread: sparse members, a global pax header that renames
 // members, a link with data, data after the end-of-archive marker (unless `.ignore_zeros`, as
-// GNU tar's --ignore-zeros reads concatenated archives). The scan is saved as `<file>.sidx`.
+// GNU tar's --ignore-zeros reads concatenated archives), a compressed archive (.tar.gz, .tar.zst:
+// named as such, io/compressed.hpp). The scan is saved as `<file>.sidx`.
 // Errors: a sample lacking a named field, a bad checksum, truncation or any refusal above is a
 // format_error naming the file and the key or offset.
 // Threads: all members are const after construction. Every rule: docs/readers.md.
@@ -27,6 +28,7 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/io/compressed.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/record_index.hpp"
 
@@ -259,6 +261,8 @@ void walk_tar(std::span<const std::byte> file, const std::string& path, bool ign
       }
       // A non-zero byte inside this block: not a zero block, read it as a header.
     }
+    // A first header that does not parse may be a compressed archive (.tar.gz): say so.
+    if (pos == 0 && (n < tar_block || !tar_checksum_ok(file.data()))) throw_if_compressed(file, path, "tar archives");
     if (n - pos < tar_block)
       throw fail(pos, "truncated tar header: " + std::to_string(n - pos) + " bytes left, a header needs 512");
     const std::byte* h = file.data() + pos;
