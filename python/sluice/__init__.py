@@ -571,7 +571,9 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
     ``sluice.mds``, ``sluice.tfrecord``): the batch's ``name``.
 
     members: the member extensions it takes, ``";"``-separated (``"jpg;png"``, ``"cls"``,
-             ``"boxes.npy"``); a sample without one, or with two, is a FormatError naming it.
+             ``"boxes.npy"``), in any case (webdataset lower-cases a member's extension:
+             ``IMG_1.JPG`` is a ``"jpg"``); a sample without one, or with two, is a FormatError
+             naming it.
              For ``sluice.shard``: the shard field's name (its dtype and shape as stored); for
              ``sluice.mds``: the column's name (its type as index.json says); for
              ``sluice.tfrecord``: the feature's name (its type the list record 0 holds); for

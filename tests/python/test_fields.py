@@ -461,3 +461,31 @@ def test_compressed_shards_and_records_are_named_as_such(tmp_path):
     msg = str(e.value)
     assert "a.gz.tfrecord" in msg and "is gzip-compressed" in msg and "uncompressed TFRecord files" in msg, msg
     assert "CRC" not in msg, msg
+
+
+def test_upper_case_extensions_match_as_webdataset_reads_them(tmp_path):
+    # webdataset lower-cases a member's extension (not its key): "B.CLS" is field "cls" of key "B".
+    with tarfile.open(tmp_path / "s.tar", "w") as tar:
+        for name, data in (("B.CLS", b"2"), ("B.TXT", b"y"), ("B.JPG", jpeg(40)), ("c.cls", b"3"), ("c.txt", b"z"),
+                           ("c.Jpg", jpeg(80))):
+            add(tar, name, data)
+
+    def read(src):
+        with sluice.Loader(src, batch_size=2, sampler=sluice.sample.sequential(), workers=0) as ld:
+            return next(iter(ld))
+
+    b = read(sluice.wds(tmp_path / "s.tar", fields={"cls": sluice.field("cls", dtype="int64"),
+                                                    "txt": sluice.field("TXT", collate=sluice.ragged())}))
+    assert np.from_dlpack(b["cls"]).tolist() == [2, 3]
+    assert bytes(np.from_dlpack(b["txt"])) == b"yz"
+    b = read(sluice.wds(tmp_path / "s.tar", decode=sluice.image((8, 8))))
+    assert np.from_dlpack(b["label"]).tolist() == [2, 3]
+    img = np.from_dlpack(b["image"])
+    assert abs(int(img[0].mean()) - 40) <= 3 and abs(int(img[1].mean()) - 80) <= 3
+    pack = os.environ.get("SLUICE_PACK", "")
+    if pack and os.path.exists(pack):
+        for args in (["--fields", "txt,jpg"], ["--field", "JPG"]):
+            out = tmp_path / "p.sluice"
+            subprocess.run([pack, "wds", str(tmp_path / "s.tar"), *args, "-o", str(out), "--quiet"], check=True)
+            assert np.from_dlpack(read(sluice.shard(out, decode=sluice.image((8, 8))))["label"]).tolist() == [2, 3]
+            out.unlink()

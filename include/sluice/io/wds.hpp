@@ -2,7 +2,8 @@
 //
 // wds_dataset<Schema> is a fields_reader over a list of shards or a brace pattern
 // ("train-{000000..000127}.tar"): a sample is every tar member sharing a key, its fields named by
-// extension ("jpg;jpeg;png", "json", "cls"), and sample i of the dataset is sample i of the shards
+// extension ("jpg;jpeg;png", "json", "cls"; matched in any case, as WebDataset lower-cases a
+// member's extension: "a.JPG" is a "jpg"), and sample i of the dataset is sample i of the shards
 // concatenated in order. `.npy` members are checked against the field's dtype and read zero-copy;
 // a fixed non-u8 field (or a fixed u8 field of a text member) takes an ASCII number parsed once;
 // everything else is the member's bytes, a view into the mapping. wds_any is the same with its
@@ -72,6 +73,8 @@ namespace detail {
 // 2: a fixed u8 field of text members holds a parsed number (an index of version 1 held its bytes).
 // 3: the parts of a sample whose members are apart (a key in two groups, one lacking a member)
 //    are flagged split, each naming the other.
+// (The tar scan's own version, wds_scan_version, is part of the kind too: its 4 lower-cased
+// member extensions.)
 inline constexpr int wds_group_scan_version = 3;
 
 // How a field takes its member.
@@ -196,10 +199,13 @@ class wds_core {
             : shards_.size() == 1 ? shards_[0]->path
                                   : shards_[0]->path + " (+" + std::to_string(shards_.size() - 1) + " more shards)";
     kind_ = "wdsg:v" + std::to_string(wds_group_scan_version) + ".t" + std::to_string(wds_scan_version);
-    // The extensions matched, not the field names: a saved index is the grouping they make.
-    for (std::size_t k = 0; k < fields_.size(); ++k)
-      kind_ += ":" + std::string(extensions_of(k)) + "/" + dtype_name(fields_[k].type) +
-               (fields_[k].kind == extent::variable ? "/v" : "/f");
+    // The extensions matched (in lower case), not the field names: a saved index is the grouping
+    // they make.
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      std::string exts;
+      for (const auto& e : rules_[k].exts) exts += (exts.empty() ? "" : ";") + e;
+      kind_ += ":" + exts + "/" + dtype_name(fields_[k].type) + (fields_[k].kind == extent::variable ? "/v" : "/f");
+    }
     if (opt_.ignore_zeros) kind_ += ":ignore_zeros";
     table_.first.reserve(shards_.size() + 1);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
@@ -278,7 +284,7 @@ class wds_core {
                           "'/' or ':'");
       while (true) {
         const std::size_t semi = n.find(';');
-        rules_[k].exts.emplace_back(n.substr(0, semi));
+        rules_[k].exts.push_back(lower_ascii(n.substr(0, semi)));  // matched in any case, as the scan lower-cases
         if (semi == std::string_view::npos) break;
         n.remove_prefix(semi + 1);
       }
@@ -352,6 +358,7 @@ class wds_core {
     std::size_t base = 0;
     std::vector<bool> seen(F);
     std::unordered_map<std::string, std::size_t> first_group;  // each key's first group
+    std::string lower;                                         // an upper-case extension, lower-cased
     auto flag = [&](wds_problem p, std::size_t k) {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
@@ -380,7 +387,7 @@ class wds_core {
     };
     walk_tar(file, path, opt_.ignore_zeros, [&](const tar_member_view& m) {
       std::string_view key, ext;
-      if (!split_key(m.name, key, ext)) return true;
+      if (!split_key(m.name, key, ext, lower)) return true;
       if (!have || key != cur_key) {
         finish();
         cur_key.assign(key);
@@ -438,11 +445,11 @@ class wds_core {
   }
 
   std::string key_at(const shard_state& sh, std::uint64_t start) const {
-    std::string key = "?";
+    std::string key = "?", lower;
     try {
       walk_tar(sh.file.bytes(), sh.path, opt_.ignore_zeros, [&](const tar_member_view& m) {
         std::string_view k, ext;
-        if (split_key(m.name, k, ext)) key.assign(k);
+        if (split_key(m.name, k, ext, lower)) key.assign(k);
         return false;
       }, start);
     } catch (const format_error&) {
