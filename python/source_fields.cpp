@@ -251,6 +251,8 @@ loader_ptr mds_fields_loader(const options& o) {
   sluice::io::mds_any data(o.path, columns);
   check_stored_types(o, data.schema(),
                      [&](const field_option& f) { return "the MDS column '" + f.members + "' of " + o.path + " holds"; });
+  for (std::size_t k = 0; k < o.fields.size(); ++k)
+    if (o.fields[k].decode) data.check_image_column(k);  // a 'pil' column (raw pixels) decodes as no image
   return fields_loader(o, std::move(data), {});
 }
 

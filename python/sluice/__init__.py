@@ -995,7 +995,10 @@ def mds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional
     column's name. Each field has its column's type (``int`` int64, ``float32``, ``ndarray:int32``,
     an ``ndarray`` that stores its dtype per sample: the first sample's, checked for every sample;
     ``str``/``bytes``/``json``/``jpeg``/``png`` uint8 bytes); a scalar column stacks to ``(B,)``,
-    an ndarray of static shape to ``(B, *shape)``. A ``dtype=`` given must be the column's."""
+    an ndarray of static shape to ``(B, *shape)``. A ``dtype=`` given must be the column's.
+
+    A ``pil`` column (MDSWriter's raw pixels behind a size and mode header) is no encoded image:
+    decoding it (``decode=``) is a UsageError naming the column; write it as ``jpeg`` or ``png``."""
     if fields is not None:
         return _fields_source("mds", path, fields, decode=decode, image_field=image_field, label_field=label_field,
                               output=output, mean=mean, std=std)

@@ -489,3 +489,51 @@ def test_upper_case_extensions_match_as_webdataset_reads_them(tmp_path):
             subprocess.run([pack, "wds", str(tmp_path / "s.tar"), *args, "-o", str(out), "--quiet"], check=True)
             assert np.from_dlpack(read(sluice.shard(out, decode=sluice.image((8, 8))))["label"]).tolist() == [2, 3]
             out.unlink()
+
+
+def _write_mds(path, columns, rows):
+    # MosaicML Streaming's MDS format, version 2 (MDSWriter's layout): one shard; columns maps a name to
+    # (encoding, bytes a sample or None for a variable column, whose sizes lead each sample).
+    import json
+    import struct
+    os.makedirs(path)
+    sizes = [size for _, size in columns.values()]
+    samples = [b"".join(struct.pack("<I", len(v)) for v, n in zip(r, sizes) if n is None) + b"".join(r) for r in rows]
+    head = 4 + 4 * (len(samples) + 1)
+    offsets = [head]
+    for s in samples:
+        offsets.append(offsets[-1] + len(s))
+    shard = struct.pack("<I", len(samples)) + b"".join(struct.pack("<I", o) for o in offsets) + b"".join(samples)
+    with open(os.path.join(path, "shard.00000.mds"), "wb") as f:
+        f.write(shard)
+    entry = {"column_encodings": [e for e, _ in columns.values()], "column_names": list(columns), "column_sizes": sizes,
+             "compression": None, "format": "mds", "hashes": [], "raw_data": {"basename": "shard.00000.mds",
+             "bytes": len(shard), "hashes": {}}, "samples": len(samples), "size_limit": 1 << 26, "version": 2,
+             "zip_data": None}
+    with open(os.path.join(path, "index.json"), "w") as f:
+        json.dump({"shards": [entry], "version": 2}, f)
+
+
+def test_an_mds_pil_column_is_refused_where_it_would_be_decoded(tmp_path):
+    # MDSWriter's 'pil' encoding: u32 width, height, mode length, the mode, then the raw pixels.
+    import struct
+
+    def pil(level):
+        return struct.pack("<III", 2, 2, 3) + b"RGB" + bytes([level]) * 12
+
+    d = str(tmp_path / "mds")
+    _write_mds(d, {"image": ("pil", None), "photo": ("jpeg", None), "label": ("int", 8)},
+               [[pil(k), jpeg(40), struct.pack("<q", k)] for k in range(4)])
+    for src in (sluice.mds(d, decode=sluice.image((8, 8))),
+                sluice.mds(d, fields={"image": sluice.field("image", decode=sluice.image((8, 8)))})):
+        with pytest.raises(sluice.UsageError) as e:
+            sluice.Loader(src, batch_size=2, workers=0)
+        msg = str(e.value)
+        assert "column 'image'" in msg and "encoded 'pil'" in msg and "'jpeg' or 'png'" in msg, msg
+    # Its bytes as written, undecoded; another column decoded.
+    src = sluice.mds(d, fields={"raw": sluice.field("image", collate=sluice.ragged()),
+                                "img": sluice.field("photo", decode=sluice.image((8, 8)))})
+    with sluice.Loader(src, batch_size=4, sampler=sluice.sample.sequential(), workers=0) as ld:
+        b = next(iter(ld))
+    assert bytes(np.from_dlpack(b["raw"])[:15]) == pil(0)[:15]
+    assert np.from_dlpack(b["img"]).shape == (4, 8, 8, 3)
