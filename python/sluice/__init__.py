@@ -579,7 +579,11 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
              ``sluice.tfrecord``: the feature's name (its type the list record 0 holds); for
              ``sluice.npy``: the array's file name in the folder (its dtype and row shape).
     dtype:   the element type. By default an ``.npy`` member's own (read from the first shard's
-             first such member, and checked for every member), else ``"uint8"`` (the bytes). A
+             first such member, and checked for every member), else ``"uint8"`` (the bytes).
+             Stacked (the default), ``.npy`` members keep their shape: ``(B, *shape)``, every
+             member of the first one's shape (another is a FormatError naming the shard, the
+             sample's key and both shapes); ``ragged()``/``pad()`` flatten each member (``row=``
+             gives the rows' shape). A
              non-uint8 field stacked as a fixed value (``stack()``) takes an ASCII number
              (``.cls``) or an ``.npy``; text members (``.json``, ``.txt``) are refused for numbers.
     decode:  ``sluice.image(...)``: the member is a JPEG or PNG decoded straight into the batch.

@@ -537,3 +537,29 @@ def test_an_mds_pil_column_is_refused_where_it_would_be_decoded(tmp_path):
         b = next(iter(ld))
     assert bytes(np.from_dlpack(b["raw"])[:15]) == pil(0)[:15]
     assert np.from_dlpack(b["img"]).shape == (4, 8, 8, 3)
+
+
+def test_npy_members_stack_with_their_shape_and_one_of_another_shape_names_both(tmp_path):
+    arrays = [np.arange(6, dtype=np.int16).reshape(2, 3) + k for k in range(3)] + [np.zeros((3, 2), np.int16)]
+    with tarfile.open(tmp_path / "s.tar", "w") as tar:
+        for k, a in enumerate(arrays):
+            add(tar, f"k{k}.emb.npy", npy(a))
+            add(tar, f"k{k}.n.npy", npy(np.int64(k)))
+
+    def first(f, n=3):
+        with sluice.Loader(sluice.wds(tmp_path / "s.tar", fields=f), batch_size=n, sampler=sluice.sample.sequential(),
+                           workers=0) as ld:
+            return next(iter(ld))
+
+    b = first({"emb": sluice.field("emb.npy"), "n": sluice.field("n.npy")})
+    e = np.from_dlpack(b["emb"])
+    assert e.shape == (3, 2, 3) and e.dtype == np.int16           # (B, *member shape), as help(sluice.wds) says
+    np.testing.assert_array_equal(e, np.stack(arrays[:3]))
+    assert np.from_dlpack(b["n"]).tolist() == [0, 1, 2]           # 0-d members: (B,)
+    with pytest.raises(sluice.FormatError) as err:
+        first({"emb": sluice.field("emb.npy")}, 4)
+    msg = str(err.value)
+    assert "s.tar" in msg and "sample 'k3'" in msg and "shape (3, 2)" in msg and "shape (2, 3)" in msg, msg
+    # ragged() and pad() take members of any shape, flattened (row= for rows).
+    b = first({"emb": sluice.field("emb.npy", collate=sluice.ragged(row=(2,)))}, 4)
+    assert np.from_dlpack(b["emb"]).shape == (12, 2) and np.from_dlpack(b["emb.offsets"]).tolist() == [0, 3, 6, 9, 12]
