@@ -53,8 +53,11 @@ sluice::dtype dtype_of_npy(const sluice::io::npy_dtype& d, const field_option& f
   }
 }
 
+// Whether a field takes member extension `ext` (lower case, as split_key gives it): extensions
+// match in any case.
 bool takes(const std::string& members, std::string_view ext) {
-  std::string_view m = members;
+  const std::string lower = sluice::io::detail::lower_ascii(members);
+  std::string_view m = lower;
   while (true) {
     const std::size_t semi = m.find(';');
     if (m.substr(0, semi) == ext) return true;
@@ -79,9 +82,10 @@ std::vector<sluice::dtype> types_of(const std::vector<field_option>& fields, con
   }
   if (want == 0) return t;
   const sluice::io::mapped_file file(first_shard);  // an io_error naming it when it is missing
+  std::string lower;
   sluice::io::detail::walk_tar(file.bytes(), first_shard, false, [&](const sluice::io::detail::tar_member_view& m) {
     std::string_view key, ext;
-    if (!sluice::io::detail::split_key(m.name, key, ext)) return true;
+    if (!sluice::io::detail::split_key(m.name, key, ext, lower)) return true;
     for (std::size_t k = 0; k < fields.size(); ++k) {
       if (!open[k] || !takes(fields[k].members, ext)) continue;
       if (sluice::io::detail::is_npy_ext(ext))
@@ -247,6 +251,8 @@ loader_ptr mds_fields_loader(const options& o) {
   sluice::io::mds_any data(o.path, columns);
   check_stored_types(o, data.schema(),
                      [&](const field_option& f) { return "the MDS column '" + f.members + "' of " + o.path + " holds"; });
+  for (std::size_t k = 0; k < o.fields.size(); ++k)
+    if (o.fields[k].decode) data.check_image_column(k);  // a 'pil' column (raw pixels) decodes as no image
   return fields_loader(o, std::move(data), {});
 }
 
@@ -349,7 +355,8 @@ loader_ptr make_fields_loader(const options& o) {
     // A text member stacked: the number it holds needs its dtype (uint8 would do for class ids
     // under 256 only, and is no one's label type), text as text a variable collator.
     if (fixed && f.dtype.empty() && !f.decode) {
-      std::string_view m = f.members;
+      const std::string members = sluice::io::detail::lower_ascii(f.members);
+      std::string_view m = members;
       while (!m.empty()) {
         const std::string_view ext = m.substr(0, m.find(';'));
         if (sluice::io::detail::is_text_ext(ext) && !sluice::io::detail::is_npy_ext(ext))

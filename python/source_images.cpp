@@ -98,6 +98,7 @@ loader_ptr tfrecord_loader(const options& o) {
 loader_ptr mds_loader(const options& o) {
   sluice::io::mds_dataset<classes> data(
       o.path, {.columns = {{"image", name_or(o.image_field, "image")}, {"label", name_or(o.label_field, "label")}}});
+  data.check_image_column(0);  // decoded: a 'pil' column (raw pixels) is refused, naming it
   auto labels = labels_of(o, data);
   return image_classification(o, std::move(data), labels);
 }

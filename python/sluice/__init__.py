@@ -575,13 +575,19 @@ def field(members: str, *, dtype: Optional[str] = None, decode: Optional[Image] 
     ``sluice.mds``, ``sluice.tfrecord``): the batch's ``name``.
 
     members: the member extensions it takes, ``";"``-separated (``"jpg;png"``, ``"cls"``,
-             ``"boxes.npy"``); a sample without one, or with two, is a FormatError naming it.
+             ``"boxes.npy"``), in any case (webdataset lower-cases a member's extension:
+             ``IMG_1.JPG`` is a ``"jpg"``); a sample without one, or with two, is a FormatError
+             naming it.
              For ``sluice.shard``: the shard field's name (its dtype and shape as stored); for
              ``sluice.mds``: the column's name (its type as index.json says); for
              ``sluice.tfrecord``: the feature's name (its type the list record 0 holds); for
              ``sluice.npy``: the array's file name in the folder (its dtype and row shape).
     dtype:   the element type. By default an ``.npy`` member's own (read from the first shard's
-             first such member, and checked for every member), else ``"uint8"`` (the bytes). A
+             first such member, and checked for every member), else ``"uint8"`` (the bytes).
+             Stacked (the default), ``.npy`` members keep their shape: ``(B, *shape)``, every
+             member of the first one's shape (another is a FormatError naming the shard, the
+             sample's key and both shapes); ``ragged()``/``pad()`` flatten each member (``row=``
+             gives the rows' shape). A
              non-uint8 field stacked as a fixed value (``stack()``) takes an ASCII number
              (``.cls``) or an ``.npy``; text members (``.json``, ``.txt``) are refused for numbers.
     decode:  ``sluice.image(...)``: the member is a JPEG or PNG decoded straight into the batch.
@@ -822,7 +828,8 @@ def wds(path: Shards, *, decode: Optional[Image] = None, image_field: Optional[s
         ignore_index: int = 255, output: Optional[str] = None, mean=None, std=None,
         fields: Optional[Dict[str, Field]] = None) -> Source:
     """WebDataset shards: a tar path, a brace pattern (``"train-{000000..000127}.tar"``) or a list
-    of paths (``sorted(glob.glob("train-*.tar"))``), read in the order given.
+    of paths (``sorted(glob.glob("train-*.tar"))``), read in the order given. The tars are read
+    uncompressed, in place: a ``.tar.gz`` (or zstd, bzip2, xz) shard is a FormatError saying so.
     ``<key>.<image_field>`` (any extension of the ``;`` list) is decoded into ``"image"``.
 
     Classification (the default): ``<key>.<label_field>`` (default ``cls``, an integer as text)
@@ -882,7 +889,8 @@ def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optio
              fields: Optional[Dict[str, Field]] = None) -> Source:
     """TFRecord files of ``tf.train.Example`` (every record's CRC checked), one path, a brace pattern
     (``"train-{00000..01023}-of-01024"``) or a list of paths, read as one dataset in the order
-    given (an error names the file and its record): the bytes feature
+    given (an error names the file and its record; a compressed file, as
+    ``TFRecordOptions(compression_type="GZIP")`` writes it, is a FormatError saying so): the bytes feature
     ``image_field`` (default ``"image/encoded"``) decoded into ``"image"``, the int64 feature
     ``label_field`` (default ``"image/class/label"``) as ``"label"``.
 
@@ -1004,7 +1012,10 @@ def mds(path: PathLike, *, decode: Optional[Image] = None, image_field: Optional
     column's name. Each field has its column's type (``int`` int64, ``float32``, ``ndarray:int32``,
     an ``ndarray`` that stores its dtype per sample: the first sample's, checked for every sample;
     ``str``/``bytes``/``json``/``jpeg``/``png`` uint8 bytes); a scalar column stacks to ``(B,)``,
-    an ndarray of static shape to ``(B, *shape)``. A ``dtype=`` given must be the column's."""
+    an ndarray of static shape to ``(B, *shape)``. A ``dtype=`` given must be the column's.
+
+    A ``pil`` column (MDSWriter's raw pixels behind a size and mode header) is no encoded image:
+    decoding it (``decode=``) is a UsageError naming the column; write it as ``jpeg`` or ``png``."""
     if fields is not None:
         return _fields_source("mds", path, fields, decode=decode, image_field=image_field, label_field=label_field,
                               output=output, mean=mean, std=std)

@@ -185,6 +185,65 @@ TEST_CASE("wds tar: empty, garbage, bad checksum, truncated, size past the end, 
   }
 }
 
+TEST_CASE("compressed inputs: a gzip, zstd, bzip2, xz or zlib tar or TFRecord is named as such") {
+  temp_dir dir;
+  struct kind {
+    const char* name;
+    std::vector<unsigned char> magic;
+    const char* command;
+  };
+  const kind kinds[] = {{"gzip", {0x1f, 0x8b, 0x08}, "gzip -dc"},
+                        {"zstd", {0x28, 0xb5, 0x2f, 0xfd}, "zstd -d"},
+                        {"bzip2", {'B', 'Z', 'h', '9', 0x31, 0x41, 0x59, 0x26, 0x53, 0x59}, "bzip2 -dc"},
+                        {"xz", {0xfd, '7', 'z', 'X', 'Z', 0x00}, "xz -dc"},
+                        {"zlib", {0x78, 0x9c}, "zlib.decompress"}};
+  SUBCASE("each kind, smaller and larger than a tar block") {
+    for (const auto& k : kinds) {
+      CAPTURE(k.name);
+      // What a compressor writes: its magic, then data that is no tar header or TFRecord frame. A
+      // small archive compresses to under one tar block, a large one to many.
+      for (const std::size_t size : {std::size_t{90}, std::size_t{5000}}) {
+        CAPTURE(size);
+        auto b = random_bytes(size, 3);
+        for (std::size_t i = 0; i < k.magic.size(); ++i) b[i] = static_cast<std::byte>(k.magic[i]);
+        const auto tar = dir.file(std::string("s-") + k.name + ".tar.gz");
+        const auto tfr = dir.file(std::string("r-") + k.name + ".tfrecord");
+        write_file(tar, b);
+        write_file(tfr, b);
+        auto e = expect_format_error([&] { io::wds_tar_reader r(tar, {.record_field = "jpg", .index = no_index}); });
+        CHECK(e.file() == tar);
+        CHECK(e.cause().find(std::string("is ") + k.name + "-compressed") != std::string::npos);
+        CHECK(e.cause().find("uncompressed tar archives") != std::string::npos);
+        CHECK(e.cause().find(k.command) != std::string::npos);
+        e = expect_format_error([&] { io::tfrecord_reader r(tfr, {.index = no_index}); });
+        CHECK(e.file() == tfr);
+        CHECK(e.cause().find(std::string("is ") + k.name + "-compressed") != std::string::npos);
+        CHECK(e.cause().find("uncompressed TFRecord files") != std::string::npos);
+        e = expect_format_error([&] {
+          io::tfrecord_reader r(tfr, {.index = no_index, .bad_records = io::bad_records::defer});
+        });
+        CHECK(e.cause().find(std::string("is ") + k.name + "-compressed") != std::string::npos);
+      }
+    }
+  }
+  SUBCASE("a valid file that starts with a magic is read, not refused") {
+    // A TFRecord whose first record is 0x088b1f bytes long begins 1f 8b 08, gzip's magic.
+    std::vector<std::byte> t;
+    io::append_tfrecord(t, random_bytes(0x088b1f, 4));
+    io::append_tfrecord(t, random_bytes(10, 5));
+    CHECK(t[0] == std::byte{0x1f});
+    CHECK(t[1] == std::byte{0x8b});
+    write_file(dir.file("g.tfrecord"), t);
+    CHECK(io::tfrecord_reader(dir.file("g.tfrecord"), {.index = no_index}).size() == 2);
+    // A tar whose first member is named like a bzip2 stream.
+    std::vector<std::byte> a;
+    io::append_tar_member(a, "BZh91AY&SY.jpg", as_bytes("x"));
+    a.resize(a.size() + 1024);
+    write_file(dir.file("b.tar"), a);
+    CHECK(io::wds_tar_reader(dir.file("b.tar"), {.record_field = "jpg", .index = no_index}).size() == 1);
+  }
+}
+
 TEST_CASE("npy: empty, wrong magic, bad header, fortran order, truncated, garbage") {
   temp_dir dir;
   const auto path = dir.file("bad.npy");

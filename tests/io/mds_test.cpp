@@ -533,6 +533,30 @@ TEST_CASE("mds: columns named at run time through mds_options::columns") {
   CHECK_THROWS_AS(io::mds_dataset<fixed>(fixtures + "/plain", {.columns = {{"imgae", "image"}}}), usage_error);
 }
 
+TEST_CASE("mds: a 'pil' column (raw pixels) reads as bytes, and is refused where an image decoder would read it") {
+  // MDSWriter's pil encoding: u32 width, height and mode length, the mode, then Image.tobytes().
+  sluice_test::temp_dir t;
+  auto pil = [](std::uint32_t w, std::uint32_t h) {
+    std::string v = raw(w) + raw(h) + raw(std::uint32_t{3}) + "RGB";
+    return v + std::string(w * h * 3, '\x07');
+  };
+  const std::vector<column> cols = {{"image", "pil", {}}, {"photo", "jpeg", {}}, {"label", "int", 8}};
+  (void)write_mds(t.path().string(), cols,
+                  {{pil(2, 2), "J", raw(std::int64_t{4})}, {pil(1, 3), "J", raw(std::int64_t{5})}}, 2);
+  using fixed = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>>;
+  io::mds_dataset<fixed> d(t.path().string());
+  CHECK(d.encoding_of(0) == "pil");
+  CHECK(d.fields(0).size_of<"image">() == 12 + 3 + 12);  // the bytes as written
+  const std::string says = "the MDS column 'image' of " + t.path().string() + "/index.json is encoded 'pil'";
+  CHECK_THROWS_WITH_AS(d.check_image_column(0), doctest::Contains(says.c_str()), usage_error);
+  CHECK_THROWS_WITH_AS(d.check_image_column(0), doctest::Contains("'jpeg' or 'png'"), usage_error);
+  CHECK_NOTHROW(d.check_image_column(1));  // the int column is no image either, but not raw pixels: its own errors
+  io::mds_any a(t.path().string(), {{"img", "photo"}, {"raw", "image"}});
+  CHECK(a.encoding_of(0) == "jpeg");
+  CHECK_NOTHROW(a.check_image_column(0));
+  CHECK_THROWS_WITH_AS(a.check_image_column(1), doctest::Contains("column 'image'"), usage_error);
+}
+
 TEST_CASE("mds_any: columns at run time with their own types give the compiled reader's batches") {
   // Every column sluice reads, under its own name, typed as index.json (and the first ndarray) say.
   io::mds_any all(fixtures + "/plain");

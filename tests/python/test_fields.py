@@ -426,3 +426,140 @@ def test_npy_arrays_as_fields_arrive_with_their_dtypes_and_row_shapes(tmp_path):
         sluice.Loader(sluice.npy(tmp_path, fields={"y": sluice.field("y.npy", dtype="int32")}))
     with pytest.raises(sluice.UsageError, match=r"labels= does not apply"):
         sluice.npy(tmp_path, fields={"y": sluice.field("y.npy")}, labels=tmp_path / "y.npy")
+
+
+def test_compressed_shards_and_records_are_named_as_such(tmp_path):
+    # webdataset reads a .tar.gz and TensorFlow writes GZIP TFRecords; sluice maps uncompressed files
+    # in place, and says so instead of calling the file a broken tar or a bad CRC.
+    import bz2
+    import gzip
+    import lzma
+
+    with tarfile.open(tmp_path / "s.tar.gz", "w:gz") as tar:
+        add(tar, "a.cls", b"1")
+        add(tar, "a.txt", b"x")
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for k in range(40):
+            add(tar, f"k{k:03d}.cls", str(k).encode())
+    (tmp_path / "big.tar.xz").write_bytes(lzma.compress(raw.getvalue()))
+    (tmp_path / "big.tar.bz2").write_bytes(bz2.compress(raw.getvalue()))
+    for name, kind, command in (("s.tar.gz", "gzip", "gzip -dc"), ("big.tar.xz", "xz", "xz -dc"),
+                                ("big.tar.bz2", "bzip2", "bzip2 -dc")):
+        for src in (sluice.wds(tmp_path / name, fields={"y": sluice.field("cls", dtype="int64")}),
+                    sluice.wds(tmp_path / name, decode=sluice.image((8, 8)))):
+            with pytest.raises(sluice.FormatError) as e:
+                list(sluice.Loader(src, batch_size=2, workers=0))
+            msg = str(e.value)
+            assert name in msg and f"is {kind}-compressed" in msg and "uncompressed tar archives" in msg, msg
+            assert command in msg and "checksum" not in msg and "truncated" not in msg, msg
+    path = tmp_path / "a.tfrecord"
+    _write_tfrecord(path, [_example({"y": ("int64", [k])}) for k in range(3)])
+    (tmp_path / "a.gz.tfrecord").write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(sluice.FormatError) as e:
+        sluice.Loader(sluice.tfrecord(tmp_path / "a.gz.tfrecord", fields={"y": sluice.field("y")}), workers=0)
+    msg = str(e.value)
+    assert "a.gz.tfrecord" in msg and "is gzip-compressed" in msg and "uncompressed TFRecord files" in msg, msg
+    assert "CRC" not in msg, msg
+
+
+def test_upper_case_extensions_match_as_webdataset_reads_them(tmp_path):
+    # webdataset lower-cases a member's extension (not its key): "B.CLS" is field "cls" of key "B".
+    with tarfile.open(tmp_path / "s.tar", "w") as tar:
+        for name, data in (("B.CLS", b"2"), ("B.TXT", b"y"), ("B.JPG", jpeg(40)), ("c.cls", b"3"), ("c.txt", b"z"),
+                           ("c.Jpg", jpeg(80))):
+            add(tar, name, data)
+
+    def read(src):
+        with sluice.Loader(src, batch_size=2, sampler=sluice.sample.sequential(), workers=0) as ld:
+            return next(iter(ld))
+
+    b = read(sluice.wds(tmp_path / "s.tar", fields={"cls": sluice.field("cls", dtype="int64"),
+                                                    "txt": sluice.field("TXT", collate=sluice.ragged())}))
+    assert np.from_dlpack(b["cls"]).tolist() == [2, 3]
+    assert bytes(np.from_dlpack(b["txt"])) == b"yz"
+    b = read(sluice.wds(tmp_path / "s.tar", decode=sluice.image((8, 8))))
+    assert np.from_dlpack(b["label"]).tolist() == [2, 3]
+    img = np.from_dlpack(b["image"])
+    assert abs(int(img[0].mean()) - 40) <= 3 and abs(int(img[1].mean()) - 80) <= 3
+    pack = os.environ.get("SLUICE_PACK", "")
+    if pack and os.path.exists(pack):
+        for args in (["--fields", "txt,jpg"], ["--field", "JPG"]):
+            out = tmp_path / "p.sluice"
+            subprocess.run([pack, "wds", str(tmp_path / "s.tar"), *args, "-o", str(out), "--quiet"], check=True)
+            assert np.from_dlpack(read(sluice.shard(out, decode=sluice.image((8, 8))))["label"]).tolist() == [2, 3]
+            out.unlink()
+
+
+def _write_mds(path, columns, rows):
+    # MosaicML Streaming's MDS format, version 2 (MDSWriter's layout): one shard; columns maps a name to
+    # (encoding, bytes a sample or None for a variable column, whose sizes lead each sample).
+    import json
+    import struct
+    os.makedirs(path)
+    sizes = [size for _, size in columns.values()]
+    samples = [b"".join(struct.pack("<I", len(v)) for v, n in zip(r, sizes) if n is None) + b"".join(r) for r in rows]
+    head = 4 + 4 * (len(samples) + 1)
+    offsets = [head]
+    for s in samples:
+        offsets.append(offsets[-1] + len(s))
+    shard = struct.pack("<I", len(samples)) + b"".join(struct.pack("<I", o) for o in offsets) + b"".join(samples)
+    with open(os.path.join(path, "shard.00000.mds"), "wb") as f:
+        f.write(shard)
+    entry = {"column_encodings": [e for e, _ in columns.values()], "column_names": list(columns), "column_sizes": sizes,
+             "compression": None, "format": "mds", "hashes": [], "raw_data": {"basename": "shard.00000.mds",
+             "bytes": len(shard), "hashes": {}}, "samples": len(samples), "size_limit": 1 << 26, "version": 2,
+             "zip_data": None}
+    with open(os.path.join(path, "index.json"), "w") as f:
+        json.dump({"shards": [entry], "version": 2}, f)
+
+
+def test_an_mds_pil_column_is_refused_where_it_would_be_decoded(tmp_path):
+    # MDSWriter's 'pil' encoding: u32 width, height, mode length, the mode, then the raw pixels.
+    import struct
+
+    def pil(level):
+        return struct.pack("<III", 2, 2, 3) + b"RGB" + bytes([level]) * 12
+
+    d = str(tmp_path / "mds")
+    _write_mds(d, {"image": ("pil", None), "photo": ("jpeg", None), "label": ("int", 8)},
+               [[pil(k), jpeg(40), struct.pack("<q", k)] for k in range(4)])
+    for src in (sluice.mds(d, decode=sluice.image((8, 8))),
+                sluice.mds(d, fields={"image": sluice.field("image", decode=sluice.image((8, 8)))})):
+        with pytest.raises(sluice.UsageError) as e:
+            sluice.Loader(src, batch_size=2, workers=0)
+        msg = str(e.value)
+        assert "column 'image'" in msg and "encoded 'pil'" in msg and "'jpeg' or 'png'" in msg, msg
+    # Its bytes as written, undecoded; another column decoded.
+    src = sluice.mds(d, fields={"raw": sluice.field("image", collate=sluice.ragged()),
+                                "img": sluice.field("photo", decode=sluice.image((8, 8)))})
+    with sluice.Loader(src, batch_size=4, sampler=sluice.sample.sequential(), workers=0) as ld:
+        b = next(iter(ld))
+    assert bytes(np.from_dlpack(b["raw"])[:15]) == pil(0)[:15]
+    assert np.from_dlpack(b["img"]).shape == (4, 8, 8, 3)
+
+
+def test_npy_members_stack_with_their_shape_and_one_of_another_shape_names_both(tmp_path):
+    arrays = [np.arange(6, dtype=np.int16).reshape(2, 3) + k for k in range(3)] + [np.zeros((3, 2), np.int16)]
+    with tarfile.open(tmp_path / "s.tar", "w") as tar:
+        for k, a in enumerate(arrays):
+            add(tar, f"k{k}.emb.npy", npy(a))
+            add(tar, f"k{k}.n.npy", npy(np.int64(k)))
+
+    def first(f, n=3):
+        with sluice.Loader(sluice.wds(tmp_path / "s.tar", fields=f), batch_size=n, sampler=sluice.sample.sequential(),
+                           workers=0) as ld:
+            return next(iter(ld))
+
+    b = first({"emb": sluice.field("emb.npy"), "n": sluice.field("n.npy")})
+    e = np.from_dlpack(b["emb"])
+    assert e.shape == (3, 2, 3) and e.dtype == np.int16           # (B, *member shape), as help(sluice.wds) says
+    np.testing.assert_array_equal(e, np.stack(arrays[:3]))
+    assert np.from_dlpack(b["n"]).tolist() == [0, 1, 2]           # 0-d members: (B,)
+    with pytest.raises(sluice.FormatError) as err:
+        first({"emb": sluice.field("emb.npy")}, 4)
+    msg = str(err.value)
+    assert "s.tar" in msg and "sample 'k3'" in msg and "shape (3, 2)" in msg and "shape (2, 3)" in msg, msg
+    # ragged() and pad() take members of any shape, flattened (row= for rows).
+    b = first({"emb": sluice.field("emb.npy", collate=sluice.ragged(row=(2,)))}, 4)
+    assert np.from_dlpack(b["emb"]).shape == (12, 2) and np.from_dlpack(b["emb.offsets"]).tolist() == [0, 3, 6, 9, 12]

@@ -401,6 +401,66 @@ TEST_CASE("run-time fields: a fixed u8 field of text members holds the number, n
   }
 }
 
+TEST_CASE(
+    "run-time fields: a fixed .npy field stacks to {B, member shape...}, and a member of another shape names both") {
+  temp_dir dir;
+  auto npy_i16 = [](std::vector<std::uint64_t> shape, std::int16_t first) {
+    auto out = io::npy_header_bytes("<i2", shape);
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const auto v = static_cast<std::int16_t>(first + static_cast<std::int16_t>(k));
+      const auto* b = reinterpret_cast<const std::byte*>(&v);
+      out.insert(out.end(), b, b + 2);
+    }
+    return out;
+  };
+  // Two shards: the field's shape is the first member's, and a member in the second shard is
+  // checked against it too (a batch can span shards).
+  write_tar(dir.file("e-0.tar"), {{"k0.emb.npy", npy_i16({2, 3}, 0)},
+                                  {"k0.s.npy", npy_i16({}, 7)},
+                                  {"k1.emb.npy", npy_i16({2, 3}, 10)},
+                                  {"k1.s.npy", npy_i16({}, 8)}});
+  write_tar(dir.file("e-1.tar"), {{"k2.emb.npy", npy_i16({2, 3}, 20)},
+                                  {"k2.s.npy", npy_i16({}, 9)},
+                                  {"k3.emb.npy", npy_i16({3, 2}, 30)},
+                                  {"k3.s.npy", npy_i16({}, 10)},
+                                  {"k4.emb.npy", npy_i16({6}, 40)},
+                                  {"k4.s.npy", npy_i16({}, 11)}});
+  for (int pass = 0; pass < 2; ++pass) {  // the scan, then its saved index
+    CAPTURE(pass);
+    io::wds_any any(dir.file("e-{0..1}.tar"),
+                    {{"emb.npy", dtype::i16, extent::fixed}, {"s.npy", dtype::i16, extent::fixed}});
+    REQUIRE(any.size() == 5);
+    auto loader = from(sample::sequential(3)) | read(any) |
+                  collate({.batch = 3}, any.schema(), {{"emb.npy", stack<>{}}, {"s.npy", stack<>{}}}) | prefetch(2);
+    const auto got = drain(loader, 0);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].at("emb.npy").shape == std::vector<std::int64_t>{3, 2, 3});
+    CHECK(got[0].at("s.npy").shape == std::vector<std::int64_t>{3});  // 0-d members: one value each
+    std::vector<std::int16_t> v(18);
+    std::memcpy(v.data(), got[0].at("emb.npy").bytes.data(), 36);
+    CHECK(v[0] == 0);
+    CHECK(v[6] == 10);
+    CHECK(v[17] == 25);
+    // (3, 2) holds as many bytes as (2, 3): without the check it would stack silently as (2, 3).
+    const auto e = sluice_test::expect_format_error([&] { (void)any.fields(3); });
+    CHECK(e.file() == dir.file("e-1.tar"));
+    CHECK(e.record() == 1);
+    CHECK(e.cause().find("sample 'k3', field 'emb.npy': its .npy member has shape (3, 2), but the field's members "
+                         "have shape (2, 3) (the first one's, sample 'k0' of " +
+                         dir.file("e-0.tar") + ")") != std::string::npos);
+    CHECK(sluice_test::expect_format_error([&] { (void)any.fields(4); }).cause().find("has shape (6,)") !=
+          std::string::npos);
+    // The compiled reader checks the same; a variable field takes members of any shape, as bytes.
+    io::wds_dataset<schema<field<"emb.npy", std::int16_t>>> typed(dir.file("e-{0..1}.tar"));
+    CHECK_THROWS_WITH_AS((void)typed.fields(3), doctest::Contains("has shape (3, 2)"), format_error);
+    io::wds_any var(dir.file("e-{0..1}.tar"), {{"emb.npy", dtype::i16, extent::variable}});
+    CHECK(var.fields(3).fields[0].bytes.size() == 12);
+    CHECK(var.fields(3).fields[0].geometry == nullptr);
+  }
+}
+
 TEST_CASE("run-time fields: a state resumes the same fields exactly, and a pipeline of other fields refuses it") {
   temp_dir dir;
   write_shards(dir, {13});

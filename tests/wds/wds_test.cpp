@@ -129,6 +129,61 @@ TEST_CASE("wds dataset: a field takes any of its alternative extensions, text fi
   CHECK(d.fields(1).size_of<"cls">() == 2);
 }
 
+TEST_CASE("wds dataset: member extensions match in any case, as WebDataset lower-cases them") {
+  // Camera files and some writers use upper-case extensions; webdataset's reader lower-cases a
+  // member's extension (not its key), so "IMG_1.JPG" is field "jpg" of key "IMG_1".
+  temp_dir dir;
+  const auto tar = dir.file("upper.tar");
+  write_tar(tar, {{"d/IMG_1.JPG", bytes_of("J1")},
+                  {"d/IMG_1.CLS", bytes_of("5")},
+                  {"d/IMG_1.Boxes.NPY", npy_f32(1, 4, 1)},
+                  {"d/b.jpg", bytes_of("J2")},
+                  {"d/b.Cls", bytes_of("-2")},
+                  {"d/b.boxes.npy", npy_f32(2, 4, 2)}});
+  for (const auto index : {io::saved_index::ignore, io::saved_index::use_and_save, io::saved_index::use_only}) {
+    CAPTURE(static_cast<int>(index));
+    io::wds_dataset<
+        schema<field<"jpg", std::uint8_t, variable>, field<"cls", std::int64_t>, field<"boxes.npy", float, variable>>>
+        d(tar, {.index = index});
+    REQUIRE(d.size() == 2);
+    CHECK(d.key(0) == "d/IMG_1");  // the key keeps its case
+    CHECK(text(d.fields(0).bytes_of<"jpg">()) == "J1");
+    CHECK(text(d.fields(1).bytes_of<"jpg">()) == "J2");
+    std::int64_t v = 0;
+    std::memcpy(&v, d.fields(0).bytes_of<"cls">().data(), 8);
+    CHECK(v == 5);
+    std::memcpy(&v, d.fields(1).bytes_of<"cls">().data(), 8);
+    CHECK(v == -2);
+    CHECK(d.fields(0).size_of<"boxes.npy">() == 16);  // the .NPY member's data, its header checked
+    CHECK(d.fields(1).size_of<"boxes.npy">() == 32);
+  }
+  // A field named in upper case takes the same members; at run time too.
+  using upper = schema<field<"image", std::uint8_t, variable>, field<"label", std::int64_t>>;
+  io::wds_dataset<upper> u(tar,
+                           {.index = io::saved_index::ignore, .extensions = {{"image", "PNG;JPG"}, {"label", "CLS"}}});
+  REQUIRE(u.size() == 2);
+  CHECK(text(u.fields(0).bytes_of<"image">()) == "J1");
+  io::wds_any a(tar, {{"JPG"}, {"cls", dtype::i64, extent::fixed}}, {.index = io::saved_index::ignore});
+  REQUIRE(a.size() == 2);
+  CHECK(text(a.fields(1).fields[0].bytes) == "J2");
+  CHECK(a.fields(1).fields[1].bytes.size() == 8);
+  // The one-record reader alike, and two members of one extension in two cases are one field twice.
+  io::wds_tar_reader r(tar, {.record_field = "jpg", .label_field = "CLS", .index = io::saved_index::ignore});
+  REQUIRE(r.size() == 2);
+  CHECK(text(r.record(0)) == "J1");
+  CHECK(r.label(0) == 5);
+  CHECK(r.label(1) == -2);
+  write_tar(dir.file("twice.tar"), {{"k.jpg", bytes_of("a")}, {"k.JPG", bytes_of("b")}, {"k.cls", bytes_of("1")}});
+  CHECK_THROWS_WITH_AS((io::wds_tar_reader(dir.file("twice.tar"),
+                                           {.record_field = "jpg", .index = io::saved_index::ignore})),
+                       doctest::Contains("sample 'k' has two 'jpg' fields"), format_error);
+  io::wds_any t(dir.file("twice.tar"), {{"jpg"}}, {.index = io::saved_index::ignore});
+  CHECK_THROWS_WITH_AS((void)t.fields(0), doctest::Contains("two members for it"), format_error);
+  // Two fields whose extensions differ only in case take the same members: refused, naming both.
+  CHECK_THROWS_WITH_AS((io::wds_any(tar, {{"jpg"}, {"JPG"}})), doctest::Contains("both take the extension 'jpg'"),
+                       usage_error);
+}
+
 TEST_CASE("wds dataset: extensions chosen at run time for a compile-time schema, with their own saved index") {
   temp_dir dir;
   std::vector<member> ms = {{"a/1.webp", bytes_of("W1")}, {"a/1.label", bytes_of("7")},  {"a/1.jpg", bytes_of("J1")},

@@ -97,7 +97,8 @@ bool); with a count the field is fixed at that many elements, without one it is 
                       each listed member extension of a sample becomes a field, its bytes as
                       they are (a non-u8 type takes them as raw little-endian elements: the size
                       must be whole elements). A sample missing a field is bad input naming
-                      the file, the sample and the field. --label as for wds.
+                      the file, the sample and the field. --label as for wds. Extensions
+                      match in any case, as WebDataset's reader lower-cases them (a.JPG is jpg).
   tfrecord ... --features image/encoded:bytes,image/class/label:int64:1,bbox/xmin:float
                       tf.train.Example records: each listed feature becomes a field (a
                       bytes_list's values concatenated; int64_list values range-checked into
@@ -754,8 +755,11 @@ class wds_fields_source {
  public:
   wds_fields_source(const std::string& path, const options& o) : file_(path) {
     const auto& fields = o.fields;
-    const std::string label = o.label;
-    std::string key;
+    // Member extensions match in any case, as WebDataset's reader lower-cases them (split_key).
+    const std::string label = sluice::io::detail::lower_ascii(o.label);
+    std::vector<std::string> exts;
+    for (const auto& f : fields) exts.push_back(sluice::io::detail::lower_ascii(f.name));
+    std::string key, lower;
     std::vector<std::span<const std::byte>> cur(fields.size());
     std::vector<bool> have(fields.size());
     std::int64_t cur_label = -1;
@@ -777,7 +781,7 @@ class wds_fields_source {
     };
     sluice::io::detail::walk_tar(file_.bytes(), path, o.ignore_zeros, [&](const sluice::io::detail::tar_member_view& m) {
       std::string_view k, ext;
-      if (!sluice::io::detail::split_key(m.name, k, ext)) return true;
+      if (!sluice::io::detail::split_key(m.name, k, ext, lower)) return true;
       if (!open || k != key) {
         finish();
         key.assign(k);
@@ -789,7 +793,7 @@ class wds_fields_source {
         open = true;
       }
       for (std::size_t f = 0; f < fields.size(); ++f) {
-        if (ext != fields[f].name) continue;
+        if (ext != exts[f]) continue;
         if (have[f]) fail(m.header, "field '" + fields[f].name + "': two members");
         const std::size_t esz = sluice::dtype_size(fields[f].type);
         if (m.size % esz != 0)

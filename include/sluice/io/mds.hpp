@@ -383,6 +383,8 @@ class mds_core {
   // ndarray of static shape), its per-sample shape as the first shard's index gives it.
   [[nodiscard]] dtype type_of(std::size_t k) const noexcept { return types_[k]; }
   [[nodiscard]] const std::optional<std::vector<std::int64_t>>& shape_of(std::size_t k) const noexcept { return shapes_[k]; }
+  // Field k's column's encoding in the first shard ("jpeg", "pil", "ndarray:float32:3").
+  [[nodiscard]] const std::string& encoding_of(std::size_t k) const noexcept { return encodings_[k]; }
 
   // Sample i's fields, out[k] for field k, as views into its shard's mapping; returns its shard's
   // path. A format_error for a bad sample.
@@ -452,6 +454,7 @@ class mds_core {
     if (info_.empty()) throw format_error(name_, {}, "the index lists no shards");
     types_.resize(fields_.size());
     shapes_.resize(fields_.size());
+    encodings_.resize(fields_.size());
     table_.first.reserve(info_.size() + 1);
     for (std::size_t s = 0; s < info_.size(); ++s) {
       table_.add(info_[s].samples);
@@ -490,7 +493,10 @@ class mds_core {
       std::string why;
       auto e = parse_mds_encoding(col.encoding, why);
       if (!e) throw format_error(name_, {}, where(s, k) + "column '" + col.name + "': " + why);
-      if (s == 0) resolve(k, *e, p);
+      if (s == 0) {
+        resolve(k, *e, p);
+        encodings_[k] = col.encoding;
+      }
       const dtype t = types_[k];
       const std::string ty = "the field's element type is " + std::string(dtype_name(t));
       if (e->take == mds_take::raw && t != dtype::u8)
@@ -624,6 +630,7 @@ class mds_core {
   std::vector<plan> plans_;
   std::vector<dtype> types_;
   std::vector<std::optional<std::vector<std::int64_t>>> shapes_;
+  std::vector<std::string> encodings_;
   std::vector<std::unique_ptr<lazy_shard>> shards_;
   shard_table table_;
 };
@@ -647,6 +654,22 @@ class mds_shards {
   [[nodiscard]] std::size_t shard_of(std::uint64_t i) const { return core_.shard_of(i); }
   [[nodiscard]] std::vector<std::size_t> sizes() const { return core_.sizes(); }
   [[nodiscard]] bool is_open(std::size_t s) const { return core_.is_open(s); }
+  // Field k's column's encoding, as index.json gives it ("jpeg", "pil", "int", "ndarray:uint8").
+  [[nodiscard]] const std::string& encoding_of(std::size_t k) const { return core_.encoding_of(k); }
+
+  // For a field an image decoder reads (JPEG or PNG bytes): a usage_error naming the column and
+  // its encoding when the column holds no encoded image. MDSWriter's `pil` encoding is raw
+  // pixels behind a width/height/mode header (streaming's PIL encoding), which no image decoder
+  // reads: every sample would fail, so the pipeline is refused when it is built instead.
+  void check_image_column(std::size_t k) const {
+    const auto& f = core_.fields().at(k);
+    if (core_.encoding_of(k) != "pil") return;
+    const std::string example = "MDSWriter(columns={'" + f.column + "': 'jpeg', ...})";
+    throw usage_error("sluice: the MDS column '" + f.column + "' of " + std::string(core_.path()) +
+                      " is encoded 'pil': raw pixels behind a size and mode header, not an encoded image, so it "
+                      "cannot be decoded as a JPEG or PNG. Write the column with the 'jpeg' or 'png' encoding (" +
+                      example + "), or read its bytes undecoded");
+  }
 
   // Closes every open shard and forgets failures (see remote_shards::release_all): only while
   // nothing reads from this dataset; sample::fetch_ahead calls it between epochs.

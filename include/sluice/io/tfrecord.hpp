@@ -8,7 +8,8 @@
 // whose record(i) throws (on_error::skip then counts it); `fail` (the default) throws at open.
 // Labels come from an optional function of the payload. Several files read as one through a
 // pattern or a list.
-// Errors: a format_error naming the file, the record, the byte offset and the cause; an io_error
+// Errors: a format_error naming the file, the record, the byte offset and the cause (a compressed
+// file, GZIP or ZLIB as TFRecordWriter's options write it, is named as such); an io_error
 // for a path that cannot be opened or is not a regular file (a FIFO is refused without blocking).
 // Threads: after construction every member is safe to call concurrently. Every rule:
 // docs/readers.md.
@@ -29,6 +30,7 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/io/compressed.hpp"
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/lazy_open.hpp"
 #include "sluice/io/mapped_file.hpp"
@@ -74,6 +76,9 @@ inline std::vector<record_entry> scan_tfrecord(std::span<const std::byte> file,
     out.push_back({pos, 0, -1});
     damaged->push_back({rec, at, std::move(cause)});
   };
+  // A first header that does not parse may be a compressed file (compression_type="GZIP"): say so.
+  if (n < 12 || mask_crc32c(crc32c(file.first(8))) != load_u32le(file.data() + 8))
+    throw_if_compressed(file, path, "TFRecord files (written without compression_type)");
   while (pos < n) {
     const std::uint64_t rec = out.size();
     if (n - pos < 12) {

@@ -2,16 +2,19 @@
 //
 // wds_dataset<Schema> is a fields_reader over a list of shards or a brace pattern
 // ("train-{000000..000127}.tar"): a sample is every tar member sharing a key, its fields named by
-// extension ("jpg;jpeg;png", "json", "cls"), and sample i of the dataset is sample i of the shards
-// concatenated in order. `.npy` members are checked against the field's dtype and read zero-copy;
-// a fixed non-u8 field (or a fixed u8 field of a text member) takes an ASCII number parsed once;
-// everything else is the member's bytes, a view into the mapping. wds_any is the same with its
-// fields chosen at run time. Shards open when first touched (or all at once to count them, unless
-// `.sizes` gives the counts); shard_of / shard_range / shard_size let a sampler give whole shards
-// to ranks.
+// extension ("jpg;jpeg;png", "json", "cls"; matched in any case, as WebDataset lower-cases a
+// member's extension: "a.JPG" is a "jpg"), and sample i of the dataset is sample i of the shards
+// concatenated in order. `.npy` members are checked against the field's dtype and read zero-copy
+// (a fixed field's members against its shape too: the first member's, which wds_any hands on as
+// the field's geometry, so stack<> gives {B, shape...}); a fixed non-u8 field (or a fixed u8
+// field of a text member) takes an ASCII number parsed once; everything else is the member's
+// bytes, a view into the mapping. wds_any is the same with its fields chosen at run time. Shards
+// open when first touched (or all at once to count them, unless `.sizes` gives the counts);
+// shard_of / shard_range / shard_size let a sampler give whole shards to ranks.
 // Errors: a bad sample (a missing or doubled member, a number that does not parse or fit, an .npy
-// of another dtype) is a format_error naming the shard, the key and the field, raised when it is
-// read, so on_error::skip skips and counts it; a shard that cannot be opened fails its samples.
+// of another dtype, or of another shape in a fixed field) is a format_error naming the shard, the
+// key and the field, raised when it is read, so on_error::skip skips and counts it; a shard that
+// cannot be opened fails its samples.
 // Threads: fields(i) may be called from several threads; it allocates nothing once its shard is
 // open. Every rule, the saved index and the patterns: docs/readers.md.
 #pragma once
@@ -72,7 +75,10 @@ namespace detail {
 // 2: a fixed u8 field of text members holds a parsed number (an index of version 1 held its bytes).
 // 3: the parts of a sample whose members are apart (a key in two groups, one lacking a member)
 //    are flagged split, each naming the other.
-inline constexpr int wds_group_scan_version = 3;
+// 4: an .npy member's entry keeps where its header starts (in its label), for its shape.
+// (The tar scan's own version, wds_scan_version, is part of the kind too: its 4 lower-cased
+// member extensions.)
+inline constexpr int wds_group_scan_version = 4;
 
 // How a field takes its member.
 enum class wds_take : std::uint8_t { bytes, number, npy };
@@ -153,6 +159,13 @@ struct wds_field_rule {
 
 inline bool is_npy_ext(std::string_view ext) noexcept { return ext == "npy" || ext.ends_with(".npy"); }
 
+// "(2, 3)", "(3,)", "()": an .npy shape as NumPy prints it.
+inline std::string npy_shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string t = "(";
+  for (std::size_t d = 0; d < shape.size(); ++d) t += (d ? ", " : "") + std::to_string(shape[d]);
+  return t + (shape.size() == 1 ? ",)" : ")");
+}
+
 // Extensions whose members hold text (the last part: "boxes.json" is JSON).
 inline bool is_text_ext(std::string_view ext) noexcept {
   if (const auto dot = ext.rfind('.'); dot != std::string_view::npos) ext.remove_prefix(dot + 1);
@@ -187,6 +200,11 @@ class wds_core {
       throw usage_error("sluice: " + who_ + ": .sizes has " + std::to_string(opt_.sizes.size()) + " entries for " +
                         std::to_string(shards.size()) + " shards (one per shard, or none)");
     init_rules();
+    npy_fixed_.assign(fields_.size(), false);
+    for (std::size_t k = 0; k < fields_.size(); ++k)
+      if (fields_[k].kind == extent::fixed)
+        for (const auto& e : rules_[k].exts) npy_fixed_[k] = npy_fixed_[k] || is_npy_ext(e);
+    any_npy_fixed_ = std::find(npy_fixed_.begin(), npy_fixed_.end(), true) != npy_fixed_.end();
     for (auto& p : shards) {
       auto l = std::make_unique<lazy_shard>();
       l->path = std::move(p);
@@ -196,10 +214,13 @@ class wds_core {
             : shards_.size() == 1 ? shards_[0]->path
                                   : shards_[0]->path + " (+" + std::to_string(shards_.size() - 1) + " more shards)";
     kind_ = "wdsg:v" + std::to_string(wds_group_scan_version) + ".t" + std::to_string(wds_scan_version);
-    // The extensions matched, not the field names: a saved index is the grouping they make.
-    for (std::size_t k = 0; k < fields_.size(); ++k)
-      kind_ += ":" + std::string(extensions_of(k)) + "/" + dtype_name(fields_[k].type) +
-               (fields_[k].kind == extent::variable ? "/v" : "/f");
+    // The extensions matched (in lower case), not the field names: a saved index is the grouping
+    // they make.
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      std::string exts;
+      for (const auto& e : rules_[k].exts) exts += (exts.empty() ? "" : ";") + e;
+      kind_ += ":" + exts + "/" + dtype_name(fields_[k].type) + (fields_[k].kind == extent::variable ? "/v" : "/f");
+    }
     if (opt_.ignore_zeros) kind_ += ":ignore_zeros";
     table_.first.reserve(shards_.size() + 1);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
@@ -227,9 +248,10 @@ class wds_core {
   [[nodiscard]] std::size_t field_count() const noexcept { return fields_.size(); }
   [[nodiscard]] const field_spec& field(std::size_t k) const noexcept { return fields_[k]; }
 
-  // Sample i: calls set(k, bytes) for each field (views into the shard's mapping, or parsed
-  // numbers in the index) and returns its shard's path. A sample the scan found a problem in
-  // raises its format_error here.
+  // Sample i: calls set(k, bytes, geometry) for each field (views into the shard's mapping, or
+  // parsed numbers in the index; the shape of a fixed field's .npy member, else null) and returns
+  // its shard's path. A sample the scan found a problem in, or whose .npy member in a fixed field
+  // has another shape than the field's, raises its format_error here.
   template <class Set>
   std::string_view sample(std::size_t i, Set&& set) const {
     const std::size_t s = shard_of(i);
@@ -238,7 +260,11 @@ class wds_core {
     const std::size_t local = static_cast<std::size_t>(i - table_.first[s]);
     const record_entry* e = sh.entries.data() + local * stride_;
     if ((e[0].label & problem_mask) != 0) [[unlikely]] raise(sh, local);
-    for (std::size_t k = 0; k < fields_.size(); ++k) set(k, field_view(k, sh, e[1 + k], e[0].label));
+    const npy_reference* ref = any_npy_fixed_ && (e[0].label >> 24) != 0 ? &check_npy_shapes(sh, local, e) : nullptr;
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      const bool npy = ref != nullptr && npy_fixed_[k] && ((e[0].label >> (24 + k)) & 1) != 0;
+      set(k, field_view(k, sh, e[1 + k], e[0].label), npy ? &ref->geometry[k] : nullptr);
+    }
     return sh.path;
   }
   [[nodiscard]] std::string key(std::size_t i) const {
@@ -251,6 +277,17 @@ class wds_core {
   struct lazy_shard {
     std::string path;
     lazy_open<shard_state> state;
+  };
+
+  // The shape of each fixed field that takes .npy members: the first good member's in shard order
+  // (every other member is checked against it when read), as its header's bytes (most members'
+  // headers are byte for byte the same: one compare) and as the field's geometry, so stack<>
+  // gives {B, shape...}.
+  struct npy_reference {
+    std::vector<std::string> header;
+    std::vector<std::vector<std::uint64_t>> shape;
+    std::vector<field_geometry> geometry;
+    std::vector<std::string> where;  // "sample 'k' of <shard>", for messages
   };
 
   [[nodiscard]] bool takes_number(std::size_t k) const noexcept { return rules_[k].take == wds_take::number; }
@@ -278,7 +315,7 @@ class wds_core {
                           "'/' or ':'");
       while (true) {
         const std::size_t semi = n.find(';');
-        rules_[k].exts.emplace_back(n.substr(0, semi));
+        rules_[k].exts.push_back(lower_ascii(n.substr(0, semi)));  // matched in any case, as the scan lower-cases
         if (semi == std::string_view::npos) break;
         n.remove_prefix(semi + 1);
       }
@@ -352,6 +389,7 @@ class wds_core {
     std::size_t base = 0;
     std::vector<bool> seen(F);
     std::unordered_map<std::string, std::size_t> first_group;  // each key's first group
+    std::string lower;                                         // an upper-case extension, lower-cased
     auto flag = [&](wds_problem p, std::size_t k) {
       if ((out[base].label & problem_mask) == 0)
         out[base].label |= (static_cast<std::int64_t>(p) << 16) | static_cast<std::int64_t>(k);
@@ -380,7 +418,7 @@ class wds_core {
     };
     walk_tar(file, path, opt_.ignore_zeros, [&](const tar_member_view& m) {
       std::string_view key, ext;
-      if (!split_key(m.name, key, ext)) return true;
+      if (!split_key(m.name, key, ext, lower)) return true;
       if (!have || key != cur_key) {
         finish();
         cur_key.assign(key);
@@ -418,6 +456,7 @@ class wds_core {
       if (is_npy_ext(ext)) {
         try {
           auto d = npy_member_data<T>(body, path);
+          e.label = static_cast<std::int64_t>(e.offset);  // where its header starts, for its shape
           e.offset += static_cast<std::uint64_t>(d.data() - body.data());
           e.size = d.size();
         } catch (const format_error&) {
@@ -437,12 +476,94 @@ class wds_core {
     return sh.file.bytes().subspan(e.offset, e.size);
   }
 
+  // The .npy member's header bytes of a field entry (its label holds where the header starts).
+  static std::span<const std::byte> npy_header_of(const shard_state& sh, const record_entry& f) noexcept {
+    const auto at = static_cast<std::uint64_t>(f.label);
+    return at <= f.offset ? sh.file.bytes().subspan(at, f.offset - at) : std::span<const std::byte>{};
+  }
+
+  // The fixed .npy fields' shapes (npy_reference), found once: the shards are opened in order
+  // until each such field has a member in a sample without problems (usually in the first).
+  // A shard that cannot be opened is passed over: its own samples report it.
+  const npy_reference& reference() const {
+    return reference_->get(
+        [&] {
+          auto r = std::make_unique<npy_reference>();
+          const std::size_t F = fields_.size();
+          r->header.resize(F);
+          r->shape.resize(F);
+          r->geometry.resize(F);
+          r->where.resize(F);
+          std::vector<bool> want = npy_fixed_;
+          for (std::size_t s = 0; s < shards_.size() && std::find(want.begin(), want.end(), true) != want.end(); ++s) {
+            const shard_state* sh = nullptr;
+            try {
+              sh = &open(s);
+            } catch (const error&) {
+              continue;
+            }
+            const std::size_t n = sh->entries.size() / stride_;
+            for (std::size_t local = 0; local < n; ++local) {
+              const record_entry* e = sh->entries.data() + local * stride_;
+              if ((e[0].label & problem_mask) != 0) continue;  // never read: its error is raised instead
+              for (std::size_t k = 0; k < F; ++k) {
+                if (!want[k] || ((e[0].label >> (24 + k)) & 1) == 0) continue;
+                const auto hdr = npy_header_of(*sh, e[1 + k]);
+                const npy_header h = parse_npy_header(hdr, sh->path);
+                r->header[k].assign(reinterpret_cast<const char*>(hdr.data()), hdr.size());
+                r->shape[k] = h.shape;
+                if (h.shape.size() <= max_dims - 1) {
+                  r->geometry[k].ndim = static_cast<std::uint8_t>(h.shape.size());
+                  for (std::size_t d = 0; d < h.shape.size(); ++d)
+                    r->geometry[k].shape[d] = static_cast<std::int64_t>(h.shape[d]);
+                }
+                r->where[k] = "sample '" + key_at(*sh, e[0].offset) + "' of " + sh->path;
+                want[k] = false;
+              }
+            }
+          }
+          return r;
+        },
+        on_failure::retry);
+  }
+
+  // Checks the .npy members of sample `local`'s fixed fields against the fields' shapes: a
+  // format_error naming the shard, the key, the field and both shapes for one of another shape.
+  const npy_reference& check_npy_shapes(const shard_state& sh, std::size_t local, const record_entry* e) const {
+    const npy_reference& ref = reference();
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      if (!npy_fixed_[k] || ((e[0].label >> (24 + k)) & 1) == 0) continue;
+      const auto hdr = npy_header_of(sh, e[1 + k]);
+      const std::string& want = ref.header[k];
+      const bool same = hdr.size() == want.size() && std::memcmp(hdr.data(), want.data(), want.size()) == 0;
+      if (same && ref.shape[k].size() <= max_dims - 1) continue;
+      std::vector<std::uint64_t> shape;
+      if (!same) {  // another header: the same shape written otherwise (another writer), or another shape
+        shape = parse_npy_header(hdr, sh.path).shape;
+        if (shape == ref.shape[k] && shape.size() <= max_dims - 1) continue;
+      } else {
+        shape = ref.shape[k];
+      }
+      std::string cause = "sample '" + key_at(sh, e[0].offset) + "', field '" + fields_[k].name + "': ";
+      if (shape != ref.shape[k])
+        cause += "its .npy member has shape " + npy_shape_text(shape) + ", but the field's members have shape " +
+                 npy_shape_text(ref.shape[k]) + " (the first one's, " + ref.where[k] +
+                 "): a fixed field stacks members of one shape; take members of any shape with a variable field "
+                 "(ragged<>, pad<>: each member flattened)";
+      else
+        cause += "its .npy member has shape " + npy_shape_text(shape) + ", " + std::to_string(shape.size()) +
+                 " dimensions: a fixed field stacks members of at most " + std::to_string(max_dims - 1);
+      throw format_error(sh.path, {.record = local, .offset = e[0].offset}, cause);
+    }
+    return ref;
+  }
+
   std::string key_at(const shard_state& sh, std::uint64_t start) const {
-    std::string key = "?";
+    std::string key = "?", lower;
     try {
       walk_tar(sh.file.bytes(), sh.path, opt_.ignore_zeros, [&](const tar_member_view& m) {
         std::string_view k, ext;
-        if (split_key(m.name, k, ext)) key.assign(k);
+        if (split_key(m.name, k, ext, lower)) key.assign(k);
         return false;
       }, start);
     } catch (const format_error&) {
@@ -515,6 +636,9 @@ class wds_core {
   std::vector<std::unique_ptr<lazy_shard>> shards_;
   shard_table table_;
   std::vector<wds_field_rule> rules_;
+  std::vector<bool> npy_fixed_;  // fixed fields that take an .npy extension: their members' shape is checked
+  bool any_npy_fixed_ = false;
+  std::unique_ptr<lazy_open<npy_reference>> reference_ = std::make_unique<lazy_open<npy_reference>>();
 };
 
 template <class Schema>
@@ -585,7 +709,9 @@ class wds_dataset : public detail::wds_shards {
   // into the index). A sample with a missing or malformed member raises format_error here.
   [[nodiscard]] sample_type fields(std::size_t i) const {
     sample_type out{.id = i, .origin = {}};
-    out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.values[k] = v; });
+    out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v, const field_geometry*) {
+      out.values[k] = v;
+    });
     return out;
   }
 };
@@ -615,7 +741,9 @@ class wds_any : public detail::wds_shards {
 
   [[nodiscard]] any_sample fields(std::size_t i) const {
     any_sample out(i, {}, schema_.size());
-    out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v) { out.fields[k].bytes = v; });
+    out.origin = core_.sample(i, [&](std::size_t k, std::span<const std::byte> v, const field_geometry* g) {
+      out.fields[k] = {v, g, nullptr};
+    });
     return out;
   }
 

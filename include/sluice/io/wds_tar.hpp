@@ -1,12 +1,14 @@
 // sluice/io/wds_tar.hpp — WebDataset tar shards as a record_reader (zero copy into the mapping).
 //
 // A WebDataset shard is a tar whose members are grouped into samples by key (the path up to the
-// first dot of the basename). wds_tar_reader hands out one named field as the record and,
-// optionally, another as the label (an ASCII integer). It reads ustar, GNU and pax headers
+// first dot of the basename), each member a field named by the rest, its extension, matched in
+// any case as WebDataset lower-cases it ("a.JPG" is field "jpg"). wds_tar_reader hands out one
+// named field as the record and, optionally, another as the label (an ASCII integer). It reads ustar, GNU and pax headers
 // (checksums verified, pax path= and size= honoured), skips directories, links and devices, and
 // refuses what it would otherwise misread: sparse members, a global pax header that renames
 // members, a link with data, data after the end-of-archive marker (unless `.ignore_zeros`, as
-// GNU tar's --ignore-zeros reads concatenated archives). The scan is saved as `<file>.sidx`.
+// GNU tar's --ignore-zeros reads concatenated archives), a compressed archive (.tar.gz, .tar.zst:
+// named as such, io/compressed.hpp). The scan is saved as `<file>.sidx`.
 // Errors: a sample lacking a named field, a bad checksum, truncation or any refusal above is a
 // format_error naming the file and the key or offset.
 // Threads: all members are const after construction. Every rule: docs/readers.md.
@@ -27,6 +29,7 @@
 
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
+#include "sluice/io/compressed.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/record_index.hpp"
 
@@ -163,7 +166,9 @@ inline std::uint64_t first_nonzero(std::span<const std::byte> file, std::uint64_
 //   2: pax size= honoured; lone and repeated zero blocks reported (or read through with
 //      ignore_zeros); sparse members refused; no data read after a link/device/directory.
 //   3: a sample lacking a member whose key has another group elsewhere (members apart) says so.
-inline constexpr int wds_scan_version = 3;
+//   4: member extensions are lower-cased, as WebDataset's reader takes them ("a.JPG" is field
+//      "jpg"; an older scan left such members out).
+inline constexpr int wds_scan_version = 4;
 
 // The `kind` the saved index is keyed by: everything that changes which samples a scan yields.
 inline std::string wds_index_kind(const wds_tar_options& opt) {
@@ -259,6 +264,8 @@ void walk_tar(std::span<const std::byte> file, const std::string& path, bool ign
       }
       // A non-zero byte inside this block: not a zero block, read it as a header.
     }
+    // A first header that does not parse may be a compressed archive (.tar.gz): say so.
+    if (pos == 0 && (n < tar_block || !tar_checksum_ok(file.data()))) throw_if_compressed(file, path, "tar archives");
     if (n - pos < tar_block)
       throw fail(pos, "truncated tar header: " + std::to_string(n - pos) + " bytes left, a header needs 512");
     const std::byte* h = file.data() + pos;
@@ -349,16 +356,31 @@ void walk_tar(std::span<const std::byte> file, const std::string& path, bool ign
   no_dangling_ext();
 }
 
+// `s` in ASCII lower case: an extension as WebDataset matches it.
+inline std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
 // Splits a member name into its sample key (the path up to the first dot of the basename) and
 // its extension (everything after that dot, e.g. "seg.png"). False for names with no such dot
-// (or a basename that starts with one): such members belong to no sample.
-inline bool split_key(std::string_view name, std::string_view& key, std::string_view& ext) noexcept {
+// (or a basename that starts with one): such members belong to no sample. The extension is in
+// lower case, as WebDataset's reader takes it ("IMG_1.JPG" is field "jpg" of key "IMG_1"; the key
+// keeps its case): a view into `name`, or into `lower` when it had an upper-case letter (no
+// allocation for the common all-lower-case name).
+inline bool split_key(std::string_view name, std::string_view& key, std::string_view& ext, std::string& lower) {
   const std::size_t slash = name.rfind('/');
   const std::size_t base_at = slash == std::string_view::npos ? 0 : slash + 1;
   const std::size_t dot = name.find('.', base_at);
   if (dot == std::string_view::npos || dot == base_at) return false;
   key = name.substr(0, dot);
   ext = name.substr(dot + 1);
+  if (std::any_of(ext.begin(), ext.end(), [](char c) { return c >= 'A' && c <= 'Z'; })) {
+    lower = lower_ascii(ext);
+    ext = lower;
+  }
   return true;
 }
 
@@ -386,9 +408,10 @@ inline std::optional<split_sample> find_split_sample(std::span<const std::byte> 
   std::size_t groups = 0;
   std::optional<std::size_t> first;
   std::optional<split_sample> out;
+  std::string lower;
   walk_tar(file, path, ignore_zeros, [&](const tar_member_view& m) {
     std::string_view k, ext;
-    if (!split_key(m.name, k, ext) || (have && k == cur)) return true;
+    if (!split_key(m.name, k, ext, lower) || (have && k == cur)) return true;
     cur.assign(k);
     have = true;
     const std::size_t g = groups++;
@@ -433,9 +456,10 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     have_cur = false;
   };
 
+  std::string lower;
   walk_tar(file, path, opt.ignore_zeros, [&](const tar_member_view& m) {
     std::string_view key, ext;
-    if (!split_key(m.name, key, ext)) return true;
+    if (!split_key(m.name, key, ext, lower)) return true;
     if (!have_cur || key != cur.key) {
       finish();
       cur = tar_sample{};
@@ -468,6 +492,9 @@ class wds_tar_reader {
 
   explicit wds_tar_reader(std::string path, wds_tar_options opt = {}) : file_(std::move(path), opt.map) {
     if (opt.record_field.empty()) throw usage_error("sluice: wds_tar_reader needs a record_field (e.g. \"jpg\")");
+    // Extensions match in any case, as WebDataset's reader lower-cases them ("JPG" is "jpg").
+    opt.record_field = detail::lower_ascii(opt.record_field);
+    opt.label_field = detail::lower_ascii(opt.label_field);
     entries_ = detail::indexed(file_.path(), detail::wds_index_kind(opt), opt.index, [&] {
       return detail::scan_wds_tar(file_.bytes(), file_.path(), opt, nullptr);
     });
