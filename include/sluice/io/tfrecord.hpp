@@ -43,7 +43,9 @@ namespace sluice::io {
 struct tfrecord_options {
   bool check_payload_crc = true;
   saved_index index = saved_index::use_and_save;
-  io::bad_records bad_records = io::bad_records::fail;  // defer: bad records throw when read
+  // defer: bad records throw when read. A compressed file is refused at open under either policy:
+  // it has no records to defer.
+  io::bad_records bad_records = io::bad_records::fail;
   // Optional: the label of a record from its payload (e.g. parse an Example). Must be thread-safe.
   std::function<std::int64_t(std::span<const std::byte>)> label_of{};
   map_options map{};
