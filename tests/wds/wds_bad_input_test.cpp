@@ -107,6 +107,38 @@ TEST_CASE("wds bad input: a sample split across two shards is reported in both, 
   const auto first = error_of(d, 2);
   names(first, dir.file("s-1.tar"), "k/1", "jpg", "first sample of the shard");
   CHECK(first.cause().find("previous shard") != std::string::npos);
+  CHECK(last.cause().find("cut short") == std::string::npos);  // s-0.tar ends with its end-of-archive marker
+}
+
+TEST_CASE("wds bad input: a tar cut short at a member boundary says so where its last sample lacks a member") {
+  temp_dir dir;
+  // k/1's .cls member and the end-of-archive marker are what an interrupted copy lost.
+  std::vector<std::byte> img;
+  for (const auto& [name, text] : {std::pair{"k/0.jpg", "a"}, {"k/0.cls", "1"}, {"k/1.jpg", "b"}})
+    io::append_tar_member(img, name, bytes_of(text));
+  sluice_test::write_file(dir.file("cut.tar"), img);
+  io::wds_dataset<cls_schema> d(dir.file("cut.tar"), {.index = io::saved_index::ignore});
+  REQUIRE(d.size() == 2);
+  CHECK_NOTHROW((void)d.fields(0));
+  const auto e = error_of(d, 1);
+  names(e, dir.file("cut.tar"), "k/1", "cls", "no member for it");
+  CHECK(e.cause().find("ends without its end-of-archive marker") != std::string::npos);
+  CHECK(e.cause().find("cut short") != std::string::npos);
+  // The one-member-per-sample reader refuses the file at open with the same cause.
+  try {
+    io::wds_tar_reader r(dir.file("cut.tar"), {.record_field = "jpg", .label_field = "cls", .index = io::saved_index::ignore});
+    FAIL("no error");
+  } catch (const format_error& x) {
+    CAPTURE(x.what());
+    CHECK(x.file() == dir.file("cut.tar"));
+    CHECK(x.cause().find("sample 'k/1' has no 'cls' field") != std::string::npos);
+    CHECK(x.cause().find("cut short") != std::string::npos);
+  }
+  // With the marker, the same archive's missing member is only that.
+  img.resize(img.size() + 1024);
+  sluice_test::write_file(dir.file("whole.tar"), img);
+  io::wds_dataset<cls_schema> w(dir.file("whole.tar"), {.index = io::saved_index::ignore});
+  CHECK(error_of(w, 1).cause().find("cut short") == std::string::npos);
 }
 
 TEST_CASE("wds bad input: a sample whose members are apart in the tar (a directory tarred unsorted) is named with the fix") {
@@ -289,6 +321,48 @@ TEST_CASE("wds dataset: shards written by GNU tar (gnu and pax formats, names ov
     }
     names(error_of(d, 2), shard, deep + "/sample2", "cls", "no member for it");
   }
+}
+
+TEST_CASE("wds bad input: a member stored as a symbolic or hard link is named as such, with the tar option that stores the file") {
+  if (std::system("tar --version 2>/dev/null | grep -q 'GNU tar'") != 0) sluice_test::skip("GNU tar not found");
+  temp_dir dir;
+  std::filesystem::create_directories(dir.path() / "root");
+  sluice_test::write_file(dir.file("root/0.jpg"), "J0");
+  sluice_test::write_file(dir.file("root/0.cls"), "1");
+  sluice_test::write_file(dir.file("root/1.jpg"), "J1");
+  std::filesystem::create_symlink("0.cls", dir.path() / "root" / "1.cls");  // 1.cls -> 0.cls
+  sluice_test::write_file(dir.file("root/2.jpg"), "J2");
+  std::filesystem::create_hard_link(dir.path() / "root" / "0.cls", dir.path() / "root" / "2.cls");
+  sluice_test::write_file(dir.file("list"), "0.cls\n0.jpg\n1.cls\n1.jpg\n2.cls\n2.jpg\n");
+  const std::string shard = dir.file("links.tar");
+  const std::string cmd = "tar --no-recursion -cf '" + shard + "' -C '" + dir.file("root") + "' -T '" + dir.file("list") + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  io::wds_dataset<cls_schema> d(shard, {.index = io::saved_index::ignore});
+  REQUIRE(d.size() == 3);
+  CHECK_NOTHROW((void)d.fields(0));
+  const auto sym = error_of(d, 1);
+  names(sym, shard, "1", "cls", "no member for it");
+  CHECK(sym.cause().find("holds '1.cls' as a symbolic link") != std::string::npos);
+  CHECK(sym.cause().find("tar --dereference (-h)") != std::string::npos);
+  const auto hard = error_of(d, 2);  // GNU tar stores the second name of a hard-linked file as a link
+  names(hard, shard, "2", "cls", "no member for it");
+  CHECK(hard.cause().find("holds '2.cls' as a hard link") != std::string::npos);
+  CHECK(hard.cause().find("tar --hard-dereference") != std::string::npos);
+  CHECK(hard.cause().find("cut short") == std::string::npos);  // GNU tar wrote its end-of-archive marker
+  try {
+    io::wds_tar_reader r(shard, {.record_field = "jpg", .label_field = "cls", .index = io::saved_index::ignore});
+    FAIL("no error");
+  } catch (const format_error& x) {
+    CAPTURE(x.what());
+    CHECK(x.cause().find("sample '1' has no 'cls' field; the tar holds '1.cls' as a symbolic link") != std::string::npos);
+  }
+  // Stored with the files themselves, every sample reads.
+  const std::string deref = dir.file("deref.tar");
+  REQUIRE(std::system(("tar --no-recursion --dereference --hard-dereference -cf '" + deref + "' -C '" + dir.file("root") +
+                       "' -T '" + dir.file("list") + "'").c_str()) == 0);
+  io::wds_dataset<cls_schema> ok(deref, {.index = io::saved_index::ignore});
+  REQUIRE(ok.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(text(ok.fields(i).bytes_of<"jpg">()) == "J" + std::to_string(i));
 }
 
 TEST_CASE("wds bad input: a text member declared as a numeric field is refused at construction, naming both") {

@@ -15,11 +15,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -160,6 +162,17 @@ inline std::uint64_t first_nonzero(std::span<const std::byte> file, std::uint64_
   return i;
 }
 
+// The cause a missing member of a shard's last sample gets added when the tar lacks its
+// end-of-archive marker (tar, Python's tarfile and webdataset's TarWriter end an archive with two
+// zero blocks): the file was cut short at a member boundary, and the sample's other members are
+// what was lost. Empty when the file ends in 1024 zero bytes (the marker, or zeros that might be).
+inline std::string cut_short_hint(std::span<const std::byte> file) {
+  const std::uint64_t n = file.size();
+  if (n >= 2 * tar_block && first_nonzero(file, n - 2 * tar_block) == n) return {};
+  return "; the tar ends without its end-of-archive marker (two zero blocks), so it was probably cut short "
+         "(an interrupted write, copy or download): compare its size with the one written";
+}
+
 // Version of the scan's meaning, part of the saved index's kind: bumped whenever the same file
 // scans to different samples, so an index saved by an older scan is rebuilt, not trusted.
 //   1: first release (stopped silently at the first zero block; pax size= ignored).
@@ -210,11 +223,14 @@ struct tar_member_view {
   std::uint64_t data = 0;       // offset of its data
   std::uint64_t size = 0;       // data bytes
   std::span<const std::byte> body;
+  char type = '0';              // '0' a regular file; with links = true also '1' (hard link), '2' (symlink)
 };
 
+// links = true also passes hard links and symbolic links to on_member (type '1', '2'; no data),
+// for an error message that names a sample's member stored as a link.
 template <class OnMember>
 void walk_tar(std::span<const std::byte> file, const std::string& path, bool ignore_zeros, OnMember&& on_member,
-              std::uint64_t start = 0) {
+              std::uint64_t start = 0, bool links = false) {
   constexpr std::uint64_t none = file_position::npos;
   const std::uint64_t n = file.size();
   std::uint64_t pos = start;
@@ -350,6 +366,8 @@ void walk_tar(std::span<const std::byte> file, const std::string& path, bool ign
 
     if (type == '0' || (type == '\0' && !v7_dir) || type == '7') {  // regular file
       if (!on_member(tar_member_view{name, member_start, pos, data, size, body})) return;
+    } else if (links && (type == '1' || type == '2')) {
+      if (!on_member(tar_member_view{name, member_start, pos, data, 0, {}, type})) return;
     }  // directory, link, device, fifo, unknown type: skipped
     pos = next;
   }
@@ -435,22 +453,45 @@ inline void throw_if_split(std::span<const std::byte> file, const std::string& p
     throw format_error(path, {s->later, s->offset}, split_sample_cause(key, s->first, s->later));
 }
 
+// Where sample `key` lacks a member: the cause to add when the tar stores a member of that key
+// with one of the extensions `exts` (as split_key gives them) as a hard or symbolic link, which
+// sluice skips as webdataset does (a link has no data of its own). Empty when none is a link.
+// Walks the tar's headers again.
+template <class Exts>
+std::string link_member_hint(std::span<const std::byte> file, const std::string& path, bool ignore_zeros,
+                             std::string_view key, const Exts& exts) {
+  std::string out, lower;
+  walk_tar(file, path, ignore_zeros, [&](const tar_member_view& m) {
+    std::string_view k, ext;
+    if (m.type == '0' || !split_key(m.name, k, ext, lower) || k != key ||
+        std::find(std::begin(exts), std::end(exts), ext) == std::end(exts))
+      return true;
+    out = "; the tar holds '" + std::string(m.name) + "' as a " +
+          (m.type == '1' ? "hard link (GNU tar stores a file's second hard link so)" : "symbolic link") +
+          ", and a link has no data of its own, so it is skipped as webdataset skips it: write the tar with the "
+          "files themselves (" + (m.type == '1' ? "tar --hard-dereference" : "tar --dereference (-h)") + ")";
+    return false;
+  }, 0, true);
+  return out;
+}
+
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
                                               const wds_tar_options& opt, std::vector<std::string>* keys) {
   std::vector<record_entry> out;
   tar_sample cur;
   bool have_cur = false;
 
-  auto finish = [&] {
+  auto finish = [&](bool last) {
     if (!have_cur) return;
     const bool no_record = cur.record.offset == ~std::uint64_t{0}, no_label = !opt.label_field.empty() && !cur.has_label;
     if (no_record || no_label) throw_if_split(file, path, opt.ignore_zeros, cur.key);
-    if (no_record)
+    if (no_record || no_label)
       throw format_error(path, {out.size(), cur.first_offset},
-                         "sample '" + cur.key + "' has no '" + opt.record_field + "' field");
-    if (no_label)
-      throw format_error(path, {out.size(), cur.first_offset},
-                         "sample '" + cur.key + "' has no '" + opt.label_field + "' field");
+                         "sample '" + cur.key + "' has no '" + (no_record ? opt.record_field : opt.label_field) +
+                             "' field" +
+                             link_member_hint(file, path, opt.ignore_zeros, cur.key,
+                                              std::array{std::string_view(no_record ? opt.record_field : opt.label_field)}) +
+                             (last ? cut_short_hint(file) : std::string()));
     out.push_back(cur.record);
     if (keys) keys->push_back(cur.key);
     have_cur = false;
@@ -461,7 +502,7 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     std::string_view key, ext;
     if (!split_key(m.name, key, ext, lower)) return true;
     if (!have_cur || key != cur.key) {
-      finish();
+      finish(false);
       cur = tar_sample{};
       cur.key.assign(key);
       cur.first_offset = m.header;
@@ -480,7 +521,7 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     }
     return true;
   });
-  finish();
+  finish(true);
   return out;
 }
 
