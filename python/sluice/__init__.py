@@ -50,7 +50,11 @@ resampled nearest-neighbour).
 How a Loader behaves (as PyTorch's DataLoader and torchdata's StatefulDataLoader do, where their
 habits reach):
 
-- ``iter(loader)`` starts the next epoch by itself (reshuffled); ``set_epoch(e)`` names the next one.
+- ``iter(loader)`` starts the next epoch by itself (reshuffled); ``set_epoch(e)`` names the next one
+  (``loader.sampler.set_epoch(e)`` too, as a DistributedSampler loop writes it).
+- ``loader.batch_size``, ``drop_last``, ``workers``, ``source`` and ``sampler`` read back what it was
+  given; a DataLoader attribute it lacks (``num_workers``, ``dataset``, ``collate_fn``, ...) is an
+  AttributeError naming sluice's counterpart.
 - ``state_dict()`` / ``load_state_dict()`` resume mid-epoch in this or another process, exactly;
   the usual loop, ``set_epoch`` included, then continues with the remaining batches.
 - Batches are the same for any worker count; they depend on (seed, epoch, rank, world) only.
@@ -75,6 +79,7 @@ import math
 import os
 import sys
 import warnings
+import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _sluice
@@ -1232,6 +1237,29 @@ class Loader:
         self.source = source
         self.sampler = sampler
         self._engine = _sluice.loader(**kw)
+        self._keywords = kw
+        sampler._loaders = [r for r in sampler._loaders if r() is not None] + [weakref.ref(self)]
+
+    @property
+    def batch_size(self) -> int:
+        """Samples a batch (the last may hold fewer unless ``drop_last``)."""
+        return self._keywords["batch_size"]
+
+    @property
+    def drop_last(self) -> bool:
+        return self._keywords["drop_last"]
+
+    @property
+    def workers(self) -> int:
+        """C++ worker threads (DataLoader's ``num_workers``, in threads)."""
+        return self._keywords["workers"]
+
+    def __getattr__(self, name: str):
+        # Only for names normal lookup did not find: DataLoader's attributes, named in sluice's words.
+        hint = _DATALOADER_ATTRIBUTES.get(name) or _DATALOADER_WORDS.get(name)
+        if hint is None or name.startswith("_"):
+            raise AttributeError(f"'Loader' object has no attribute {name!r}")
+        raise AttributeError(f"'Loader' object has no attribute {name!r} (DataLoader's {name}: in sluice, {hint})")
 
     def __iter__(self) -> LoaderIterator:
         """A new iterator over the next epoch (or the resumed one, after load_state_dict)."""
@@ -1296,6 +1324,15 @@ class Loader:
 
     def __repr__(self) -> str:
         return f"sluice.Loader({self.source!r}, sampler={self.sampler!r})"
+
+
+# DataLoader attributes a training script reads, where sluice's word for the keyword does not say it.
+_DATALOADER_ATTRIBUTES = {
+    "num_workers": "loader.workers (C++ threads)",
+    "dataset": "loader.source; len(loader) is the batches of an epoch (of this rank), loader.batch_size "
+               "the samples a batch",
+    "pin_memory": "nothing: batches are host memory; torch.from_dlpack(t).to(device) copies",
+}
 
 
 _SOURCES = {f.__name__: f for f in (records, npy, idx, shard, wds, tfrecord, mds, coco, yolo, tokens, documents)}

@@ -22,7 +22,7 @@ __all__ = ["Sampler", "sequential", "shuffle", "weighted", "class_balanced"]
 class Sampler:
     """A sampler's description; make one with the functions of this module."""
 
-    __slots__ = ("kind", "seed", "weights", "rule")
+    __slots__ = ("kind", "seed", "weights", "rule", "_loaders")
 
     def __init__(self, kind: str, seed: int = 0, weights: Optional[Sequence[float]] = None,
                  rule: str = "inverse_log") -> None:
@@ -30,6 +30,27 @@ class Sampler:
         self.seed = seed
         self.weights = weights
         self.rule = rule
+        self._loaders: list = []  # weak references to the Loaders given this sampler
+
+    def __getstate__(self):  # pickles and copies as the description alone, without its Loaders
+        return (self.kind, self.seed, self.weights, self.rule)
+
+    def __setstate__(self, state) -> None:
+        self.kind, self.seed, self.weights, self.rule = state
+        self._loaders = []
+
+    def set_epoch(self, epoch: int) -> None:
+        """For loops written for DistributedSampler (``loader.sampler.set_epoch(epoch)``): the epoch
+        the next iter() of each Loader given this sampler runs, as ``loader.set_epoch(epoch)``.
+        Not needed: each iter() starts the next epoch by itself."""
+        from . import UsageError
+        loaders = [l for l in (r() for r in self._loaders) if l is not None]
+        if not loaders:
+            raise UsageError(f"{self!r}.set_epoch(): no Loader uses this sampler; the epoch belongs to a "
+                             "Loader: give it the sampler (sampler=) and call loader.set_epoch(epoch) (or nothing: each "
+                             "iter() starts the next epoch)")
+        for l in loaders:
+            l.set_epoch(epoch)
 
     def __repr__(self) -> str:
         extra = ""

@@ -458,6 +458,39 @@ def test_dataloader_habits_in_calls_get_errors_in_sluices_words(recs):
         loader_of(recs, seed=4).load_state_dict(ld.state_dict())
 
 
+def test_dataloader_habits_in_attributes_sampler_set_epoch_and_attribute_hints(recs):
+    import pickle
+    s = sluice.sample.shuffle(seed=3)
+    with pytest.raises(sluice.UsageError, match=r"no Loader uses this sampler; .* call loader.set_epoch\(epoch\)"):
+        s.set_epoch(1)
+    ld, ref = loader_of(recs, sampler=s), loader_of(recs)
+    assert (ld.batch_size, ld.drop_last, ld.workers) == (10, False, 2)
+    assert ld.sampler is s
+    for epoch in (5, 2):                     # the DistributedSampler loop: loader.sampler.set_epoch(epoch)
+        ld.sampler.set_epoch(epoch)
+        ref.set_epoch(epoch)
+        got = [ids(b) for b in ld]
+        assert ld.epoch == epoch + 1
+        assert got == [ids(b) for b in ref]
+        assert got != [ids(b) for b in loader_of(recs)]  # epoch 0's order is another
+    copy = pickle.loads(pickle.dumps(s))     # a description: it pickles without its loaders
+    assert repr(copy) == repr(s)
+    with pytest.raises(sluice.UsageError, match="no Loader uses this sampler"):
+        copy.set_epoch(1)
+    with pytest.raises(AttributeError, match=r"DataLoader's num_workers: in sluice, loader.workers"):
+        ld.num_workers
+    with pytest.raises(AttributeError, match=r"DataLoader's dataset: in sluice, loader.source"):
+        len(ld.dataset)
+    with pytest.raises(AttributeError, match=r"DataLoader's collate_fn: in sluice, a source's own collate"):
+        ld.collate_fn
+    assert not hasattr(ld, "no_such_thing") and not hasattr(ld, "dataset")
+    del ld
+    import gc
+    gc.collect()
+    with pytest.raises(sluice.UsageError, match="no Loader uses this sampler"):
+        s.set_epoch(3)
+
+
 def test_mean_and_std_are_checked_when_given_not_at_the_first_batch(recs, tmp_path):
     rec = lambda **kw: sluice.records(recs[0], record_bytes=16, output="float32", **kw)  # noqa: E731
     img = lambda **kw: sluice.wds(tmp_path / "x.tar", decode=sluice.image(size=(8, 8)), output="float32", **kw)  # noqa: E731
