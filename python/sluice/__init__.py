@@ -145,9 +145,11 @@ def _usage(msg: str) -> UsageError:
 
 
 def _int(name: str, v: Any, low: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low or v >= 1 << 63:
-        raise _usage(f"{name}={v!r} is not accepted; use an int >= {low} (and below 2**63)")
-    return v
+    i = sample._index(v)  # an int, or a NumPy / torch integer (what a config computation gives)
+    if i is None or i < low or i >= 1 << 63:
+        raise _usage(f"{name}={v!r} is not accepted; use an int >= {low} (and below 2**63)"
+                     + (f", not a {type(v).__name__}" if i is None else ""))
+    return i
 
 
 def _path(name: str, v: Any) -> str:
@@ -181,15 +183,21 @@ def _floats(name: str, v: Any) -> list:
         raise _usage(f"{name}={v!r} is not accepted; use a float or a sequence of floats (one per channel)") from None
 
 
+def _ints(v: Any) -> list:
+    """The integers of a sequence, each as range() takes it (None for one that is not: int(2.5) or
+    the characters of "28" would give other numbers without a word); [None] for a non-sequence."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        return [None]
+    return [sample._index(d) for d in v]
+
+
 def _shape(v: Any) -> list:
     if v is None:
         return []
-    try:
-        s = [int(d) for d in v]
-    except TypeError:
-        raise _usage(f"shape={v!r} is not accepted; use a tuple of positive ints (one sample's shape)") from None
-    if not s or any(d <= 0 for d in s):
-        raise _usage(f"shape={tuple(v)!r} is not accepted; use a tuple of positive ints (one sample's shape)")
+    s = _ints(v)
+    if not s or any(d is None or d <= 0 for d in s):
+        raise _usage(f"shape={tuple(v) if isinstance(v, list) else v!r} is not accepted; use a tuple of positive "
+                     "ints (one sample's shape)")
     return s
 
 
@@ -236,8 +244,10 @@ class Image:
         return f"sluice.image(size={self.size}, crop={self.crop!r}, flip={self.flip}, layout={self.layout!r})"
 
 
-def image(size: Tuple[int, int], *, crop: str = "center", flip: bool = False, layout: str = "hwc") -> Image:
-    """Decode JPEG (and PNG, by the first bytes) straight into the batch at ``size=(height, width)``.
+def image(size: Union[int, Tuple[int, int]], *, crop: str = "center", flip: bool = False,
+          layout: str = "hwc") -> Image:
+    """Decode JPEG (and PNG, by the first bytes) straight into the batch at ``size=(height, width)``
+    (one int is a square: ``224`` is ``(224, 224)``, as torchvision's ``RandomResizedCrop(224)``).
 
     crop:   ``"center"`` (the default): scaled to cover the output, keeping the aspect ratio, then
             the centre cut out; ``"random_resized"``: torchvision's RandomResizedCrop (area
@@ -247,10 +257,10 @@ def image(size: Tuple[int, int], *, crop: str = "center", flip: bool = False, la
     layout: ``"hwc"`` (the default, as C++'s ``codecs::jpeg``) or ``"chw"`` (what torchvision
             models take).
     """
-    try:
-        h, w = (int(x) for x in size)
-    except (TypeError, ValueError):
-        raise _usage(f"sluice.image: size={size!r} is not accepted; use (height, width)") from None
+    hw = [sample._index(size)] * 2 if sample._index(size) is not None else _ints(size)  # 224: (224, 224)
+    if len(hw) != 2 or None in hw:
+        raise _usage(f"sluice.image: size={size!r} is not accepted; use (height, width)")
+    h, w = hw
     if h <= 0 or w <= 0:
         raise _usage(f"sluice.image: size={size!r} is not accepted; both must be positive")
     if crop not in ("center", "random_resized"):
@@ -362,10 +372,9 @@ class Collator:
 def _dims(name: str, where: str, v: Any) -> list:
     if v is None:
         return []
-    try:
-        dims = [int(d) for d in v]
-    except (TypeError, ValueError):
-        raise _usage(f"{where}: {name}={v!r} is not accepted; use a tuple of positive ints") from None
+    dims = _ints(v)
+    if None in dims:
+        raise _usage(f"{where}: {name}={v!r} is not accepted; use a tuple of positive ints")
     if any(d <= 0 for d in dims):
         raise _usage(f"{where}: {name}={v!r} is not accepted; every dimension must be positive")
     return dims
@@ -1146,7 +1155,9 @@ def videos(paths: Sequence[PathLike], *, labels: Optional[Sequence[int]] = None,
     if not ps:
         raise _usage("sluice.videos: paths= is empty; give the video files")
     if labels is not None:
-        labels = [int(x) for x in labels]
+        given, labels = labels, _ints(labels)
+        if None in labels:
+            raise _usage(f"sluice.videos: labels={given!r} is not accepted; use one int a video")
         if len(labels) != len(ps):
             raise _usage(f"sluice.videos: labels= has {len(labels)} labels for {len(ps)} videos; give one a video")
     if clips not in ("random", "every"):

@@ -14,6 +14,7 @@ A loader splits any of them across ranks (``distributed=True`` or ``rank=``/``wo
 """
 from __future__ import annotations
 
+import operator
 from typing import Optional, Sequence
 
 __all__ = ["Sampler", "sequential", "shuffle", "weighted", "class_balanced"]
@@ -61,11 +62,24 @@ class Sampler:
         return f"sluice.sample.{self.kind}(seed={self.seed}{extra})"
 
 
+def _index(v) -> Optional[int]:
+    """``v`` as a Python int where it is an integer (int, numpy.int64, a 0-d integer torch tensor:
+    whatever has ``__index__``, as ``range()`` takes), else None (bool, float, str, ...)."""
+    if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool"):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
 def _seed(seed: int) -> int:
     from . import UsageError
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UsageError(f"sluice.sample: seed={seed!r} is not accepted; use a non-negative int")
-    return seed
+    i = _index(seed)
+    if i is None or i < 0 or i >= 1 << 63:
+        raise UsageError(f"sluice.sample: seed={seed!r} is not accepted; use an int >= 0 (and below 2**63)"
+                         + (f", not a {type(seed).__name__}" if i is None else ""))
+    return i
 
 
 def sequential() -> Sampler:

@@ -513,6 +513,26 @@ def test_mean_and_std_are_checked_when_given_not_at_the_first_batch(recs, tmp_pa
     sluice.Loader(rec(mean=[0.1, 0.2, 0.3, 0.4], std=0.5), workers=0).close()
 
 
+def test_torch_tensor_habits_on_a_batch_say_where_the_methods_are(recs):
+    t = next(iter(loader_of(recs)))["data"]
+    for name in ("to", "numpy", "float", "cuda"):
+        with pytest.raises(AttributeError, match=rf"no attribute '{name}': .* torch.from_dlpack\(t\) \(no copy\)"):
+            getattr(t, name)
+    assert not hasattr(t, "__array_interface__") and not hasattr(t, "_private")
+
+
+def test_integers_from_numpy_and_torch_are_taken_as_ints(recs):
+    # A config computation gives numpy.int64 (or a 0-d torch tensor); range() takes them, so does sluice.
+    ld = sluice.Loader(sluice.records(recs[0], record_bytes=16, dtype="uint32", shape=np.array([2, 2])),
+                       batch_size=np.int64(10), workers=np.int32(1), sampler=sluice.sample.shuffle(seed=np.uint64(3)))
+    assert (ld.batch_size, type(ld.batch_size), ld.workers) == (10, int, 1)
+    assert ld.sampler.seed == 3 and type(ld.sampler.seed) is int
+    assert next(iter(ld))["data"].shape == (10, 2, 2)
+    assert sluice.image(size=224).size == (224, 224) and sluice.image(size=np.array([32, 64])).size == (32, 64)
+    with pytest.raises(sluice.UsageError, match="not a bool"):
+        sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=np.True_)
+
+
 def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
     for call, words in [
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=0), "batch_size=0"),
@@ -523,6 +543,13 @@ def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
         (lambda: sluice.records(recs[0], record_bytes=16, shape=(-1, 4)), r"shape=\(-1, 4\) is not accepted"),
         (lambda: sluice.npy(recs[0], shape=[4, 0]), r"shape=\(4, 0\) is not accepted"),
         (lambda: sluice.image(size=(4, 4), crop="middle"), "crop='middle'"),
+        # Numbers that are not integers are refused, never truncated or read as characters.
+        (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), batch_size=4.0), "batch_size=4.0 .* not a float"),
+        (lambda: sluice.npy(recs[0], shape="28"), r"shape='28' is not accepted"),
+        (lambda: sluice.npy(recs[0], shape=(2.5, 4)), r"shape=\(2.5, 4\) is not accepted"),
+        (lambda: sluice.image(size=(224.5, 224)), r"size=\(224.5, 224\) is not accepted"),
+        (lambda: sluice.stack(shape="4"), r"shape='4' is not accepted"),
+        (lambda: sluice.sample.shuffle(seed=1 << 63), r"seed=9223372036854775808 is not accepted"),
         (lambda: sluice.sample.class_balanced("sqrt"), "rule='sqrt'"),
         (lambda: sluice.Loader(sluice.records(recs[0], record_bytes=16), sampler=sluice.sample.class_balanced()),
          "needs labels"),

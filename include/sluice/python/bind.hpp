@@ -643,6 +643,17 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
                              [](const tensor& t) { return reinterpret_cast<std::uintptr_t>(t.dl().data) + t.dl().byte_offset; })
       .def_property_readonly("device", [](const tensor& t) { return t.dl().device.device_type == kDLCPU ? "cpu" : "cuda"; })
       .def("__len__", [](const tensor& t) { return t.dl().ndim == 0 ? 0 : t.dl().shape[0]; })
+      // Only for names normal lookup did not find: a torch.Tensor habit (t.to(device), t.float(),
+      // t.numpy()) is told where those methods are, instead of a bare AttributeError.
+      .def("__getattr__",
+           [](const tensor&, const std::string& name) -> py::object {
+             if (name.starts_with("_")) throw py::attribute_error("'sluice.Tensor' object has no attribute '" + name + "'");
+             throw py::attribute_error(
+                 "'sluice.Tensor' object has no attribute '" + name +
+                 "': a sluice.Tensor is the batch's memory, handed over through DLPack; take it as a torch tensor "
+                 "with torch.from_dlpack(t) (no copy), then t." + name +
+                 " is torch's, or as a numpy array with numpy.asarray(t)");
+           })
       .def("__repr__", [](const tensor& t) {
         std::string s = "sluice.Tensor(shape=(";
         for (int i = 0; i < t.dl().ndim; ++i) s += std::to_string(t.dl().shape[i]) + (t.dl().ndim == 1 || i + 1 < t.dl().ndim ? "," : "");
