@@ -140,7 +140,7 @@ PYBIND11_MODULE(_sluice, m) {
         o.clips_per_video = clips_per_video;
         o.clip_step = clip_step;
         for (const auto& item : fields) o.fields.push_back(field_of(item.cast<py::dict>()));
-        py::gil_scoped_release nogil;  // opening files, scanning indexes
+        sluice::python::detail::without_gil nogil;  // opening files, scanning indexes
         auto l = make_loader(o);
         return l;
       },

@@ -316,6 +316,41 @@ def test_ctrl_c_reaches_the_trainer_promptly_and_del_returns(tmp_path, workers):
     assert float(lines["del"]) < 2.0
 
 
+DAEMON = r"""
+import sys, threading, time, numpy as np
+sys.path.insert(0, sys.argv[1])
+import sluice
+np.save(sys.argv[2] + "/big.npy", np.zeros((4000, 1024), np.float32))
+ld = sluice.Loader(sluice.npy(sys.argv[2] + "/big.npy"), batch_size=64, workers=int(sys.argv[3]), prefetch=2)
+where = sys.argv[4]
+started = threading.Event()
+def feed():  # a background thread feeding a queue, as trainers write them
+    started.set()
+    while True:
+        for b in ld:
+            if where == "kept":
+                t = np.asarray(b["data"])  # a view that holds the batch when the program ends
+                time.sleep(0.001)
+daemon = threading.Thread(target=feed, daemon=True)
+daemon.start()
+started.wait()
+time.sleep(0.05 if where != "exit" else 0.2)
+print("main done", flush=True)
+"""
+
+
+# A daemon thread in the loader when the program ends: before Python 3.14 the interpreter ends
+# such a thread with pthread_exit where it takes the GIL back, which aborted the process
+# ("terminate called without an active exception") from inside sluice's wait for a batch.
+@pytest.mark.parametrize("workers,where", [(2, "waiting"), (0, "waiting"), (2, "kept"), (1, "exit")])
+def test_a_daemon_thread_iterating_when_the_program_ends_does_not_abort_it(tmp_path, workers, where):
+    for _ in range(3):  # the thread is somewhere else in its loop each time
+        out = subprocess.run([sys.executable, "-c", DAEMON, os.path.dirname(os.path.dirname(sluice.__file__)),
+                              str(tmp_path), str(workers), where], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "main done" in out.stdout and "terminate" not in out.stderr, out.stderr
+
+
 FORKED = r"""
 import os, signal, sys, numpy as np
 sys.path.insert(0, sys.argv[1])

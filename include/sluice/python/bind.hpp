@@ -18,8 +18,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
+
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +33,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -70,6 +76,51 @@ inline constexpr std::uint64_t flag_read_only = 1ULL << 0;
 inline constexpr std::uint64_t flag_is_copied = 1ULL << 1;
 
 inline std::size_t element_bytes(DLDataType t) noexcept { return (static_cast<std::size_t>(t.bits) * t.lanes + 7) / 8; }
+
+// Whether the interpreter is shutting down. A thread that takes the GIL then never gets it: before
+// Python 3.14 the interpreter ends that thread with pthread_exit, whose unwinding through C++ (a
+// noexcept destructor that takes the GIL back, a capsule's deleter) aborts the whole process with
+// "terminate called without an active exception" — what a daemon thread iterating a loader met
+// when the program ended.
+inline bool finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// The interpreter's main thread (Python's threading.main_thread()), read once at import.
+inline unsigned long& main_thread_ident() noexcept {
+  static unsigned long ident = 0;
+  return ident;
+}
+
+// A thread that would take the GIL while the interpreter shuts down waits here instead, as Python
+// 3.14 makes such threads wait: the process ends around it (only daemon threads can be here; the
+// interpreter joined the others before it began to shut down).
+inline void wait_out_shutdown_if_finalizing() noexcept {
+  while (finalizing()) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// py::gil_scoped_release, but a thread that would take the GIL back while the interpreter shuts
+// down waits out the shutdown instead (see finalizing()); one that shutdown overtakes while it
+// waits for the GIL is ended by the interpreter, and this destructor lets that unwinding pass
+// (noexcept(false)) where pybind's would abort. A scope whose code may throw catches into an
+// exception_ptr inside, so that this destructor never runs while an exception is in flight.
+class without_gil {
+ public:
+  without_gil() noexcept : state_(PyEval_SaveThread()) {}
+  ~without_gil() noexcept(false) {
+    wait_out_shutdown_if_finalizing();
+    PyEval_RestoreThread(state_);
+  }
+  without_gil(const without_gil&) = delete;
+  without_gil& operator=(const without_gil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
 
 }  // namespace detail
 
@@ -150,7 +201,7 @@ struct capsule_export {
   std::int64_t strides[tensor::max_ndim]{};
   static void deleter(Managed* self) noexcept {
     auto* e = static_cast<capsule_export*>(self->manager_ctx);
-    if (e->owner != nullptr) {
+    if (e->owner != nullptr && !finalizing()) {  // at shutdown the Tensor is left to the process's end
       // The consumer may drop its tensor on any thread, with or without the GIL.
       const PyGILState_STATE g = PyGILState_Ensure();
       Py_DECREF(e->owner);
@@ -295,6 +346,10 @@ class bound_loader final : public loader_handle {
     // (the waiting thread released it), and Python's signal handlers run in the main thread.
     loader_.set_interrupt(
         [] {
+          // Only the main thread receives KeyboardInterrupt (PyErr_CheckSignals does nothing in
+          // another), so no other thread takes the GIL here: a daemon thread that took it while
+          // the interpreter shuts down would be ended inside the loader's wait (see finalizing()).
+          if (PyThread_get_thread_ident() != detail::main_thread_ident()) return false;
           const PyGILState_STATE g = PyGILState_Ensure();
           const bool raised = PyErr_CheckSignals() != 0;  // the exception stays set for the caller
           PyGILState_Release(g);
@@ -471,7 +526,7 @@ inline loader_handle& open_handle(const py_loader& self) {
 // still holds stay valid: their memory is reference-counted).
 inline void close(py_loader& self) {
   {
-    py::gil_scoped_release nogil;
+    detail::without_gil nogil;
     const std::lock_guard lk(self.iterating);
     self.handle.reset();
   }
@@ -482,7 +537,7 @@ inline void close(py_loader& self) {
 // The loader's state as state_dict() reports it (see the top of this header).
 inline loader_state state_now(py_loader& self) {
   if (self.pending) return *self.pending;
-  py::gil_scoped_release nogil;
+  detail::without_gil nogil;
   const std::lock_guard lk(self.iterating);
   if (self.current && !self.finished) return self.handle->state();
   return self.handle->state_at(self.next_epoch, 0);
@@ -496,13 +551,27 @@ inline py::dict next_batch(py_iterator& it) {
                       "newest one (each iter(loader) starts an epoch)");
   if (self.finished) throw py::stop_iteration();
   std::vector<std::pair<std::string, DLManagedTensor*>> ts;
-  try {
-    py::gil_scoped_release nogil;  // workers run, the trainer's other threads too
-    const std::lock_guard lk(self.iterating);
-    if (self.handle) ts = self.handle->next();  // close() on another thread may have come first
-  } catch (const interrupted&) {
-    if (PyErr_Occurred() != nullptr) throw py::error_already_set();  // KeyboardInterrupt, from the check
-    throw;
+  std::exception_ptr failed;  // rethrown with the GIL back (see without_gil)
+  {
+    detail::without_gil nogil;  // workers run, the trainer's other threads too
+    try {
+      const std::lock_guard lk(self.iterating);
+      if (self.handle) ts = self.handle->next();  // close() on another thread may have come first
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind&) {
+      throw;
+#endif
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) {
+    try {
+      std::rethrow_exception(failed);
+    } catch (const interrupted&) {
+      if (PyErr_Occurred() != nullptr) throw py::error_already_set();  // KeyboardInterrupt, from the check
+      throw;
+    }
   }
   if (self.closed) {
     for (auto& [name, m] : ts) m->deleter(m);
@@ -535,7 +604,7 @@ inline std::shared_ptr<py_iterator> start_iteration(const std::shared_ptr<py_loa
   std::optional<loader_state> st = std::exchange(self->pending, std::nullopt);
   const std::uint64_t e = st ? st->epoch : self->next_epoch;
   try {
-    py::gil_scoped_release nogil;
+    detail::without_gil nogil;
     const std::lock_guard lk(self->iterating);
     if (!self->handle) throw usage_error("sluice: the loader is closed (close() or the end of a `with` block)");
     if (st) self->handle->begin_resume(*st);
@@ -557,6 +626,12 @@ inline std::shared_ptr<py_iterator> start_iteration(const std::shared_ptr<py_loa
 // package whose extension module is sluice._sluice.
 inline void register_types(py::module_& m, std::string qualified = {}) {
   if (qualified.empty()) qualified = py::str(m.attr("__name__"));
+  if (detail::main_thread_ident() == 0) {
+    detail::main_thread_ident() = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+    // A forked child's one thread is its main thread.
+    py::module_::import("os").attr("register_at_fork")(
+        py::arg("after_in_child") = py::cpp_function([] { detail::main_thread_ident() = PyThread_get_thread_ident(); }));
+  }
   auto& ex = detail::exceptions();
   if (ex.base == nullptr) {
     ex.base = detail::new_exception(m, qualified, "Error", py::make_tuple(py::handle(PyExc_RuntimeError)),
@@ -708,7 +783,7 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
             const std::string raw = d["sluice_state"].cast<std::string>();
             loader_state st = state_from_string(raw, "<state_dict>");
             {
-              py::gil_scoped_release nogil;
+              detail::without_gil nogil;
               const std::lock_guard lk(self.iterating);
               self.handle->check(st);
               self.handle->end();
