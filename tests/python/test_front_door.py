@@ -556,6 +556,19 @@ def test_torch_tensor_habits_on_a_batch_say_where_the_methods_are(recs):
     assert not hasattr(t, "__array_interface__") and not hasattr(t, "_private")
 
 
+def test_a_batch_pickles_and_deep_copies_as_numpy_arrays_of_its_values(recs):
+    import copy
+    import pickle
+    b = next(iter(loader_of(recs)))
+    want = {k: np.array(v) for k, v in b.items()}
+    for got in (pickle.loads(pickle.dumps(b)), copy.deepcopy(b)):
+        assert set(got) == set(want)
+        for k in want:
+            assert isinstance(got[k], np.ndarray) and got[k].dtype == want[k].dtype
+            assert np.array_equal(got[k], want[k])
+            assert got[k].ctypes.data != b[k].data_ptr  # a copy, not the ring's memory
+
+
 def test_integers_from_numpy_and_torch_are_taken_as_ints(recs):
     # A config computation gives numpy.int64 (or a 0-d torch tensor); range() takes them, so does sluice.
     ld = sluice.Loader(sluice.records(recs[0], record_bytes=16, dtype="uint32", shape=np.array([2, 2])),

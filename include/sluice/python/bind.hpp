@@ -718,6 +718,15 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
                              [](const tensor& t) { return reinterpret_cast<std::uintptr_t>(t.dl().data) + t.dl().byte_offset; })
       .def_property_readonly("device", [](const tensor& t) { return t.dl().device.device_type == kDLCPU ? "cpu" : "cuda"; })
       .def("__len__", [](const tensor& t) { return t.dl().ndim == 0 ? 0 : t.dl().shape[0]; })
+      // pickle (torch.save(batch), a multiprocessing queue) and copy.deepcopy: a numpy array of the
+      // values, a copy, since the batch's memory belongs to this process's ring.
+      .def("__reduce__",
+           [](py::object self) -> py::object {
+             if (self.cast<const tensor&>().dl().device.device_type != kDLCPU)
+               throw py::type_error("sluice: a CUDA sluice.Tensor does not pickle; take it with torch.from_dlpack(t) "
+                                    "and save that");
+             return py::module_::import("numpy").attr("array")(self).attr("__reduce__")();
+           })
       // Only for names normal lookup did not find: a torch.Tensor habit (t.to(device), t.float(),
       // t.numpy()) is told where those methods are, instead of a bare AttributeError.
       .def("__getattr__",
