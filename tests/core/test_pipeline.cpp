@@ -696,6 +696,36 @@ TEST_CASE("epochs differ, repeat exactly, and an abandoned epoch does not distur
   CHECK(loader.stats().epochs == 4);
 }
 
+TEST_CASE("an epoch cancelled by a later epoch() on the same loader says so at its next step, and its range leaves the later one running") {
+  // The mistake this guards: an evaluation pass run on the training loader mid-epoch. The training
+  // range's iterator used to end there in silence, dropping the rest of the epoch uncounted.
+  mem_reader r(500, 8);
+  auto loader = from(sample::shuffle(500, {.seed = 1})) | read(r) | collate({.batch = 10}) | prefetch(2, {.workers = 2});
+  using range = decltype(loader)::epoch_range;
+  std::unique_ptr<range> train(new range(loader.epoch(0)));  // a range that ends before the later one
+  auto it = train->begin();
+  ++it;
+  std::size_t eval_samples = 0;
+  auto eval = loader.epoch(7);
+  auto e = eval.begin();
+  for (int k = 0; k < 20; ++k, ++e) eval_samples += e->size();
+  try {
+    ++it;
+    FAIL("the cancelled epoch went on");
+  } catch (const usage_error& x) {
+    CHECK(std::string(x.what()).find("cancelled by a later loader.epoch() or resume() on the same loader") !=
+          std::string::npos);
+  }
+  train.reset();  // the superseded range does not end the run that superseded it
+  for (; e != eval.end(); ++e) eval_samples += e->size();
+  CHECK(eval_samples == 500);
+  // A range that ended normally, then another epoch: nothing to say.
+  std::size_t n = 0;
+  for (auto& b : loader.epoch(1)) n += b.size();
+  for (auto& b : loader.epoch(2)) n += b.size();
+  CHECK(n == 1000);
+}
+
 TEST_CASE("changing the worker count mid-epoch changes neither order nor content") {
   mem_reader r(3000, 16);
   auto make = [&] {

@@ -116,7 +116,7 @@ class loader {
       using value_type = typename ring_type::batch_type;
       using difference_type = std::ptrdiff_t;
       iterator() = default;
-      explicit iterator(ring_type* r) : ring_(r) { advance(); }
+      iterator(ring_type* r, std::uint64_t run) : ring_(r), run_(run) { advance(); }
       value_type& operator*() noexcept { return current_; }
       value_type* operator->() noexcept { return &current_; }
       iterator& operator++() {
@@ -128,8 +128,17 @@ class loader {
       friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.current_; }
 
      private:
-      void advance() { current_ = value_type(ring_->next()); }
+      void advance() {
+        // Another epoch begun on this loader (loader.epoch() or resume() again, e.g. an evaluation
+        // pass on the training loader) cancelled this one: going on would end it early in silence.
+        if (ring_->runs() != run_)
+          throw usage_error("sluice: this epoch was cancelled by a later loader.epoch() or resume() on the same "
+                            "loader, which runs one epoch at a time; iterate the newest range, or give "
+                            "the other pass (evaluation) a loader of its own");
+        current_ = value_type(ring_->next());
+      }
       ring_type* ring_ = nullptr;
+      std::uint64_t run_ = 0;
       value_type current_;
     };
 
@@ -137,19 +146,20 @@ class loader {
     epoch_range(const epoch_range&) = delete;
     epoch_range& operator=(const epoch_range&) = delete;
     ~epoch_range() {
-      if (started_) ring_->end_epoch();
+      if (started_ && ring_->runs() == run_) ring_->end_epoch();  // not a later range's run
     }
     iterator begin() {
       if (started_ && !first_pending_)
         throw usage_error("sluice: an epoch range can be iterated once; call loader.epoch(e) again");
       if (!started_) {
-        started_ = true;
         ring_->begin_epoch(epoch_, start_);
+        started_ = true;
+        run_ = ring_->runs();
       }
       // A wait for the first batch given up (sluice::interrupted) may begin() again: it waits for
       // the same batch.
       first_pending_ = true;
-      iterator it(ring_);
+      iterator it(ring_, run_);
       first_pending_ = false;
       return it;
     }
@@ -159,7 +169,7 @@ class loader {
 
    private:
     ring_type* ring_;
-    std::uint64_t epoch_, start_;
+    std::uint64_t epoch_, start_, run_ = 0;
     bool started_ = false, first_pending_ = false;
   };
 

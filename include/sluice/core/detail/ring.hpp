@@ -189,6 +189,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     delivered_ = 0;
     clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
     ++epochs_;
+    runs_.fetch_add(1, std::memory_order_relaxed);
     auto begin = snapshot_locked();
     begin.epoch = epoch;
     history_.open(begin);
@@ -200,6 +201,10 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     }
     cv_work_.notify_all();
   }
+
+  // Epoch runs begun so far: the serial of the run begin_epoch just started. An epoch range keeps
+  // its run's, so that one a later run superseded neither ends that run nor goes on silently.
+  [[nodiscard]] std::uint64_t runs() const noexcept { return runs_.load(std::memory_order_relaxed); }
 
   // Cancels the running epoch (the trainer left the loop early). Batches already held stay valid.
   void end_epoch() {
@@ -1134,6 +1139,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::condition_variable cv_work_, cv_ready_, cv_idle_, cv_help_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint64_t> runs_{0};  // epoch runs begun: which epoch_range is the current one
   std::function<bool()> interrupt_;  // set_interrupt: checked while the consumer waits
   std::chrono::milliseconds interrupt_every_{50};
   bool active_ = false;
