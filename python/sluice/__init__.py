@@ -257,7 +257,8 @@ def image(size: Union[int, Tuple[int, int]], *, crop: str = "center", flip: bool
     layout: ``"hwc"`` (the default, as C++'s ``codecs::jpeg``) or ``"chw"`` (what torchvision
             models take).
     """
-    hw = [sample._index(size)] * 2 if sample._index(size) is not None else _ints(size)  # 224: (224, 224)
+    side = sample._index(size)
+    hw = [side, side] if side is not None else _ints(size)  # 224: (224, 224)
     if len(hw) != 2 or None in hw:
         raise _usage(f"sluice.image: size={size!r} is not accepted; use (height, width)")
     h, w = hw

@@ -485,13 +485,13 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
     if (!have_cur) return;
     const bool no_record = cur.record.offset == ~std::uint64_t{0}, no_label = !opt.label_field.empty() && !cur.has_label;
     if (no_record || no_label) throw_if_split(file, path, opt.ignore_zeros, cur.key);
-    if (no_record || no_label)
+    if (no_record || no_label) {
+      const std::string& field = no_record ? opt.record_field : opt.label_field;
       throw format_error(path, {out.size(), cur.first_offset},
-                         "sample '" + cur.key + "' has no '" + (no_record ? opt.record_field : opt.label_field) +
-                             "' field" +
-                             link_member_hint(file, path, opt.ignore_zeros, cur.key,
-                                              std::array{std::string_view(no_record ? opt.record_field : opt.label_field)}) +
+                         "sample '" + cur.key + "' has no '" + field + "' field" +
+                             link_member_hint(file, path, opt.ignore_zeros, cur.key, std::array{std::string_view(field)}) +
                              (last ? cut_short_hint(file) : std::string()));
+    }
     out.push_back(cur.record);
     if (keys) keys->push_back(cur.key);
     have_cur = false;

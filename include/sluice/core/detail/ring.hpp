@@ -188,7 +188,6 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     next_ticket_ = 0;
     delivered_ = 0;
     clock_.begin_epoch(static_cast<std::size_t>(num_batches_));
-    ++epochs_;
     runs_.fetch_add(1, std::memory_order_relaxed);
     auto begin = snapshot_locked();
     begin.epoch = epoch;
@@ -425,7 +424,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   [[nodiscard]] pipeline_stats stats() const {
     pipeline_stats s;
     std::lock_guard lk(m_);
-    s.epochs = epochs_;
+    s.epochs = runs_.load(std::memory_order_relaxed);
     s.batches = delivered_total_;
     s.samples = samples_total_;
     s.skipped = skipped_total_;
@@ -1139,14 +1138,14 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   std::condition_variable cv_work_, cv_ready_, cv_idle_, cv_help_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> generation_{0};
-  std::atomic<std::uint64_t> runs_{0};  // epoch runs begun: which epoch_range is the current one
+  std::atomic<std::uint64_t> runs_{0};  // epoch runs begun (stats' epochs): which epoch_range is current
   std::function<bool()> interrupt_;  // set_interrupt: checked while the consumer waits
   std::chrono::milliseconds interrupt_every_{50};
   bool active_ = false;
   std::uint64_t epoch_ = 0, start_ = 0, total_ = 0, num_batches_ = 0, next_ticket_ = 0, delivered_ = 0;
   std::size_t live_ = 0, peak_live_ = 0, filling_ = 0, consumer_held_ = 0, warming_ = 0;
   std::size_t slot_bytes_ = 0;  // the largest slot storage so far
-  std::uint64_t epochs_ = 0, delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
+  std::uint64_t delivered_total_ = 0, samples_total_ = 0, skipped_total_ = 0;
   std::uint64_t last_receive_ns_ = 0;
   consumer_clock clock_;
   // Per-epoch figures (epoch_stats): the running run's start, the closed runs in a fixed ring.
