@@ -384,8 +384,36 @@ TEST_CASE("fields: normalize per channel in the input layout, or transposed in t
     }
   }
   // Per-channel values without a shape and layout cannot be placed: an error, not a guess.
-  auto vague = from(sample::sequential(6)) | read(r) | collate({.batch = 3}, normalized<"image">{.mean = mean, .std = sd}) | prefetch(2);
+  auto vague = from(sample::sequential(6)) | read(r) | collate({.batch = 3}, normalized<"image">{.mean = mean, .std = sd, .scale = 1.f}) | prefetch(2);
   CHECK_THROWS_WITH_AS([&] { for (auto& b : vague.epoch(0)) (void)b; }(), doctest::Contains("shape and layout"), stage_error);
+}
+
+TEST_CASE("normalisation values on another scale than the scaled bytes are refused, naming the units") {
+  // ImageNet's 0-255 mean and std, or mmcv's mean 0 / std 255, given with the default scale 1/255:
+  // every pixel would come out near one value. The classic collate and the per-field one say so.
+  sluice_test::mem_reader r(8, 6);
+  auto classic = [&](std::vector<float> m, std::vector<float> s, float scale) {
+    auto l = from(sample::sequential(8)) | read(r) |
+             collate({.batch = 4, .output = dtype::f32, .scale = scale, .mean = m, .std = s, .channels = 3}) | prefetch(1);
+    for (auto& b : l.epoch(0)) (void)b;
+  };
+  CHECK_THROWS_WITH_AS(classic({123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f}, 1.f / 255),
+                       doctest::Contains(".mean[0] = 123.7 lies outside the range [0, 1] of the scaled bytes (x * scale, "
+                                         "scale 0.003922): give mean and std in those units (123.7 * scale = 0.485), "
+                                         "or scale = 1"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS(classic({0.f}, {255.f}, 1.f / 255), doctest::Contains(".std[0] = 255 is wider than the whole range [0, 1]"),
+                       usage_error);
+  classic({123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f}, 1.f);  // the same values in the bytes' units
+  classic({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}, 1.f / 255);
+  classic({0.5f}, {1.f}, 1.f / 255);  // [0, 1] to [-0.5, 0.5]: the whole range is a std
+  det_reader d(6);
+  auto fields = from(sample::sequential(6)) | read(d) |
+                collate({.batch = 3}, normalized<"image">{.mean = {124.f, 116.f, 104.f}, .std = {0.2f}, .layout = image_layout::hwc,
+                                                         .shape = {4, 4, 3}}) |
+                prefetch(2);
+  CHECK_THROWS_WITH_AS([&] { for (auto& b : fields.epoch(0)) (void)b; }(), doctest::Contains(".mean[0] = 124 lies outside the range [0, 1]"),
+                       std::exception);
 }
 
 TEST_CASE("fields: batches are bit-identical for 1, 2 and 4 workers (variable fields, shuffled)") {

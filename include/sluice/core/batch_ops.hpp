@@ -20,9 +20,11 @@
 //   sluice::normalize(pixels, std::span<float>(out), p);
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -110,11 +112,20 @@ inline image_layout agreed_layout(image_layout claimed, image_layout wrote, cons
   return wrote != image_layout::none ? wrote : claimed;
 }
 
+// x as a message shows it: 4 significant digits (0.2859, 123.7, 0.003922).
+inline std::string short_float(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", static_cast<double>(x));
+  return buf;
+}
+
 // A collator's options, mean and std per channel on the scale of x * scale (e.g. 0.485 with
 // scale 1/255), as normalize_u8's mean and inv_std on the scale of x: (x * scale - m) / s ==
 // (x - m / scale) * (scale / s). Empty: mean 0, std 1; one value: every channel. `what` names the
-// collator in the usage_error for a count that fits neither, a std that is not positive, or a
-// scale that is zero or not finite.
+// collator in the usage_error for a count that fits neither, a std that is not positive, a scale
+// that is zero or not finite, or values on another scale than x * scale: a mean outside the range
+// the scaled bytes take, or a std wider than that range (ImageNet's 123.7 / 58.4, or mean 0 and
+// std 255, given with scale 1/255 would put every pixel near one value without a word).
 struct channel_affine {
   std::vector<float> mean, inv_std;
   channel_affine() = default;
@@ -130,10 +141,20 @@ struct channel_affine {
     each(s, ".std");
     mean.resize(channels);
     inv_std.resize(channels);
+    const float lo = std::min(0.f, 255.f * scale), hi = std::max(0.f, 255.f * scale);
+    auto units = [&](const char* name, std::size_t c, float v, const std::string& how) {
+      throw usage_error(what + name + "[" + std::to_string(c) + "] = " + detail::short_float(v) + " " + how +
+                        " [" + detail::short_float(lo) + ", " + detail::short_float(hi) +
+                        "] of the scaled bytes (x * scale, scale " + detail::short_float(scale) +
+                        "): give mean and std in those units (" + detail::short_float(v) + " * scale = " +
+                        detail::short_float(v * std::abs(scale)) + "), or scale = 1 for the bytes' own 0-255 units");
+    };
     for (std::size_t c = 0; c < channels; ++c) {
       const float mc = m.empty() ? 0.f : m[m.size() == 1 ? 0 : c];
       const float sc = s.empty() ? 1.f : s[s.size() == 1 ? 0 : c];
       if (!(sc > 0.f)) throw usage_error(what + ".std must be positive");
+      if (!m.empty() && !(mc >= lo && mc <= hi)) units(".mean", c, mc, "lies outside the range");
+      if (!s.empty() && !(sc <= hi - lo)) units(".std", c, sc, "is wider than the whole range");
       mean[c] = mc / scale;
       inv_std[c] = scale / sc;
     }
