@@ -161,7 +161,7 @@ def _path(name: str, v: Any) -> str:
     return os.fspath(v)
 
 
-def _shards(v: Any) -> Dict[str, Any]:
+def _shards(v: Any, kind: str) -> Dict[str, Any]:
     """The engine's path= and paths= of a sharded source: one path or brace pattern, or a
     non-empty list of paths (read in the order given)."""
     if isinstance(v, (list, tuple)):
@@ -169,7 +169,16 @@ def _shards(v: Any) -> Dict[str, Any]:
             raise _usage("path=[] is not accepted; use a path, a brace pattern or a non-empty list of paths")
         paths = [_path(f"path[{i}]", p) for i, p in enumerate(v)]
         return dict(path=paths[0], paths=paths)
-    return dict(path=_path("path", v))
+    path = _path("path", v)
+    # A glob or a folder where shards are meant: named here, not as a file that cannot be opened.
+    if os.path.isdir(path):
+        files = os.path.join(path, "*.tar" if kind == "wds" else "*.tfrecord*")
+        raise _usage(f"path={path!r} is a folder; give its shards, e.g. path=sorted(glob.glob({files!r})), "
+                     "or a brace pattern")
+    if "://" not in path and any(c in path for c in "*?[") and not os.path.exists(path):
+        raise _usage(f"path={path!r} is a glob pattern, which sluice does not expand (it expands braces, "
+                     f"'train-{{0000..0099}}.tar', as webdataset does); give the files: path=sorted(glob.glob({path!r}))")
+    return dict(path=path)
 
 
 def _floats(name: str, v: Any) -> list:
@@ -221,6 +230,13 @@ def _normalise(kw: Dict[str, Any], output: Optional[str], mean: Any, std: Any, w
             raise _usage(f"{where}: {name}={vals!r} is not accepted; every value must be finite")
     if any(x <= 0 for x in s):
         raise _usage(f"{where}: std={s!r} is not accepted; every value must be above zero")
+    # uint8 is scaled to [0, 1] first: 0-255 values (ImageNet's 123.7/58.4, mmcv's std 255) would
+    # put every pixel near one value without a word.
+    for name, vals, bad in (("mean", m, lambda x: not 0 <= x <= 1), ("std", s, lambda x: x > 1)):
+        if any(bad(x) for x in vals):
+            raise _usage(f"{where}: {name}={vals!r} is not accepted: sluice scales uint8 pixels to [0, 1] before "
+                         "normalising (as ToTensor does before Normalize), so mean= lies in [0, 1] and std= is at "
+                         f"most 1; these look like 0-255 values: give {name}={[round(x / 255, 4) for x in vals]!r}")
     if len(m) > 1 and len(s) > 1 and len(m) != len(s):
         raise _usage(f"{where}: mean= has {len(m)} values and std= has {len(s)}; give one per channel for both "
                      "(or one value to apply to every channel)")
@@ -795,7 +811,7 @@ def _fields_source(kind: str, path: PathLike, fields: Any, **others: Any) -> Sou
             raise _usage(f"sluice.{kind}: fields[{name!r}]={f!r} is not accepted; use sluice.field(members, ...)")
         engine.append(f._engine(name))
     _check_follow(kind, fields)
-    where = _shards(path) if kind in ("wds", "tfrecord") else dict(path=_path("path", path))
+    where = _shards(path, kind) if kind in ("wds", "tfrecord") else dict(path=_path("path", path))
     return Source(kind, dict(source=kind, **where, fields=engine), kind == "shard")
 
 
@@ -872,7 +888,7 @@ def wds(path: Shards, *, decode: Optional[Image] = None, image_field: Optional[s
                               ignore_index=None if ignore_index == 255 else ignore_index)
     if image_field is None:
         image_field = "jpg;jpeg;png"
-    kw: Dict[str, Any] = dict(source="wds", **_shards(path), image_field=image_field)
+    kw: Dict[str, Any] = dict(source="wds", **_shards(path, "wds"), image_field=image_field)
     if mask is not None:
         if not isinstance(mask, str) or not mask:
             raise _usage(f"sluice.wds: mask={mask!r} is not accepted; use the mask member's extension, e.g. 'seg.png'")
@@ -922,7 +938,7 @@ def tfrecord(path: Shards, *, decode: Optional[Image] = None, image_field: Optio
     if fields is not None:
         return _fields_source("tfrecord", path, fields, decode=decode, image_field=image_field,
                               label_field=label_field, output=output, mean=mean, std=std)
-    kw: Dict[str, Any] = dict(source="tfrecord", **_shards(path), image_field=image_field or "image/encoded",
+    kw: Dict[str, Any] = dict(source="tfrecord", **_shards(path, "tfrecord"), image_field=image_field or "image/encoded",
                               label_field=label_field or "image/class/label")
     _image_keywords("tfrecord", decode, output, mean, std, kw)
     return Source("tfrecord", kw, True)

@@ -272,6 +272,24 @@ TEST_CASE("npy: empty, wrong magic, bad header, fortran order, truncated, garbag
     CHECK(e.file() == path);
     CHECK(e.cause().find("magic") != std::string::npos);
   }
+  SUBCASE("what people hand an .npy reader instead: an .npz or torch.save zip, a pickle, a gzipped .npy") {
+    auto cause_of = [&](std::vector<std::byte> b) {
+      write_file(path, b);
+      auto e = expect_format_error(open);
+      CHECK(e.file() == path);
+      return e.cause();
+    };
+    const auto z = as_bytes(std::string_view("PK\x03\x04\x14\x00\x00\x00\x00\x00arr_0.npy", 19));
+    const std::vector<std::byte> zip(z.begin(), z.end());
+    CHECK(cause_of(zip).find("a zip archive, not an .npy file (numpy.savez") != std::string::npos);
+    std::vector<std::byte> pickle{std::byte{0x80}, std::byte{0x02}, std::byte{'c'}, std::byte{'t'}, std::byte{'o'},
+                                  std::byte{'r'}, std::byte{'c'}, std::byte{'h'}, std::byte{'\n'}, std::byte{'.'}};
+    CHECK(cause_of(pickle).find("a Python pickle, not an .npy file") != std::string::npos);
+    std::vector<std::byte> gz{std::byte{0x1f}, std::byte{0x8b}, std::byte{8}, std::byte{0}};
+    gz.resize(40);
+    CHECK(cause_of(gz).find("gzip-compressed") != std::string::npos);
+    CHECK(cause_of(gz).find(".npy files") != std::string::npos);
+  }
   SUBCASE("truncated data") {
     auto b = good;
     b.resize(b.size() - 3);

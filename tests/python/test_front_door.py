@@ -537,6 +537,14 @@ def test_mean_and_std_are_checked_when_given_not_at_the_first_batch(recs, tmp_pa
         (lambda: rec(mean=[0.1, 0.2], std=[0.1, 0.2, 0.3]), "mean= has 2 values and std= has 3"),
         (lambda: img(mean=[0.1, 0.2], std=0.5), "2 values for 3 channels"),
         (lambda: img(mean=[0.1, 0.2, 0.3, 0.4, 0.5]), "5 values for 3 channels"),
+        # 0-255 values where pixels are scaled to [0, 1] first: ImageNet's, and mmcv's std 255.
+        (lambda: img(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375]),
+         r"mean=\[123.675, 116.28, 103.53\] is not accepted: sluice scales uint8 pixels to \[0, 1\] before "
+         r"normalising .* give mean=\[0.485, 0.456, 0.406\]"),
+        (lambda: img(mean=[0.485, 0.456, 0.406], std=[58.395, 57.12, 57.375]), r"give std=\[0.229, 0.224, 0.225\]"),
+        (lambda: rec(mean=0.0, std=255.0), r"std=\[255.0\] is not accepted.* give std=\[1.0\]"),
+        (lambda: rec(mean=-0.5), r"mean=\[-0.5\] is not accepted"),
+        (lambda: sluice.normalized(mean=[124.0, 116.0, 104.0]), "sluice.normalized: mean=.* look like 0-255 values"),
     ]:
         with pytest.raises(sluice.UsageError, match=words):
             call()
@@ -546,6 +554,7 @@ def test_mean_and_std_are_checked_when_given_not_at_the_first_batch(recs, tmp_pa
     # One value for all, or one per channel that divides the sample: accepted.
     sluice.Loader(rec(mean=0.5, std=[0.25]), workers=0).close()
     sluice.Loader(rec(mean=[0.1, 0.2, 0.3, 0.4], std=0.5), workers=0).close()
+    sluice.Loader(rec(mean=[0.0, 1.0], std=[1.0, 0.01]), workers=0).close()  # the bounds themselves
 
 
 def test_torch_tensor_habits_on_a_batch_say_where_the_methods_are(recs):
@@ -554,6 +563,23 @@ def test_torch_tensor_habits_on_a_batch_say_where_the_methods_are(recs):
         with pytest.raises(AttributeError, match=rf"no attribute '{name}': .* torch.from_dlpack\(t\) \(no copy\)"):
             getattr(t, name)
     assert not hasattr(t, "__array_interface__") and not hasattr(t, "_private")
+
+
+def test_truth_length_and_equality_answer_as_numpy_and_torch_do(recs):
+    b = next(iter(loader_of(recs, sampler=sluice.sample.sequential())))
+    labels = b["label"]  # ten labels, 0 1 2 3 4 0 1 2 3 4
+    assert len(labels) == 10
+    with pytest.raises(ValueError, match="truth value of a sluice.Tensor of 10 elements is ambiguous"):
+        bool(labels)
+    with pytest.raises(ValueError, match="ambiguous"):
+        if labels:
+            pass
+    one = [b["label"] for b in loader_of(recs, batch_size=1, sampler=sluice.sample.sequential(), workers=0)][:2]
+    assert [bool(t) for t in one] == [False, True]  # labels 0 and 1: the value decides, not the length
+    for eq in (lambda: labels == 3, lambda: labels != 3, lambda: labels == labels):
+        with pytest.raises(TypeError, match="does not compare with ==; take it with torch.from_dlpack"):
+            eq()
+    assert len({labels, labels}) == 1  # still hashable, by identity
 
 
 def test_a_batch_pickles_and_deep_copies_as_numpy_arrays_of_its_values(recs):
@@ -609,6 +635,27 @@ def test_bad_values_are_usage_errors_and_every_error_is_a_sluice_error(recs):
         sluice.Loader(sluice.records(recs[0] + ".missing", record_bytes=16))
     assert isinstance(e.value, OSError) and isinstance(e.value, sluice.Error)
     assert sluice.Error.__module__ == "sluice"
+
+
+def test_files_other_tools_write_where_one_is_expected_are_named(tmp_path):
+    # A glob or a folder for shards, an .npz or a torch.save file for an .npy: each says what it is.
+    (tmp_path / "shards").mkdir()
+    for call, words in [
+        (lambda: sluice.wds(str(tmp_path / "shards" / "*.tar")),
+         r"is a glob pattern, which sluice does not expand .* path=sorted\(glob.glob\("),
+        (lambda: sluice.tfrecord(str(tmp_path / "shards" / "train-0000[0-3].tfrecord")), "is a glob pattern"),
+        (lambda: sluice.wds(tmp_path / "shards"), r"is a folder; give its shards, e.g. path=sorted\(glob.glob\('.*\*.tar'\)\)"),
+    ]:
+        with pytest.raises(sluice.UsageError, match=words):
+            call()
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.savez(tmp_path / "a.npz", x=x)
+    with pytest.raises(sluice.FormatError, match=r"a zip archive, not an .npy file \(numpy.savez"):
+        sluice.Loader(sluice.npy(tmp_path / "a.npz"), workers=0)
+    import pickle
+    (tmp_path / "p.npy").write_bytes(pickle.dumps(x, protocol=4))
+    with pytest.raises(sluice.FormatError, match="a Python pickle, not an .npy file"):
+        sluice.Loader(sluice.npy(tmp_path / "p.npy"), workers=0)
 
 
 def test_help_documents_what_it_says():

@@ -27,6 +27,7 @@
 #include "sluice/core/dtype.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
+#include "sluice/io/compressed.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/regular_file.hpp"
 
@@ -157,8 +158,21 @@ class npy_dict_parser {
 
 inline npy_header parse_npy_header(std::span<const std::byte> file, const std::string& path) {
   if (file.empty()) throw format_error(path, {file_position::npos, 0}, "empty file; an .npy file starts with \\x93NUMPY");
-  if (file.size() < 10 || std::memcmp(file.data(), "\x93NUMPY", 6) != 0)
+  if (file.size() < 10 || std::memcmp(file.data(), "\x93NUMPY", 6) != 0) {
+    // What people hand an .npy reader instead, named: an .npz or a torch.save file (both zip
+    // archives), a pickle, a compressed .npy.
+    detail::throw_if_compressed(file, path, ".npy files");
+    if (file.size() >= 4 && std::memcmp(file.data(), "PK\x03\x04", 4) == 0)
+      throw format_error(path, {file_position::npos, 0},
+                         "a zip archive, not an .npy file (numpy.savez and numpy.savez_compressed write .npz zip "
+                         "archives, torch.save writes one too): sluice reads one array saved with numpy.save; for "
+                         "an .npz, numpy.save('x.npy', numpy.load(FILE)['name'])");
+    if (file.size() >= 2 && static_cast<std::uint8_t>(file[0]) == 0x80 && static_cast<std::uint8_t>(file[1]) <= 5)
+      throw format_error(path, {file_position::npos, 0},
+                         "a Python pickle, not an .npy file (pickle.dump, or torch.save with "
+                         "_use_new_zipfile_serialization=False): sluice reads one array saved with numpy.save");
     throw format_error(path, {file_position::npos, 0}, file.size() < 10 ? "too short for an .npy header" : "wrong magic: not an .npy file");
+  }
   npy_header h;
   h.major = static_cast<int>(file[6]);
   h.minor = static_cast<int>(file[7]);

@@ -442,6 +442,10 @@ std::shared_ptr<py_loader> wrap(Loader&& l) {
 
 namespace detail {
 
+inline constexpr const char* tensor_compare_hint =
+    "sluice: a sluice.Tensor does not compare with ==; take it with torch.from_dlpack(t) or numpy.asarray(t) "
+    "and compare that";
+
 // The error's text with every nested cause, and the most specific sluice kind among them.
 enum class error_kind { other, format, usage, io };
 inline void describe(const std::exception& e, std::string& text, error_kind& kind) {
@@ -717,7 +721,32 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
       .def_property_readonly("data_ptr",
                              [](const tensor& t) { return reinterpret_cast<std::uintptr_t>(t.dl().data) + t.dl().byte_offset; })
       .def_property_readonly("device", [](const tensor& t) { return t.dl().device.device_type == kDLCPU ? "cpu" : "cuda"; })
-      .def("__len__", [](const tensor& t) { return t.dl().ndim == 0 ? 0 : t.dl().shape[0]; })
+      // len(), bool() and == as numpy and torch answer them: len() of a 0-d tensor is a TypeError
+      // (it was 0, so a 0-d tensor of 5 was falsy), truth only for exactly one element (a batch
+      // of labels in an `if` was true whenever it was non-empty), and == is refused with where
+      // to compare instead of Python's identity test, which said False for equal values.
+      .def("__len__",
+           [](const tensor& t) -> std::int64_t {
+             if (t.dl().ndim == 0) throw py::type_error("sluice: len() of a 0-d sluice.Tensor");
+             return t.dl().shape[0];
+           })
+      .def("__bool__",
+           [](py::object self) -> bool {
+             const auto& t = self.cast<const tensor&>();
+             std::int64_t n = 1;
+             for (int i = 0; i < t.dl().ndim; ++i) n *= t.dl().shape[i];
+             if (n != 1)
+               throw py::value_error("sluice: the truth value of a sluice.Tensor of " + std::to_string(n) +
+                                     " elements is ambiguous; take it with torch.from_dlpack(t) or numpy.asarray(t) "
+                                     "and use .any() or .all()");
+             if (t.dl().device.device_type != kDLCPU)
+               throw py::type_error("sluice: the truth value of a CUDA sluice.Tensor needs its value on the host; "
+                                    "take it with torch.from_dlpack(t)");
+             return py::module_::import("numpy").attr("asarray")(self).attr("item")().cast<bool>();
+           })
+      .def("__eq__", [](const tensor&, py::object) -> py::object { throw py::type_error(detail::tensor_compare_hint); })
+      .def("__ne__", [](const tensor&, py::object) -> py::object { throw py::type_error(detail::tensor_compare_hint); })
+      .def("__hash__", [](py::object self) { return static_cast<py::ssize_t>(reinterpret_cast<std::uintptr_t>(self.ptr()) >> 4); })
       // pickle (torch.save(batch), a multiprocessing queue) and copy.deepcopy: a numpy array of the
       // values, a copy, since the batch's memory belongs to this process's ring.
       .def("__reduce__",
