@@ -658,6 +658,27 @@ def test_files_other_tools_write_where_one_is_expected_are_named(tmp_path):
         sluice.Loader(sluice.npy(tmp_path / "p.npy"), workers=0)
 
 
+def test_sluice_pack_comes_with_the_package(tmp_path):
+    from sluice import _pack
+    if _pack.path() is None:
+        pytest.skip("this sluice package was built without sluice-pack (SLUICE_BUILD_TOOLS=OFF)")
+    x = (np.arange(6 * 4 * 5) % 251).astype(np.uint8).reshape(6, 4, 5)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", np.arange(6) % 3)
+    out = tmp_path / "x.sluice"
+    r = subprocess.run([sys.executable, "-m", "sluice._pack", "npy", str(tmp_path / "x.npy"), "--labels",
+                        str(tmp_path / "y.npy"), "-o", str(out), "-q"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    b = next(iter(sluice.Loader(sluice.shard(out, shape=(4, 5)), batch_size=6, workers=0,
+                                sampler=sluice.sample.sequential())))
+    assert np.array_equal(np.asarray(b["data"]), x) and np.asarray(b["label"]).tolist() == [0, 1, 2, 0, 1, 2]
+    # pip's console script, where the package was installed by pip (not in the build tree).
+    script = os.path.join(os.path.dirname(sys.executable), "sluice-pack")
+    if os.path.exists(script) and "site-packages" in sluice.__file__:
+        r = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "imagefolder DIR" in r.stdout + r.stderr
+
+
 def test_help_documents_what_it_says():
     assert "npy" in sluice.__doc__ and "state_dict" in sluice.__doc__
     for f in (sluice.records, sluice.npy, sluice.wds, sluice.tokens, sluice.documents, sluice.image, sluice.Loader,
