@@ -64,6 +64,40 @@ TEST_CASE("jpeg bad input: each case is a format_error with a cause") {
       CHECK_MESSAGE(!decode_error(b).empty(), "truncated to " << b.size() << " of " << good.size());
     }
   }
+  SUBCASE("cut near the end: the intact image or an error, never other pixels; only the end marker may be missing") {
+    // A baseline JPEG whose data stops where its FF D9 end-of-image marker should be decodes to the
+    // intact file's pixels, as PIL and libjpeg's djpeg take it; a progressive one is refused, as PIL
+    // refuses it (cut at a scan boundary it would decode at a lower quality).
+    std::vector<std::uint8_t> px(48 * 40 * 3);
+    for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>((i * 7) ^ (i >> 5));
+    jpeg dec({.width = 48, .height = 40});
+    auto pixels_of = [&](std::span<const std::byte> in, std::vector<std::byte>& out) {
+      out.assign(dec.output_bytes(), std::byte{0});
+      try {
+        dec.decode(in, out, {});
+        return true;
+      } catch (const format_error&) {
+        return false;
+      }
+    };
+    for (const bool progressive : {false, true}) {
+      tjhandle tj = tjInitCompress();
+      unsigned char* buf = nullptr;
+      unsigned long size = 0;
+      REQUIRE(tjCompress2(tj, px.data(), 48, 48 * 3, 40, TJPF_RGB, &buf, &size, TJSAMP_420, 90,
+                          progressive ? TJFLAG_PROGRESSIVE : 0) == 0);
+      const std::vector<std::byte> j(reinterpret_cast<std::byte*>(buf), reinterpret_cast<std::byte*>(buf) + size);
+      tjFree(buf);
+      tjDestroy(tj);
+      std::vector<std::byte> want, got;
+      REQUIRE(pixels_of(j, want));
+      CHECK(pixels_of(std::span(j).first(j.size() - 2), got) == !progressive);  // no FF D9
+      if (!progressive) CHECK(got == want);
+      for (std::size_t cut = 1; cut <= 64; ++cut)
+        if (pixels_of(std::span(j).first(j.size() - cut), got))
+          CHECK_MESSAGE(got == want, (progressive ? "progressive" : "baseline") << " JPEG cut by " << cut << " bytes");
+    }
+  }
   SUBCASE("zero height in the frame header") {
     auto b = good;
     auto at = sof_dims(b);

@@ -8,8 +8,9 @@
 // states the shape and layout. Only the region the resize reads is decoded, at libjpeg-turbo's DCT
 // scale for it; the bytes equal a full decode followed by the same resize. CMYK and YCCK are
 // converted here (Adobe's inverted CMYK un-inverted first).
-// Errors: a corrupt, truncated or non-JPEG input (libjpeg's warnings count, below the region too)
-// or an image past `max_decoded_pixels` is a format_error; the decode stage names file and id.
+// Errors: a corrupt, truncated or non-JPEG input (libjpeg's warnings count, below the region too;
+// a baseline JPEG missing only its end-of-image marker decodes, as in PIL) or an image past
+// `max_decoded_pixels` is a format_error; the decode stage names file and id.
 // Threads: decode() is const and thread-safe: per-thread decompressors and scratch, reused. (The
 // namespace is `codecs`: `sluice::codec` is the concept.) Every rule: docs/images.md.
 #pragma once
@@ -22,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -167,9 +169,22 @@ struct jpeg_lib_reader {
     std::longjmp(e->jump, 1);
   }
   // A warning (level -1: corrupt data, a premature end) is an error, as TJFLAG_STOPONWARNING makes
-  // it for TurboJPEG; trace messages are dropped.
+  // it for TurboJPEG; trace messages are dropped. One exception, taken as PIL takes it: a baseline
+  // JPEG whose data ends where its 2-byte end-of-image marker should be (JWRN_JPEG_EOF alone; data
+  // cut inside the scan also runs out of bits, JWRN_HIT_MARKER, or finds no restart marker,
+  // JWRN_MUST_RESYNC: errors). A progressive JPEG stays strict, as in PIL: one cut at a scan
+  // boundary would decode at a lower quality without a word.
   static void on_message(j_common_ptr c, int level) {
-    if (level < 0) on_error(c);
+    if (level >= 0) return;
+    if (is_premature_end(c->err) && c->is_decompressor && !reinterpret_cast<j_decompress_ptr>(c)->progressive_mode) return;
+    on_error(c);
+  }
+  // JWRN_JPEG_EOF, by its text in the library's own table (jerror.h, which names the code, would
+  // bring libjpeg's ERREXIT/WARNMS macros into every program that includes sluice).
+  static bool is_premature_end(const jpeg_error_mgr* e) {
+    const int code = e->msg_code;
+    return code > 0 && code <= e->last_jpeg_message && e->jpeg_message_table != nullptr &&
+           std::strcmp(e->jpeg_message_table[code], "Premature end of JPEG file") == 0;
   }
 };
 
