@@ -123,6 +123,14 @@ inline std::vector<std::string> shards_of(const options& o) {
   throw sluice::usage_error("sluice: " + arg + "=" + got + " is not accepted; use " + accepted);
 }
 
+// A box format keyword ("xyxy", "xywh", "cxcywh") as the codec's enum; `arg` names the keyword.
+inline sluice::codecs::box_format box_format_of(const std::string& s, const std::string& arg = "box_format") {
+  if (s == "xyxy") return sluice::codecs::box_format::xyxy;
+  if (s == "xywh") return sluice::codecs::box_format::xywh;
+  if (s == "cxcywh") return sluice::codecs::box_format::cxcywh;
+  bad_value(arg, "'" + s + "'", "'xyxy', 'xywh' or 'cxcywh'");
+}
+
 inline std::string shape_text(const std::vector<std::int64_t>& s) {
   std::string t = "(";
   for (std::size_t i = 0; i < s.size(); ++i) t += std::to_string(s[i]) + (s.size() == 1 || i + 1 < s.size() ? ", " : "");

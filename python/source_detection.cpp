@@ -73,8 +73,7 @@ loader_ptr make_detection_loader(const options& o) {
                               {"boxes", o.boxes},
                               {"classes", o.classes}}});
   sluice::boxes<Box, Cls> follow{};
-  if (o.box_format == "xywh") follow.format = sluice::codecs::box_format::xywh;
-  else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
+  follow.format = box_format_of(o.box_format);
   follow.normalized = o.box_normalized;
   follow.min_size = o.box_min_size;
   follow.min_visible = o.box_min_visible;
@@ -94,8 +93,7 @@ loader_ptr make_coco_loader(const options& o) {
     throw sluice::usage_error("sluice.coco: needs the images folder and the annotation file");
   sluice::io::coco_options co{.contiguous = o.contiguous, .crowd = o.crowd, .keep_empty = o.keep_empty,
                               .segmentation = o.segmentation};
-  if (o.box_format == "xywh") co.boxes = sluice::codecs::box_format::xywh;
-  else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
+  co.boxes = box_format_of(o.box_format);
   sluice::io::coco_dataset data(o.images, o.path, co);
   sluice::boxes<Box, Cls, Crowd> follow{};
   follow.format = co.boxes;
@@ -122,8 +120,7 @@ loader_ptr make_yolo_loader(const options& o) {
   if (o.images.empty()) throw sluice::usage_error("sluice.yolo: needs the images folder");
   sluice::io::yolo_options yo{.classes = static_cast<std::size_t>(o.class_count), .labels = o.labels,
                               .keep_empty = o.keep_empty, .polygons = o.polygons};
-  if (o.box_format == "xywh") yo.boxes = sluice::codecs::box_format::xywh;
-  else if (o.box_format != "xyxy") bad_value("box_format", "'" + o.box_format + "'", "'xyxy' or 'xywh'");
+  yo.boxes = box_format_of(o.box_format);
   sluice::io::yolo_dataset data(o.images, yo);
   sluice::boxes<Box, Cls> follow{};
   follow.format = yo.boxes;

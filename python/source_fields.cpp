@@ -141,10 +141,7 @@ std::vector<sluice::any_follower> followers_of(const std::vector<field_option>& 
   for (const auto& f : fields) {
     if (f.follow_of != image || (f.follow != "boxes" && f.follow != "points")) continue;
     const bool boxes = f.follow == "boxes";
-    if (f.box_format != "xyxy" && f.box_format != "xywh")
-      bad_value("sluice.boxes_of(format", "'" + f.box_format + "')", "'xyxy' or 'xywh'");
-    const sluice::codecs::box_options bo{.format = f.box_format == "xywh" ? sluice::codecs::box_format::xywh
-                                                                         : sluice::codecs::box_format::xyxy,
+    const sluice::codecs::box_options bo{.format = box_format_of(f.box_format, "sluice.boxes_of: format"),
                                          .normalized = f.normalized, .drop_outside = f.drop_outside,
                                          .min_size = f.min_size, .min_visible = f.min_visible};
     const sluice::codecs::point_options po{.normalized = f.normalized, .drop_outside = f.drop_outside};

@@ -297,8 +297,8 @@ class Boxes:
         for name, v in (("field", field), ("classes", classes)):
             if not isinstance(v, str) or not v or "/" in v:
                 raise _usage(f"sluice.boxes: {name}={v!r} is not accepted; use a member's extension, e.g. 'boxes.npy'")
-        if format not in ("xyxy", "xywh"):
-            raise _usage(f"sluice.boxes: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+        if format not in _BOX_FORMATS:
+            raise _usage(f"sluice.boxes: format={format!r} is not accepted; {_BOX_FORMAT_WORDS}")
         if not isinstance(normalized, bool):
             raise _usage(f"sluice.boxes: normalized={normalized!r} is not accepted; use True or False")
         try:
@@ -328,8 +328,10 @@ def boxes(field: str = "boxes.npy", *, classes: str = "classes.npy", format: str
     field:      the member with the sample's boxes (default ``<key>.boxes.npy``): float32 rows of 4
                 (an ``.npy`` of shape ``(n, 4)``, its dtype checked, or raw little-endian float32).
     classes:    the member with one int64 class per box (default ``<key>.classes.npy``).
-    format:     ``"xyxy"`` (x0, y0, x1, y1; the default) or ``"xywh"``; in pixels of the stored
-                image, or fractions of its width and height with ``normalized=True``.
+    format:     ``"xyxy"`` (x0, y0, x1, y1; the default), ``"xywh"`` (x0, y0 the top-left corner,
+                then width, height: COCO's) or ``"cxcywh"`` (the centre, then width, height:
+                YOLO's); in pixels of the stored image, or fractions of its width and height with
+                ``normalized=True``; the batch's boxes come in the same form.
     min_size, min_visible: a box whose clipped side is under ``min_size`` output pixels, or whose
                 visible share of its area is under ``min_visible``, is dropped with its class.
 
@@ -469,7 +471,11 @@ class Follow:
         return f"sluice.{self.kind}_of({self.of!r}, {', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+_BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
+_BOX_FORMAT_WORDS = ("use 'xyxy' (corners), 'xywh' (the top-left corner and the size, COCO's) or 'cxcywh' (the "
+                     "centre and the size, YOLO's)")
 _COORDINATES = {("boxes", "xyxy"): ("x0", "y0", "x1", "y1"), ("boxes", "xywh"): ("x", "y", "w", "h"),
+                ("boxes", "cxcywh"): ("cx", "cy", "w", "h"),
                 ("points", "xyxy"): ("x", "y")}
 
 
@@ -494,7 +500,8 @@ def boxes_of(image: str, *, format: str = "xyxy", normalized: bool = False, min_
     the decoded field ``image`` (a ``fields=`` key): the same crop, scale and flip, drawn once per
     sample (C++: ``any_boxes``, the run-time ``sluice::boxes<>``).
 
-    format:      ``"xyxy"`` (the default) or ``"xywh"``, in and out.
+    format:      ``"xyxy"`` (the default), ``"xywh"`` (top-left corner and size) or ``"cxcywh"``
+                 (centre and size), in and out.
     normalized:  coordinates as fractions of the image's width and height (else pixels).
     drop_outside, min_size, min_visible: a box whose clipped side is under ``min_size`` output
                  pixels, or whose visible share of its area is under ``min_visible``, is dropped
@@ -503,13 +510,14 @@ def boxes_of(image: str, *, format: str = "xyxy", normalized: bool = False, min_
     coordinate:  None (the default): the field holds rows of 4 (float32 or float64), and collates
                  by default as ``ragged(row=(4,))``. Or one coordinate a field, as the TF Object
                  Detection API stores ``image/object/bbox/xmin`` ... ``ymax``: ``"x0"``, ``"y0"``,
-                 ``"x1"``, ``"y1"`` (``"x"``, ``"y"``, ``"w"``, ``"h"`` for xywh); four fields then
+                 ``"x1"``, ``"y1"`` (``"x"``, ``"y"``, ``"w"``, ``"h"`` for xywh; ``"cx"``, ``"cy"``,
+                 ``"w"``, ``"h"`` for cxcywh); four fields then
                  name the same image, one coordinate each, and each stays a column (``ragged()``),
                  mapped.
     """
     where = "sluice.boxes_of"
-    if format not in ("xyxy", "xywh"):
-        raise _usage(f"{where}: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    if format not in _BOX_FORMATS:
+        raise _usage(f"{where}: format={format!r} is not accepted; {_BOX_FORMAT_WORDS}")
     try:
         ms, mv = float(min_size), float(min_visible)
     except (TypeError, ValueError):
@@ -958,7 +966,9 @@ def coco(images: PathLike, annotations: PathLike, *, decode: Optional[Image] = N
         {"image": (B, ...), "boxes": (n, 4) float32, "boxes.offsets": (B+1,) int64,
          "classes": (n,) int64, "classes.offsets", "iscrowd": (n,) uint8, "iscrowd.offsets"}
 
-    format:     ``"xyxy"`` (COCO's ``[x, y, w, h]`` converted to corners, output pixels) or ``"xywh"``.
+    format:     ``"xyxy"`` (COCO's ``[x, y, w, h]`` converted to corners, output pixels), ``"xywh"``
+                (as COCO stores it: the top-left corner and the size) or ``"cxcywh"`` (the centre
+                and the size).
     contiguous: class k is the k-th category in id order (COCO's 80 ids of 1..90 become 0..79;
                 :func:`coco_categories` lists them); ``False``: the category ids as stored.
     crowd:      ``False`` drops crowd annotations (``iscrowd`` 1).
@@ -973,8 +983,8 @@ def coco(images: PathLike, annotations: PathLike, *, decode: Optional[Image] = N
     A bad annotation file is a ``FormatError`` naming the file and the entry
     (``annotations[17].bbox: a negative width``); images it lists that are missing from the folder
     are one error at construction listing the first of them."""
-    if format not in ("xyxy", "xywh"):
-        raise _usage(f"sluice.coco: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    if format not in _BOX_FORMATS:
+        raise _usage(f"sluice.coco: format={format!r} is not accepted; {_BOX_FORMAT_WORDS}")
     for name, v in (("crowd", crowd), ("keep_empty", keep_empty), ("contiguous", contiguous),
                     ("segmentation", segmentation)):
         if not isinstance(v, bool):
@@ -999,7 +1009,9 @@ def yolo(images: PathLike, *, decode: Optional[Image] = None, labels: Optional[P
         {"image": (B, ...), "boxes": (n, 4) float32, "boxes.offsets": (B+1,) int64,
          "classes": (n,) int64, "classes.offsets": (B+1,) int64}
 
-    format:     ``"xyxy"`` (x0 y0 x1 y1, converted from cx cy w h) or ``"xywh"``; fractions either way.
+    format:     ``"xyxy"`` (x0 y0 x1 y1, converted from cx cy w h), ``"cxcywh"`` (the label files'
+                own cx cy w h, as Ultralytics' losses take them) or ``"xywh"`` (x0 y0, the top-left
+                corner, then w h: COCO's convention, not YOLO's); fractions of the output image.
     classes:    the class count (data.yaml's ``nc``): a label of a class at or above it is an error.
     keep_empty: ``False`` drops images without boxes (no label file, or an empty one).
     polygons:   ``True`` reads a segmentation dataset's polygon lines as their bounding boxes
@@ -1010,8 +1022,8 @@ def yolo(images: PathLike, *, decode: Optional[Image] = None, labels: Optional[P
     is left out silently; so is a folder whose images have not one label file between them (the
     labels lie elsewhere: give ``labels=``), never read as all background. A bad label line is a
     ``FormatError`` naming the file and the line."""
-    if format not in ("xyxy", "xywh"):
-        raise _usage(f"sluice.yolo: format={format!r} is not accepted; use 'xyxy' or 'xywh'")
+    if format not in _BOX_FORMATS:
+        raise _usage(f"sluice.yolo: format={format!r} is not accepted; {_BOX_FORMAT_WORDS}")
     for name, v in (("keep_empty", keep_empty), ("polygons", polygons)):
         if not isinstance(v, bool):
             raise _usage(f"sluice.yolo: {name}={v!r} is not accepted; use True or False")

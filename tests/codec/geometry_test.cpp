@@ -175,6 +175,11 @@ TEST_CASE("image_transform: map_point, map_box and flip, by hand") {
   CHECK(o2[2] == doctest::Approx(10));
   CHECK(o3[0] == doctest::Approx(35.0 / 50));
   CHECK(o3[3] == doctest::Approx(10.0 / 25));
+  // cxcywh (YOLO's: the centre, then the size) is the same box again, and comes back as a centre.
+  const float cxcywh[4] = {70, 35, 20, 10};
+  float o4[4];
+  REQUIRE(transform_box(f, {.format = box_format::cxcywh}, cxcywh, o4));
+  CHECK(std::vector<float>(o4, o4 + 4) == std::vector<float>{40, 7.5f, 10, 5});  // corners 35 5 45 10
   // Clipping, dropping, keeping.
   const float half_out[4] = {140, 60, 170, 90};  // (90..120, 20..35) in the output: clipped to 50 x 25
   REQUIRE(transform_box(t, {}, half_out, o1));

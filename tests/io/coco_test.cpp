@@ -99,6 +99,9 @@ TEST_CASE("coco: images in the file's order, boxes xyxy, contiguous classes in i
     CHECK(values<float>(o.fields(0).bytes_of<"boxes">()) == std::vector<float>{0, 0, 4, 8});
     CHECK(values<std::int64_t>(o.fields(0).bytes_of<"classes">()) == std::vector<std::int64_t>{90});
     CHECK(values<float>(o.fields(1).bytes_of<"boxes">()) == std::vector<float>{1.5f, 2, 10, 20.25f});
+    io::coco_dataset c(d.images, d.json, {.boxes = codecs::box_format::cxcywh, .crowd = false, .keep_empty = false});
+    CHECK(values<float>(c.fields(0).bytes_of<"boxes">()) == std::vector<float>{2, 4, 4, 8});
+    CHECK(values<float>(c.fields(1).bytes_of<"boxes">()) == std::vector<float>{6.5f, 12.125f, 10, 20.25f});
   }
 }
 

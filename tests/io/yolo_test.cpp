@@ -86,6 +86,8 @@ TEST_CASE("yolo: images in path order, labels by Ultralytics' rule, boxes as fra
     REQUIRE(o.size() == 2);
     check_close(values<float>(o.fields(0).bytes_of<"boxes">()), {0.4f, 0.3f, 0.2f, 0.4f, 0.0f, 0.5f, 0.5f, 0.5f});
     CHECK(o.label_path(1) == d.labels + "/sub/c.txt");
+    io::yolo_dataset c(d.images, {.boxes = codecs::box_format::cxcywh, .labels = d.labels, .keep_empty = false});
+    check_close(values<float>(c.fields(0).bytes_of<"boxes">()), {0.5f, 0.5f, 0.2f, 0.4f, 0.25f, 0.75f, 0.5f, 0.5f});
     const auto e = sluice_test::expect_format_error([&] { io::yolo_dataset c(d.images, {.classes = 5}); });
     CHECK(e.file() == d.labels + "/sub/c.txt");
     CHECK(std::string(e.what()).find("line 1: class 7 is not below the class count 5") != std::string::npos);

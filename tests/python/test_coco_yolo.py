@@ -176,8 +176,9 @@ def test_coco_bad_input_is_named(tmp_path):
     (tmp_path / "train" / images[1]["file_name"]).unlink()
     with pytest.raises(sluice.FormatError, match=r"1 of its 6 images are not files in .*" + images[1]["file_name"]):
         sluice.Loader(sluice.coco(tmp_path / "train", path, decode=img), batch_size=2)
-    with pytest.raises(sluice.UsageError, match="format='cxcywh' is not accepted"):
-        sluice.coco(tmp_path / "train", path, decode=img, format="cxcywh")
+    with pytest.raises(sluice.UsageError, match=r"format='cxwh' is not accepted; use 'xyxy' \(corners\), 'xywh' \(the "
+                       r"top-left corner and the size, COCO's\) or 'cxcywh'"):
+        sluice.coco(tmp_path / "train", path, decode=img, format="cxwh")
     with pytest.raises(TypeError, match="boxes"):
         sluice.coco(tmp_path / "train", path, decode=img, boxes=sluice.boxes())
     with pytest.raises(sluice.UsageError, match="class_balanced"):
@@ -223,6 +224,22 @@ def test_yolo_boxes_follow_the_crop_and_flip_as_fractions(tmp_path):
     assert epoch(named, 2, fractions=True)[1] == two
 
 
+def test_box_formats_are_one_box_in_three_forms(tmp_path):
+    # The same crops and flips: xywh is the top-left corner and the size, cxcywh (YOLO's own, what
+    # Ultralytics' losses take) the centre and the size, of the same corners.
+    write_yolo(tmp_path)
+    def boxes(fmt):
+        src = sluice.yolo(tmp_path / "images" / "train", format=fmt,
+                          decode=sluice.image((96, 96), crop="random_resized", flip=True))
+        with sluice.Loader(src, batch_size=8, sampler=sluice.sample.sequential(), workers=0) as ld:
+            return np.concatenate([np.from_dlpack(b["boxes"]) for b in ld])
+    xyxy, xywh, cxcywh = boxes("xyxy"), boxes("xywh"), boxes("cxcywh")
+    assert len(xyxy) > 10
+    size = xyxy[:, 2:] - xyxy[:, :2]
+    np.testing.assert_allclose(xywh, np.hstack([xyxy[:, :2], size]), atol=1e-6)
+    np.testing.assert_allclose(cxcywh, np.hstack([xyxy[:, :2] + size / 2, size]), atol=1e-6)
+
+
 def test_yolo_bad_input_is_named(tmp_path):
     write_yolo(tmp_path, n=6)
     img = sluice.image((64, 64))
@@ -242,8 +259,8 @@ def test_yolo_bad_input_is_named(tmp_path):
     (images / "x.webp").write_bytes(b"RIFF")
     with pytest.raises(sluice.UsageError, match=r"not JPEG or PNG .*x.webp"):
         sluice.Loader(sluice.yolo(images, decode=img), batch_size=2)
-    with pytest.raises(sluice.UsageError, match="format='cxcywh' is not accepted"):
-        sluice.yolo(images, decode=img, format="cxcywh")
+    with pytest.raises(sluice.UsageError, match="format='yolo' is not accepted.* or 'cxcywh' \\(the centre and the size, YOLO's\\)"):
+        sluice.yolo(images, decode=img, format="yolo")
 
 
 def test_yolo_labels_found_nowhere_are_an_error_not_background(tmp_path):

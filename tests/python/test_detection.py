@@ -87,8 +87,8 @@ def test_detection_mistakes_are_usage_errors_or_type_errors(tmp_path):
         sluice.wds(path, decode=img, boxes=sluice.boxes(), label_field="cls")
     with pytest.raises(sluice.UsageError, match="class_balanced needs labels"):
         sluice.Loader(sluice.wds(path, decode=img, boxes=sluice.boxes()), sampler=sluice.sample.class_balanced())
-    with pytest.raises(sluice.UsageError, match="format='cxcywh'"):
-        sluice.boxes(format="cxcywh")
+    with pytest.raises(sluice.UsageError, match="format='ccwh'"):
+        sluice.boxes(format="ccwh")
     for bad in (dict(min_size=float("nan")), dict(min_size=float("inf")), dict(min_size=-1), dict(min_visible=1.5),
                 dict(normalized="false")):
         with pytest.raises(sluice.UsageError, match="sluice.boxes"):

@@ -155,15 +155,32 @@ inline double source_scale_needed(int src_w, int src_h, const geometry_options& 
          std::max(1.0, o.resize_scale);
 }
 
-// Boxes and points through a transform. Boxes are rows of 4 numbers, (x0, y0, x1, y1) or
-// (x, y, width, height), in pixels of the source image or, `normalized`, as fractions of its width
+// Boxes and points through a transform. Boxes are rows of 4 numbers, (x0, y0, x1, y1), (x, y,
+// width, height) from the top-left corner (COCO's xywh) or (cx, cy, width, height) from the centre
+// (YOLO's, cxcywh), in pixels of the source image or, `normalized`, as fractions of its width
 // and height; they come out in the same form relative to the output. A box is clipped to the
 // output; with `drop_outside` (default) a box is dropped when its clipped width or height is below
 // `min_size` output pixels (1: torchvision's SanitizeBoundingBoxes) or less than `min_visible` of
 // its area stays in view; without, every box is kept, clipped (possibly to zero area), so rows
 // stay aligned with whatever else the dataset keeps per box. Points are rows of 2 (x, y), mapped
 // and not clipped; with `drop_outside` a point outside the output is dropped.
-enum class box_format { xyxy, xywh };
+enum class box_format { xyxy, xywh, cxcywh };
+
+// A box of `f` as (x0, y0, x1, y1), in place, and back.
+inline void box_to_corners(box_format f, double* v) noexcept {
+  if (f == box_format::xywh) v[2] += v[0], v[3] += v[1];
+  if (f == box_format::cxcywh) {
+    const double w = v[2], h = v[3];
+    v[0] -= w / 2, v[1] -= h / 2, v[2] = v[0] + w, v[3] = v[1] + h;
+  }
+}
+inline void corners_to_box(box_format f, double* v) noexcept {
+  if (f == box_format::xywh) v[2] -= v[0], v[3] -= v[1];
+  if (f == box_format::cxcywh) {
+    const double w = v[2] - v[0], h = v[3] - v[1];
+    v[0] += w / 2, v[1] += h / 2, v[2] = w, v[3] = h;
+  }
+}
 
 struct box_options {
   box_format format = box_format::xyxy;
@@ -183,7 +200,7 @@ template <class T>
 bool transform_box(const image_transform& t, const box_options& o, const T* in, T* out) noexcept {
   double v[4] = {static_cast<double>(in[0]), static_cast<double>(in[1]), static_cast<double>(in[2]),
                  static_cast<double>(in[3])};
-  if (o.format == box_format::xywh) v[2] += v[0], v[3] += v[1];
+  box_to_corners(o.format, v);
   if (o.normalized) v[0] *= t.src_width, v[2] *= t.src_width, v[1] *= t.src_height, v[3] *= t.src_height;
   const auto m = t.map_box(v[0], v[1], v[2], v[3]);
   const double W = t.out_width, H = t.out_height;
@@ -196,7 +213,7 @@ bool transform_box(const image_transform& t, const box_options& o, const T* in, 
   }
   double r[4] = {c0, c1, c2, c3};
   if (o.normalized) r[0] /= W, r[2] /= W, r[1] /= H, r[3] /= H;
-  if (o.format == box_format::xywh) r[2] -= r[0], r[3] -= r[1];
+  corners_to_box(o.format, r);
   for (int k = 0; k < 4; ++k) out[k] = static_cast<T>(r[k]);
   return true;
 }

@@ -246,7 +246,8 @@ inline coco_tables parse_coco(std::string_view text, const std::string& file, co
                                                std::to_string(v[2] < 0 ? v[2] : v[3]) + ")");
     if (crowd != 0 && !o.crowd) continue;
     row r{im->second, {}, cl->second, crowd, a};
-    if (o.boxes == codecs::box_format::xyxy) v[2] += v[0], v[3] += v[1];
+    codecs::box_to_corners(codecs::box_format::xywh, v);  // COCO stores xywh
+    codecs::corners_to_box(o.boxes, v);
     for (int k = 0; k < 4; ++k) r.box[k] = static_cast<float>(v[k]);
     rows.push_back(r);
   }

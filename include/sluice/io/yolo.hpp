@@ -42,6 +42,7 @@ using yolo_sample = image_file_sample<yolo_schema>;
 
 struct yolo_options {
   codecs::box_format boxes = codecs::box_format::xyxy;  // what "boxes" holds, as fractions of the image
+                                                        // (cxcywh: the label file's own cx cy w h)
   std::size_t classes = 0;    // the class count (data.yaml's nc): a class at or above it is an error; 0: any
   std::string labels{};       // the labels folder; empty: Ultralytics' images -> labels rule
   bool keep_empty = true;     // keep images without boxes; false: drop them
@@ -123,8 +124,10 @@ inline void parse_yolo_labels(std::string_view text, const std::string& file, co
         y0 = std::min(y0, v[k + 1]), y1 = std::max(y1, v[k + 1]);
       }
     }
-    if (o.boxes == codecs::box_format::xywh) x1 -= x0, y1 -= y0;
-    for (double x : {x0, y0, x1, y1}) boxes.push_back(static_cast<float>(x));
+    double b[4] = {x0, y0, x1, y1};
+    codecs::corners_to_box(o.boxes, b);
+    if (n == 4 && o.boxes == codecs::box_format::cxcywh) b[0] = v[0], b[1] = v[1], b[2] = v[2], b[3] = v[3];  // as written
+    for (double x : b) boxes.push_back(static_cast<float>(x));
     classes.push_back(static_cast<std::int64_t>(c));
   }
 }
