@@ -1323,8 +1323,9 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands: mid-epoch (also after a ``break`` or an exception left the loop),
-        the batches delivered count as consumed; after an epoch, the start of the next. Pickles
-        (bytes and ints) for torch.save / a checkpoint."""
+        the batches delivered count as consumed; after an epoch, the start of the next. After
+        close() (or the end of a ``with`` block) it still answers where the loader stood then, for a
+        checkpoint written in a ``finally``. Pickles (bytes and ints) for torch.save / a checkpoint."""
         return self._engine.state_dict()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -1349,7 +1350,7 @@ class Loader:
 
     def close(self) -> None:
         """Ends the epoch and joins the workers; iterators then end and iter() is a UsageError.
-        Batches already taken stay valid."""
+        Batches already taken stay valid; state_dict() still says where the loader stood."""
         self._engine.close()
 
     @property

@@ -271,6 +271,27 @@ def test_close_and_with_stop_iteration(recs):
     assert w.closed
 
 
+def test_state_dict_after_close_says_where_the_loader_stood(recs):
+    # A checkpoint written after the `with` block (a finally, a break) resumes where the loop stopped.
+    want = [i for b in full_epoch(recs, 0) for i in b]
+    with loader_of(recs) as ld:
+        for k, b in enumerate(ld):
+            if k == 3:
+                break
+    state = ld.state_dict()
+    assert ld.closed and state["epoch"] == 0 and state["position"] == 40  # samples
+    fresh = loader_of(recs)
+    fresh.load_state_dict(state)
+    assert [i for b in fresh for i in ids(b)] == want[40:]
+    with loader_of(recs) as done:                           # a whole epoch: the start of the next
+        for _ in done:
+            pass
+    assert done.state_dict()["epoch"] == 1 and done.state_dict()["position"] == 0
+    with loader_of(recs) as other:                          # a loaded state not yet iterated stays
+        other.load_state_dict(state)
+    assert other.state_dict() == state
+
+
 SLOW = r"""
 import os, signal, sys, threading, time, io, tarfile
 sys.path.insert(0, sys.argv[1])

@@ -417,6 +417,7 @@ struct py_loader {
   bool finished = false;                  // the current iteration delivered its last batch
   std::uint64_t generation = 0;           // bumped by iter(), load_state_dict() and close()
   std::optional<loader_state> pending;    // load_state_dict's state, for the next iter()
+  std::optional<loader_state> at_close;   // where close() left it: state_dict() still answers
   bool closed = false;
   std::vector<tensor_view_spec> views;
 
@@ -528,23 +529,36 @@ inline loader_handle& open_handle(const py_loader& self) {
 
 // close(): the running epoch ends, the workers are joined and the ring freed (batches the trainer
 // still holds stay valid: their memory is reference-counted).
+// The loader's state as state_dict() reports it (see the top of this header), `iterating` held.
+inline loader_state state_locked(py_loader& self) {
+  if (self.current && !self.finished) return self.handle->state();
+  return self.handle->state_at(self.next_epoch, 0);
+}
+
+// The state is kept first: a checkpoint written after the `with` block (in a finally, after a
+// break) still gets where the loader stood.
 inline void close(py_loader& self) {
   {
     detail::without_gil nogil;
     const std::lock_guard lk(self.iterating);
+    if (self.handle && !self.closed) {
+      try {
+        self.at_close = self.pending ? *self.pending : state_locked(self);
+      } catch (const std::exception&) {  // no state to keep: state_dict() then says closed
+      }
+    }
     self.handle.reset();
   }
   self.closed = true;
   ++self.generation;
 }
 
-// The loader's state as state_dict() reports it (see the top of this header).
 inline loader_state state_now(py_loader& self) {
+  if (self.closed && self.at_close) return *self.at_close;
   if (self.pending) return *self.pending;
   detail::without_gil nogil;
   const std::lock_guard lk(self.iterating);
-  if (self.current && !self.finished) return self.handle->state();
-  return self.handle->state_at(self.next_epoch, 0);
+  return state_locked(self);
 }
 
 inline py::dict next_batch(py_iterator& it) {
@@ -803,7 +817,7 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
       .def(
           "state_dict",
           [](py_loader& self) {
-            (void)detail::open_handle(self);
+            if (!self.closed || !self.at_close) (void)detail::open_handle(self);
             const loader_state st = detail::state_now(self);
             py::dict d;
             d["sluice_state"] = py::bytes(state_to_string(st));
