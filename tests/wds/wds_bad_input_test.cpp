@@ -365,6 +365,26 @@ TEST_CASE("wds bad input: a member stored as a symbolic or hard link is named as
   for (std::size_t i = 0; i < 3; ++i) CHECK(text(ok.fields(i).bytes_of<"jpg">()) == "J" + std::to_string(i));
 }
 
+TEST_CASE("wds bad input: a key with a dot, split by webdataset's rule, is named with the key it was meant to be") {
+  // webdataset.TarWriter writes key 'img.v0' as 'img.v0.jpg': the key is cut at the first dot.
+  temp_dir dir;
+  write_tar(dir.file("dotted.tar"), {{"img.v0.jpg", bytes_of("a")}, {"img.v0.cls", bytes_of("1")},
+                                     {"img.v1.jpg", bytes_of("b")}, {"img.v1.cls", bytes_of("2")}});
+  io::wds_dataset<cls_schema> d(dir.file("dotted.tar"), {.index = io::saved_index::ignore});
+  const auto e = error_of(d, 0);
+  names(e, dir.file("dotted.tar"), "img", "jpg", "no member for it");
+  CHECK(e.cause().find("the tar holds 'img.v0.jpg': webdataset takes a sample's key up to the first dot of the file "
+                       "name, so the key 'img.v0' became 'img' with the extension 'v0.jpg'; write keys without dots "
+                       "(e.g. 'img_v0')") != std::string::npos);
+  CHECK(e.cause().find("split across shards") == std::string::npos);
+  try {
+    io::wds_tar_reader r(dir.file("dotted.tar"), {.record_field = "jpg", .label_field = "cls", .index = io::saved_index::ignore});
+    FAIL("no error");
+  } catch (const format_error& x) {
+    CHECK(x.cause().find("sample 'img' has no 'jpg' field; the tar holds 'img.v0.jpg': webdataset takes") != std::string::npos);
+  }
+}
+
 TEST_CASE("wds bad input: a text member declared as a numeric field is refused at construction, naming both") {
   // 16 bytes of JSON read as f32 would be four garbage coordinates: no error anywhere else.
   temp_dir d;

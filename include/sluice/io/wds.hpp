@@ -588,12 +588,14 @@ class wds_core {
       case wds_problem::missing: {
         cause += "no member for it (looked for " + exts + ")";
         cause += link_member_hint(sh.file.bytes(), sh.path, opt_.ignore_zeros, key, rules_[k].exts);
+        const std::string dotted = dotted_key_hint(sh.file.bytes(), sh.path, opt_.ignore_zeros, key, rules_[k].exts);
+        cause += dotted;
         const std::size_t n = sh.entries.size() / stride_;
-        if (local == 0 || local + 1 == n)
+        if (dotted.empty() && (local == 0 || local + 1 == n))
           cause += std::string("; this is the ") + (local == 0 ? "first" : "last") +
                    " sample of the shard: if its other members are in the " + (local == 0 ? "previous" : "next") +
                    " shard, the sample was split across shards (each shard must hold whole samples)";
-        if (local + 1 == n) cause += cut_short_hint(sh.file.bytes());
+        if (dotted.empty() && local + 1 == n) cause += cut_short_hint(sh.file.bytes());
         break;
       }
       case wds_problem::duplicate:

@@ -475,6 +475,32 @@ std::string link_member_hint(std::span<const std::byte> file, const std::string&
   return out;
 }
 
+// Where sample `key` lacks a member: the cause to add when its members' extensions end in one of
+// `exts` after a dot ('img.v0.png' for key 'img.v0'): webdataset takes the key up to the first dot
+// of the file name, so a key with a dot splits there. Empty when none does. Walks the headers again.
+template <class Exts>
+std::string dotted_key_hint(std::span<const std::byte> file, const std::string& path, bool ignore_zeros,
+                            std::string_view key, const Exts& exts) {
+  std::string out, lower;
+  walk_tar(file, path, ignore_zeros, [&](const tar_member_view& m) {
+    std::string_view k, ext;
+    if (!split_key(m.name, k, ext, lower) || k != key) return true;
+    for (const auto& x : exts) {
+      const std::string_view want(x);
+      if (ext.size() > want.size() + 1 && ext.ends_with(want) && ext[ext.size() - want.size() - 1] == '.') {
+        const std::string_view rest = ext.substr(0, ext.size() - want.size() - 1);
+        out = "; the tar holds '" + std::string(m.name) + "': webdataset takes a sample's key up to the first dot of "
+              "the file name, so the key '" + std::string(key) + "." + std::string(rest) + "' became '" +
+              std::string(key) + "' with the extension '" + std::string(ext) +
+              "'; write keys without dots (e.g. '" + std::string(key) + "_" + std::string(rest) + "')";
+        return false;
+      }
+    }
+    return true;
+  }, 0, true);
+  return out;
+}
+
 inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, const std::string& path,
                                               const wds_tar_options& opt, std::vector<std::string>* keys) {
   std::vector<record_entry> out;
@@ -490,6 +516,7 @@ inline std::vector<record_entry> scan_wds_tar(std::span<const std::byte> file, c
       throw format_error(path, {out.size(), cur.first_offset},
                          "sample '" + cur.key + "' has no '" + field + "' field" +
                              link_member_hint(file, path, opt.ignore_zeros, cur.key, std::array{std::string_view(field)}) +
+                             dotted_key_hint(file, path, opt.ignore_zeros, cur.key, std::array{std::string_view(field)}) +
                              (last ? cut_short_hint(file) : std::string()));
     }
     out.push_back(cur.record);
