@@ -345,7 +345,7 @@ TEST_CASE("fields: stack of differently sized samples is an error, a shape that 
     }
   } v{&r};
   auto loader = from(sample::sequential(v.size())) | read(v) | collate({.batch = 4}, stack<"tokens">{}) | prefetch(2);
-  CHECK_THROWS_WITH_AS([&] { for (auto& b : loader.epoch(0)) (void)b; }(), doctest::Contains("stack needs one size"), stage_error);
+  CHECK_THROWS_WITH_AS([&] { for (auto& b : loader.epoch(0)) (void)b; }(), doctest::Contains("stack needs one size: samples of different sizes collate with ragged"), stage_error);
   det_reader d(4);
   auto shaped = from(sample::sequential(4)) | read(d) | collate({.batch = 4}, stack<"image">{.shape = {4, 4, 4}}) | prefetch(2);
   CHECK_THROWS_WITH_AS([&] { for (auto& b : shaped.epoch(0)) (void)b; }(), doctest::Contains("do not hold shape {4, 4, 4}"),

@@ -188,8 +188,10 @@ struct stack {
     if (sc.known) {
       if (n != sc.bytes)
         detail::field_error<Name>(s, std::to_string(n) + " bytes, but the batch's samples have " + std::to_string(sc.bytes) +
-                                         " (shape " + detail::shape_text({sc.geo.shape.data(), sc.geo.ndim}) +
-                                         "); stack needs one size");
+                                         (sc.geo.ndim > 0 ? " (shape " + detail::shape_text({sc.geo.shape.data(), sc.geo.ndim}) + ")"
+                                                          : std::string()) +
+                                         "; stack needs one size: samples of different sizes collate with ragged (rows "
+                                         "and offsets) or pad (a length and a mask)");
       return;
     }
     constexpr std::size_t es = sizeof(typename F::value_type);
