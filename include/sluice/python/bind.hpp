@@ -527,16 +527,16 @@ inline loader_handle& open_handle(const py_loader& self) {
   return *self.handle;
 }
 
-// close(): the running epoch ends, the workers are joined and the ring freed (batches the trainer
-// still holds stay valid: their memory is reference-counted).
 // The loader's state as state_dict() reports it (see the top of this header), `iterating` held.
 inline loader_state state_locked(py_loader& self) {
   if (self.current && !self.finished) return self.handle->state();
   return self.handle->state_at(self.next_epoch, 0);
 }
 
-// The state is kept first: a checkpoint written after the `with` block (in a finally, after a
-// break) still gets where the loader stood.
+// close(): the running epoch ends, the workers are joined and the ring freed (batches the trainer
+// still holds stay valid: their memory is reference-counted). The state is kept first: a
+// checkpoint written after the `with` block (in a finally, after a break) still gets where the
+// loader stood.
 inline void close(py_loader& self) {
   {
     detail::without_gil nogil;
