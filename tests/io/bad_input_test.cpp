@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/io/fixed_records.hpp"
 #include "sluice/io/npy.hpp"
 #include "sluice/io/tfrecord.hpp"
 #include "sluice/io/wds_tar.hpp"
@@ -289,6 +290,16 @@ TEST_CASE("npy: empty, wrong magic, bad header, fortran order, truncated, garbag
     gz.resize(40);
     CHECK(cause_of(gz).find("gzip-compressed") != std::string::npos);
     CHECK(cause_of(gz).find(".npy files") != std::string::npos);
+  }
+  SUBCASE("an .npy given to the raw-records reader is named; header_bytes skips its header") {
+    write_file(path, good);
+    const std::size_t hb = io::npy_header_bytes("<u2", {4, 5}).size();
+    auto e = expect_format_error([&] { io::fixed_records r(path, {.record_bytes = 10}); });
+    CHECK(e.cause().find("an .npy file (numpy.save; shape (4, 5)), not raw records: its " + std::to_string(hb) +
+                         "-byte header would be read as records") != std::string::npos);
+    CHECK(e.cause().find("or skip the header with header_bytes = " + std::to_string(hb)) != std::string::npos);
+    io::fixed_records r(path, {.record_bytes = 10, .header_bytes = hb});
+    CHECK(r.size() == 4);
   }
   SUBCASE("truncated data") {
     auto b = good;

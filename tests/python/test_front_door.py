@@ -677,6 +677,17 @@ def test_files_other_tools_write_where_one_is_expected_are_named(tmp_path):
     (tmp_path / "p.npy").write_bytes(pickle.dumps(x, protocol=4))
     with pytest.raises(sluice.FormatError, match="a Python pickle, not an .npy file"):
         sluice.Loader(sluice.npy(tmp_path / "p.npy"), workers=0)
+    # An .npy where flat values are read: its header would be taken as the first values.
+    np.save(tmp_path / "tok.npy", np.arange(1000, dtype=np.uint16))
+    with pytest.raises(sluice.FormatError, match=r"an .npy file \(numpy.save; shape \(1000,\)\), not a flat token file "
+                                                 r".* numpy.load\(FILE\).astype\(numpy.uint16\).tofile\(OUT\)"):
+        sluice.Loader(sluice.tokens(tmp_path / "tok.npy", length=16), workers=0)
+    np.save(tmp_path / "x.npy", x)
+    with pytest.raises(sluice.FormatError, match=r"shape \(4, 3\)\), not raw records: .* header_bytes = 128"):
+        sluice.Loader(sluice.records(tmp_path / "x.npy", record_bytes=12), workers=0)
+    ok = sluice.Loader(sluice.records(tmp_path / "x.npy", record_bytes=12, header_bytes=128, dtype="float32", shape=(3,)),
+                       workers=0, sampler=sluice.sample.sequential(), batch_size=4)
+    assert np.array_equal(np.asarray(next(iter(ok))["data"]), x)
 
 
 def test_sluice_pack_comes_with_the_package(tmp_path):

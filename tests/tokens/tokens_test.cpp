@@ -319,6 +319,32 @@ TEST_CASE("bad token files: format_error names the file, the record and the caus
     CHECK(contains(format_error_text([&] { io::token_windows<std::uint32_t>{six, {.length = 1}}; }),
                    "6 bytes is not a whole number of uint32 tokens"));
   }
+  SUBCASE("an .npy of the tokens or of the offsets (numpy.save) is named, its header never read as values") {
+    // What numpy.save writes: magic, version 1.0, a header padded to a multiple of 64 bytes (128
+    // here), then the values.
+    auto npy = [&](const std::string& path, const std::string& descr, std::size_t n, std::size_t item) {
+      std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+      while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+      dict += '\n';
+      std::string b = std::string("\x93NUMPY\x01\x00", 8);
+      b += static_cast<char>(dict.size() & 0xff);
+      b += static_cast<char>(dict.size() >> 8);
+      b += dict;
+      b.append(n * item, '\x01');
+      sluice_test::write_file(path, b);
+    };
+    const std::string tn = dir.file("tokens.npy"), on = dir.file("offsets.npy");
+    npy(tn, "<u2", 100, 2);
+    const auto m = format_error_text([&] { io::token_windows<std::uint16_t>{tn, {.length = 8}}; });
+    CHECK(contains(m, "'" + tn + "'"));
+    CHECK(contains(m, "an .npy file (numpy.save; shape (100,)), not a flat token file (uint16, as ndarray.tofile "
+                      "writes it): its 128-byte header would be read as values; write the values alone: "
+                      "numpy.load(FILE).astype(numpy.uint16).tofile(OUT)"));
+    npy(on, "<u8", 3, 8);
+    const auto m2 = format_error_text([&] { io::token_documents<std::uint16_t>{tp, on}; });
+    CHECK(contains(m2, "'" + on + "'"));
+    CHECK(contains(m2, "not an offsets file (uint64, as ndarray.tofile writes it)"));
+  }
   SUBCASE("fewer than L + 1 tokens") {
     const auto m = format_error_text([&] { io::token_windows<std::uint16_t>{tp, {.length = 100}}; });
     CHECK(contains(m, "'" + tp + "'"));

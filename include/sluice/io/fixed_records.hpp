@@ -29,6 +29,7 @@
 #include "sluice/core/concepts.hpp"
 #include "sluice/core/error.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/npy.hpp"
 #include "sluice/io/record_index.hpp"
 #include "sluice/io/regular_file.hpp"
 
@@ -53,6 +54,14 @@ class fixed_records {
       : data_(detail::regular_file_path(std::move(data_path)), o.map), record_bytes_(o.record_bytes), header_(o.header_bytes), ltype_(o.label_type) {
     const std::string& p = data_.path();
     if (record_bytes_ == 0) throw usage_error("sluice: fixed_records: record_bytes must be set");
+    if (header_ == 0)
+      if (const auto h = detail::npy_header_of(data_))  // its header would be the first record's bytes
+        throw format_error(p, {.offset = 0},
+                           "an .npy file (numpy.save; shape " + detail::npy_shape_text(*h) +
+                               "), not raw records: its " + std::to_string(h->data_offset) +
+                               "-byte header would be read as records; read it with io::npy_reader (sluice.npy "
+                               "from Python), which takes the dtype and shape from it, or skip the header with "
+                               "header_bytes = " + std::to_string(h->data_offset));
     if (data_.size() < header_)
       throw format_error(p, {.offset = 0}, "file is " + std::to_string(data_.size()) + " bytes, shorter than its " +
                                                std::to_string(header_) + "-byte header");

@@ -227,6 +227,25 @@ inline npy_layout describe_npy(std::span<const std::byte> file, const std::strin
   return l;
 }
 
+// The header of a file numpy.save wrote (its magic and header parse), or nothing: for the readers
+// of flat files (raw records, tokens), which would take the header's bytes as values.
+inline std::optional<npy_header> npy_header_of(const mapped_file& f) {
+  const auto bytes = std::span<const std::byte>(f.data(), f.size());
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) return std::nullopt;
+  try {
+    return parse_npy_header(bytes, f.path());
+  } catch (const format_error&) {
+    return std::nullopt;  // not a whole .npy header: left to the reader's own checks
+  }
+}
+
+// "(100,)", "(60000, 28, 28)": a shape as numpy prints it.
+inline std::string npy_shape_text(const npy_header& h) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < h.shape.size(); ++k) s += (k ? ", " : "") + std::to_string(h.shape[k]);
+  return s + (h.shape.size() == 1 ? ",)" : ")");
+}
+
 }  // namespace detail
 
 class npy_reader {

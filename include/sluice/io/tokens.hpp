@@ -35,6 +35,7 @@
 #include "sluice/core/error.hpp"
 #include "sluice/core/schema.hpp"
 #include "sluice/io/mapped_file.hpp"
+#include "sluice/io/npy.hpp"
 #include "sluice/io/regular_file.hpp"
 
 namespace sluice::io {
@@ -63,9 +64,22 @@ concept token_type = std::is_same_v<T, std::uint16_t> || std::is_same_v<T, std::
 template <class T>
 inline constexpr const char* token_type_name = std::is_same_v<T, std::uint16_t> ? "uint16" : "uint32";
 
+// A file numpy.save wrote where a flat file is read: the header's bytes would be taken as the
+// first values and every value after them moved. `holds` says what the file should be and
+// `write` how to make one from the .npy.
+inline void refuse_npy(const mapped_file& f, const std::string& holds, const std::string& write) {
+  if (const auto h = npy_header_of(f))
+    throw format_error(f.path(), {.offset = 0},
+                       "an .npy file (numpy.save; shape " + npy_shape_text(*h) + "), not " + holds + ": its " +
+                           std::to_string(h->data_offset) + "-byte header would be read as values; write the values "
+                           "alone: " + write);
+}
+
 // The token file's size must be a whole number of tokens.
 template <class T>
 std::size_t token_count(const mapped_file& f) {
+  refuse_npy(f, std::string("a flat token file (") + token_type_name<T> + ", as ndarray.tofile writes it)",
+             std::string("numpy.load(FILE).astype(numpy.") + token_type_name<T> + ").tofile(OUT)");
   if (f.size() % sizeof(T) != 0)
     throw format_error(f.path(), {.record = f.size() / sizeof(T), .offset = f.size() / sizeof(T) * sizeof(T)},
                        "file size " + std::to_string(f.size()) + " bytes is not a whole number of " +
@@ -236,6 +250,8 @@ class token_documents {
         vocab_(o.vocab), lazy_(o.vocab != 0 && o.vocab_check == vocab_check::lazy) {
     n_tokens_ = detail::token_count<T>(tokens_);
     const std::string& op = offsets_.path();
+    detail::refuse_npy(offsets_, "an offsets file (uint64, as ndarray.tofile writes it)",
+                       "numpy.load(FILE).astype(numpy.uint64).tofile(OUT)");
     const std::size_t ob = offsets_.size();
     if (ob % 8 != 0)
       throw format_error(op, {.record = ob / 8, .offset = ob / 8 * 8},
