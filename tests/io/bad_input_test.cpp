@@ -296,7 +296,7 @@ TEST_CASE("npy: empty, wrong magic, bad header, fortran order, truncated, garbag
     const std::size_t hb = io::npy_header_bytes("<u2", {4, 5}).size();
     auto e = expect_format_error([&] { io::fixed_records r(path, {.record_bytes = 10}); });
     CHECK(e.cause().find("an .npy file (numpy.save; shape (4, 5)), not raw records: its " + std::to_string(hb) +
-                         "-byte header would be read as records") != std::string::npos);
+                         "-byte header would be read as values") != std::string::npos);
     CHECK(e.cause().find("or skip the header with header_bytes = " + std::to_string(hb)) != std::string::npos);
     io::fixed_records r(path, {.record_bytes = 10, .header_bytes = hb});
     CHECK(r.size() == 4);

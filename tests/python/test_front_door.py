@@ -705,8 +705,10 @@ def test_sluice_pack_comes_with_the_package(tmp_path):
                                 sampler=sluice.sample.sequential())))
     assert np.array_equal(np.asarray(b["data"]), x) and np.asarray(b["label"]).tolist() == [0, 1, 2, 0, 1, 2]
     # pip's console script, where the package was installed by pip (not in the build tree).
-    script = os.path.join(os.path.dirname(sys.executable), "sluice-pack")
-    if os.path.exists(script) and "site-packages" in sluice.__file__:
+    if "site-packages" in sluice.__file__:
+        import sysconfig
+        script = os.path.join(sysconfig.get_path("scripts"), "sluice-pack")
+        assert os.path.exists(script), f"pip installed sluice without its sluice-pack script ({script})"
         r = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "imagefolder DIR" in r.stdout + r.stderr
 

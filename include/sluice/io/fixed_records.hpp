@@ -57,11 +57,9 @@ class fixed_records {
     if (header_ == 0)
       if (const auto h = detail::npy_header_of(data_))  // its header would be the first record's bytes
         throw format_error(p, {.offset = 0},
-                           "an .npy file (numpy.save; shape " + detail::npy_shape_text(*h) +
-                               "), not raw records: its " + std::to_string(h->data_offset) +
-                               "-byte header would be read as records; read it with io::npy_reader (sluice.npy "
-                               "from Python), which takes the dtype and shape from it, or skip the header with "
-                               "header_bytes = " + std::to_string(h->data_offset));
+                           detail::npy_misread(*h, "raw records") +
+                               "; read it with io::npy_reader (sluice.npy from Python), which takes the dtype and "
+                               "shape from it, or skip the header with header_bytes = " + std::to_string(h->data_offset));
     if (data_.size() < header_)
       throw format_error(p, {.offset = 0}, "file is " + std::to_string(data_.size()) + " bytes, shorter than its " +
                                                std::to_string(header_) + "-byte header");

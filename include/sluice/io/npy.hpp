@@ -239,11 +239,18 @@ inline std::optional<npy_header> npy_header_of(const mapped_file& f) {
   }
 }
 
-// "(100,)", "(60000, 28, 28)": a shape as numpy prints it.
-inline std::string npy_shape_text(const npy_header& h) {
-  std::string s = "(";
-  for (std::size_t k = 0; k < h.shape.size(); ++k) s += (k ? ", " : "") + std::to_string(h.shape[k]);
-  return s + (h.shape.size() == 1 ? ",)" : ")");
+// "(2, 3)", "(3,)", "()": an .npy shape as NumPy prints it.
+inline std::string npy_shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string t = "(";
+  for (std::size_t d = 0; d < shape.size(); ++d) t += (d ? ", " : "") + std::to_string(shape[d]);
+  return t + (shape.size() == 1 ? ",)" : ")");
+}
+
+// Why such a file cannot be read as `holds` ("raw records"): its shape and the header that would
+// be read as values. The reader adds what to do instead.
+inline std::string npy_misread(const npy_header& h, const std::string& holds) {
+  return "an .npy file (numpy.save; shape " + npy_shape_text(h.shape) + "), not " + holds + ": its " +
+         std::to_string(h.data_offset) + "-byte header would be read as values";
 }
 
 }  // namespace detail

@@ -69,10 +69,7 @@ inline constexpr const char* token_type_name = std::is_same_v<T, std::uint16_t> 
 // `write` how to make one from the .npy.
 inline void refuse_npy(const mapped_file& f, const std::string& holds, const std::string& write) {
   if (const auto h = npy_header_of(f))
-    throw format_error(f.path(), {.offset = 0},
-                       "an .npy file (numpy.save; shape " + npy_shape_text(*h) + "), not " + holds + ": its " +
-                           std::to_string(h->data_offset) + "-byte header would be read as values; write the values "
-                           "alone: " + write);
+    throw format_error(f.path(), {.offset = 0}, npy_misread(*h, holds) + "; write the values alone: " + write);
 }
 
 // The token file's size must be a whole number of tokens.

@@ -159,13 +159,6 @@ struct wds_field_rule {
 
 inline bool is_npy_ext(std::string_view ext) noexcept { return ext == "npy" || ext.ends_with(".npy"); }
 
-// "(2, 3)", "(3,)", "()": an .npy shape as NumPy prints it.
-inline std::string npy_shape_text(const std::vector<std::uint64_t>& shape) {
-  std::string t = "(";
-  for (std::size_t d = 0; d < shape.size(); ++d) t += (d ? ", " : "") + std::to_string(shape[d]);
-  return t + (shape.size() == 1 ? ",)" : ")");
-}
-
 // Extensions whose members hold text (the last part: "boxes.json" is JSON).
 inline bool is_text_ext(std::string_view ext) noexcept {
   if (const auto dot = ext.rfind('.'); dot != std::string_view::npos) ext.remove_prefix(dot + 1);
