@@ -158,7 +158,17 @@ def _path(name: str, v: Any) -> str:
                      "several shards: a list, or a brace pattern such as 'train-{000000..000127}.tar')")
     if not isinstance(v, (str, os.PathLike)):
         raise _usage(f"{name}={v!r} is not accepted; use a path (str or os.PathLike)")
-    return os.fspath(v)
+    path = os.fspath(v)
+    # A URL (webdataset's and Streaming's remote shards, or webdataset's "pipe:curl ...") where a
+    # file is read: named here, not as a file that does not exist.
+    text = path if isinstance(path, str) else os.fsdecode(path)
+    scheme = text.split("://", 1)[0] if "://" in text else ""
+    url = bool(scheme) and scheme[:1].isalpha() and all(c.isalnum() or c in "+.-" for c in scheme)
+    if (url or text.startswith("pipe:")) and not os.path.exists(path):
+        raise _usage(f"{name}={text!r} is a {'URL' if url else 'webdataset pipe'}; sluice's Python sources read "
+                     "local files, mapped in place: download or mount the data first (C++ reads shards by URL "
+                     "through a node disk tier: io::remote_shards, docs/remote.md)")
+    return path
 
 
 def _shards(v: Any, kind: str) -> Dict[str, Any]:

@@ -666,6 +666,13 @@ def test_files_other_tools_write_where_one_is_expected_are_named(tmp_path):
          r"is a glob pattern, which sluice does not expand .* path=sorted\(glob.glob\("),
         (lambda: sluice.tfrecord(str(tmp_path / "shards" / "train-0000[0-3].tfrecord")), "is a glob pattern"),
         (lambda: sluice.wds(tmp_path / "shards"), r"is a folder; give its shards, e.g. path=sorted\(glob.glob\('.*\*.tar'\)\)"),
+        # Remote shards as webdataset and Streaming users name them: a URL, never "no such file".
+        (lambda: sluice.wds("https://example.com/train-{0000..0009}.tar"), r"path='https://example.com/.*' is a URL; "
+                                                                          r"sluice's Python sources read local files"),
+        (lambda: sluice.wds(["s3://bucket/a.tar", "s3://bucket/b.tar"]), r"path\[0\]='s3://bucket/a.tar' is a URL"),
+        (lambda: sluice.wds("pipe:curl -s https://example.com/a.tar"), "is a webdataset pipe; .* download"),
+        (lambda: sluice.mds("gs://bucket/mds"), "path='gs://bucket/mds' is a URL"),
+        (lambda: sluice.npy("hf://datasets/x/y.npy"), "is a URL"),
     ]:
         with pytest.raises(sluice.UsageError, match=words):
             call()
