@@ -166,4 +166,12 @@ PYBIND11_MODULE(_sluice, m) {
       py::arg("video_labels") = std::vector<std::int64_t>{}, py::arg("clip_frames") = 16, py::arg("clip_stride") = 1,
       py::arg("clip_fps") = 0.0, py::arg("clips") = "random", py::arg("clips_per_video") = 1, py::arg("clip_step") = 0,
       "The engine of sluice's sources (python/sluice/__init__.py checks and documents the keywords).");
+  m.def(
+      "rank_from_environment",
+      [] {
+        const auto r = sluice::sample::rank_from_environment();
+        return py::make_tuple(r.rank, r.world, sluice::sample::rank_source_name(r.source),
+                              r.source != sluice::sample::rank_source::single_process);
+      },
+      "(rank, world, launcher, found): what the launcher's environment says (sample/rank.hpp).");
 }

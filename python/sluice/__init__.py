@@ -64,7 +64,8 @@ habits reach):
   another batch is a UsageError naming the budget and how to raise it.
 - ``workers=0`` fills each batch in the calling thread when it is asked for, as DataLoader's does.
 - ``close()`` or ``with`` joins the workers; Ctrl-C reaches the trainer within about 50 ms.
-- Ranks from torchrun, Open MPI, Slurm or PMI with ``distributed=True``, or ``rank=``/``world_size=``.
+- Ranks from torchrun, Open MPI, Slurm, PMI or an initialised ``torch.distributed`` process group with
+  ``distributed=True``, or ``rank=``/``world_size=``.
 
 Errors: :class:`Error` (a RuntimeError) and its kinds :class:`UsageError` (also ValueError),
 :class:`FormatError` (also ValueError: names file, record, field and cause) and :class:`IOError`
@@ -169,6 +170,29 @@ def _path(name: str, v: Any) -> str:
                      "local files, mapped in place: download or mount the data first (C++ reads shards by URL "
                      "through a node disk tier: io::remote_shards, docs/remote.md)")
     return path
+
+
+def _process_group_rank() -> Optional[Tuple[int, int]]:
+    """Loader(distributed=True) without rank=/world_size=: torch.distributed's process group when
+    one is initialised (torch.multiprocessing.spawn with init_process_group(rank=, world_size=)
+    sets no launcher variables), checked against the launcher's environment; else None, and the
+    engine reads the environment (a warning when no launcher set any: every process would be rank
+    0 of 1 and read every sample)."""
+    env_rank, env_world, launcher, found = _sluice.rank_from_environment()
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        r, w = dist.get_rank(), dist.get_world_size()
+        if found and (env_rank, env_world) != (r, w):
+            raise _usage(f"Loader: distributed=True, but torch.distributed's process group is rank {r} of {w} while "
+                         f"the environment ({launcher}) says rank {env_rank} of {env_world}; pass rank= and "
+                         "world_size= to say which one splits the data")
+        return r, w
+    if not found:
+        warnings.warn("sluice: distributed=True, but no launcher set this process's rank (torchrun, Open MPI, Slurm, "
+                      "PMI) and torch.distributed is not initialised: it reads every sample, as rank 0 of 1. Under "
+                      "torch.multiprocessing.spawn, make the Loader after init_process_group, or pass rank= and "
+                      "world_size=", stacklevel=4)
+    return None
 
 
 def _shards(v: Any, kind: str) -> Dict[str, Any]:
@@ -1237,7 +1261,8 @@ class Loader:
                 ``"skip"`` (dropped from its batch, counted in ``stats()["skipped"]``).
     seed:       the augmentation seed (random crops and flips).
     distributed, rank, world_size: split the sampler's order across ranks, from the launcher's
-                environment (torchrun, Open MPI, Slurm, PMI) with ``distributed=True``, or given.
+                environment (torchrun, Open MPI, Slurm, PMI) or ``torch.distributed``'s initialised
+                process group (``torch.multiprocessing.spawn``) with ``distributed=True``, or given.
     pin_memory: accepted for DataLoader code; this build has no CUDA, so it warns and does nothing.
     """
 
@@ -1272,7 +1297,9 @@ class Loader:
                          "distributed=True to read them from the launcher's environment")
         if pin_memory:
             warnings.warn("sluice: pin_memory=True does nothing: this sluice module was built without CUDA "
-                          "(batches are in host memory)", stacklevel=2)
+                          "(batches are in host memory)", stacklevel=3)
+        if distributed and rank is None:
+            rank, world_size = _process_group_rank() or (None, None)
         kw.update(batch_size=_int("batch_size", batch_size, 1), drop_last=bool(drop_last),
                   workers=_int("workers", workers), prefetch=_int("prefetch", prefetch, 1), depth=depth,
                   max_workers=_int("max_workers", max_workers), ram_budget=_int("ram_budget", ram_budget),

@@ -14,6 +14,7 @@
 
 #include "sluice/io/crc32c.hpp"
 #include "sluice/io/fixed_records.hpp"
+#include "sluice/io/npy.hpp"
 #include "sluice/io/mapped_file.hpp"
 #include "sluice/io/shard.hpp"
 #include "test_util.hpp"
@@ -458,4 +459,13 @@ TEST_CASE("fixed records: views, labels of three widths, size checks") {
   CHECK(t.find("not a whole number of 11-byte records") != std::string::npos);
   t = format_error_text([&] { io::fixed_records bad(d.file("x.u8"), {.record_bytes = 12, .labels_path = d.file("y.u8")}); });
   CHECK(t.find("labels file holds 12 labels") != std::string::npos);
+  // uint8 labels where int64 ones are read: the type named, not only the count.
+  CHECK(t.find("labels are raw little-endian int64, 8 bytes each, and this file has 1 a record") != std::string::npos);
+  // numpy.save's labels: the header named, never its bytes counted as labels.
+  std::vector<std::byte> npy = io::npy_header_bytes("<i8", {100});
+  npy.insert(npy.end(), l64.begin(), l64.end());
+  sluice_test::write_file(d.file("y.npy"), npy);
+  t = format_error_text([&] { io::fixed_records bad(d.file("x.u8"), {.record_bytes = 12, .labels_path = d.file("y.npy")}); });
+  CHECK(t.find("an .npy file (numpy.save; shape (100,)), not raw labels") != std::string::npos);
+  CHECK(t.find("numpy.load(FILE).astype(numpy.int64).tofile(OUT)") != std::string::npos);
 }

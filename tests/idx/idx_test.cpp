@@ -169,7 +169,15 @@ TEST_CASE("idx: images and labels must agree") {
 
   sluice_test::write_file(dir.file("lbl2"), make_images(4, 2, 2));  // 3-d "labels"
   e = error_of([&] { sluice::io::idx_reader r(dir.file("img"), dir.file("lbl2")); });
-  CHECK(e.find("dimensions mismatch") != std::string::npos);
+  CHECK(e.find("dimensions mismatch: a labels file must be 1-dimensional; this one has 3 dimensions") != std::string::npos);
+
+  // 1-d labels of another type: the type named, not the dimensions.
+  auto l32 = idx_header(0x0C, {4});
+  l32.resize(l32.size() + 16);
+  sluice_test::write_file(dir.file("lbl32"), l32);
+  e = error_of([&] { sluice::io::idx_reader r(dir.file("img"), dir.file("lbl32")); });
+  CHECK(e.find("labels of type int32 (0x0C); a labels file holds unsigned bytes (type 0x08)") != std::string::npos);
+  CHECK(e.find("dimensions") == std::string::npos);
 
   sluice_test::write_file(dir.file("img1"), make_labels(4));  // 1-d "images"
   e = error_of([&] { sluice::io::idx_reader r(dir.file("img1")); });

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -468,6 +469,55 @@ def test_explicit_ranks_and_partial_environments(recs):
         sluice.Loader(sluice.records(recs[0], record_bytes=16), rank=1)
     with pytest.raises(sluice.UsageError, match="rank=4 is not below world_size=4"):
         sluice.Loader(sluice.records(recs[0], record_bytes=16), rank=4, world_size=4)
+
+
+SPAWNED = r"""
+import sys, warnings, numpy as np
+sys.path.insert(0, sys.argv[1])
+import torch.distributed as dist
+import sluice
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[4], rank=int(sys.argv[3]), world_size=2)
+try:
+    ld = sluice.Loader(sluice.records(sys.argv[2], record_bytes=16, dtype="uint32"), batch_size=10, distributed=True)
+    print(" ".join(str(int(i)) for b in ld for i in np.from_dlpack(b["data"])[:, 0]))
+except sluice.UsageError as e:
+    print("UsageError:", e)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("env_vars", [{}, {"RANK": "0", "WORLD_SIZE": "3"}], ids=["spawned", "disagreeing"])
+def test_ranks_from_a_process_group_without_launcher_variables(recs, env_vars):
+    # torch.multiprocessing.spawn's DDP: init_process_group(rank=, world_size=) and no RANK/WORLD_SIZE
+    # in the environment. Each rank reads its half, never all of it as rank 0 of 1.
+    pytest.importorskip("torch.distributed")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(env_vars)
+    procs = [subprocess.Popen([sys.executable, "-c", SPAWNED, os.path.dirname(os.path.dirname(sluice.__file__)), recs[0],
+                               str(r), str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    if env_vars:
+        assert all("process group is rank" in o[0] and "says rank 0 of 3" in o[0] for o in outs), outs
+        return
+    got = [[int(x) for x in o[0].split()] for o in outs]
+    assert len(got[0]) == len(got[1]) == N // 2 and sorted(got[0] + got[1]) == list(range(N))
+
+
+def test_distributed_without_any_rank_warns_that_it_reads_everything(recs, monkeypatch):
+    for k in LAUNCHER_VARS:
+        monkeypatch.delenv(k, raising=False)
+    with pytest.warns(UserWarning, match=r"no launcher set this process's rank .* it reads every sample") as w:
+        sluice.Loader(sluice.records(recs[0], record_bytes=16), distributed=True)
+    assert w[0].filename == __file__  # the warning names the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sluice.Loader(sluice.records(recs[0], record_bytes=16), distributed=True, rank=0, world_size=1)
 
 
 # --- keywords and errors -------------------------------------------------------------------

@@ -586,6 +586,32 @@ def test_tfrecord_examples_imagenet_convention(tmp_path):
     assert sum(b["label"].shape[0] for b in cb) == 10
 
 
+def test_tfrecord_several_encoded_images_in_one_feature_are_refused(tmp_path):
+    # TF's BytesList(value=[jpeg_a, jpeg_b]): decoding their bytes joined would give the first
+    # image and drop the second without a word.
+    import io
+    PIL = pytest.importorskip("PIL.Image")
+    path = tmp_path / "two.tfrecord"
+    jpegs = []
+    for g in (10, 200):
+        buf = io.BytesIO()
+        PIL.new("RGB", (8, 8), (g,) * 3).save(buf, format="JPEG")
+        jpegs.append(buf.getvalue())
+    with open(path, "wb") as f:
+        for images in ([jpegs[0]], jpegs):
+            feature_img = _field(1, b"".join(_field(1, j) for j in images))   # bytes_list{value, value}
+            feature_lbl = _field(3, _field(1, _varint(1)))
+            rec = _field(1, _field(1, _field(1, b"image/encoded") + _field(2, feature_img)) +
+                         _field(1, _field(1, b"image/class/label") + _field(2, feature_lbl)))
+            hdr = struct.pack("<Q", len(rec))
+            f.write(hdr + struct.pack("<I", _masked(hdr)) + rec + struct.pack("<I", _masked(rec)))
+    src = sluice.tfrecord(str(path), decode=sluice.image(size=(8, 8)))
+    with pytest.raises(sluice.FormatError, match=r"record 1.*feature 'image/encoded': a bytes_list of 2 values; "
+                                                 r"a byte field reads one"):
+        for _ in sluice.Loader(src, batch_size=2, workers=1, sampler=sluice.sample.sequential()):
+            pass
+
+
 def test_two_python_threads_share_one_loader(records):
     import threading
     ld = make(records, batch_size=16, prefetch=4)    # 6 slots: each thread holds at most one batch

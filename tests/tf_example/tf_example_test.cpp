@@ -127,8 +127,8 @@ bytes merge_example(bool unknown_in_entry) {
   // y: int64_list then bytes_list then int64_list: the oneof switches twice; only the last run counts.
   bytes y_feat = enc::cat({enc::feature(3, enc::int64_list({100})), enc::feature(1, enc::bytes_list({"q"})),
                            enc::feature(3, enc::int64_list({-5}, false)), enc::feature(3, enc::int64_list({6, 7}))});
-  // z: several bytes values, concatenated.
-  bytes z_feat = enc::feature(1, enc::bytes_list({"ab", "", "cde"}));
+  // z: one bytes value (several are refused: their boundaries would be lost).
+  bytes z_feat = enc::feature(1, enc::bytes_list({"abcde"}));
   // Example.features given twice: the two maps merge.
   bytes feats1, feats2;
   enc::len(feats1, 1, x_first);
@@ -269,6 +269,26 @@ TEST_CASE("tf_example: protobuf's rules: unknown fields skipped, last name wins,
   CHECK(written<std::int64_t, decltype(s0), "y">(s0) == std::vector<std::int64_t>{-5, 6, 7});
   const auto z = written<std::uint8_t, decltype(s0), "z">(s0);
   CHECK(std::string(z.begin(), z.end()) == "abcde");
+
+  // Several bytes values (TF's BytesList(value=[a, b]), or a bytes_list given twice: protobuf
+  // merges the values) would arrive joined, where each ends lost: refused, naming the count.
+  {
+    const bytes two = enc::example({enc::entry("z", enc::feature(1, enc::bytes_list({"ab", "", "cde"})))});
+    const bytes merged = enc::example({enc::entry(
+        "z", enc::cat({enc::feature(1, enc::bytes_list({"ab"})), enc::feature(1, enc::bytes_list({"cde"}))}))});
+    using zs = schema<field<"z", std::uint8_t, variable>>;
+    io::tf_example_reader<zs> rz{write_records(d, "z.tfrecord", {two, merged})};
+    CHECK(error_of(rz, 0).find("feature 'z': a bytes_list of 3 values; a byte field reads one") != std::string::npos);
+    CHECK(error_of(rz, 1).find("feature 'z': a bytes_list of 2 values") != std::string::npos);
+    io::tf_example_any az(d.file("z.tfrecord"), {{"z", "z", dtype::u8}});
+    bool refused = false;
+    try {
+      (void)az.fields(0);
+    } catch (const format_error& e) {
+      refused = std::string(e.what()).find("a bytes_list of 3 values") != std::string::npos;
+    }
+    CHECK(refused);
+  }
 
   // The key after the value inside an entry is fine too.
   bytes value_first;
@@ -622,7 +642,7 @@ TEST_CASE("tf_example: cross-check with Python's protobuf (where installed)") {
   CHECK(python_reads(b) == "b bytes hi\nf float 0.5 -1.25\ni int64 -3 1099511627776\n");
   // The merge rules sluice follows (last name wins, Features and lists merged, oneof switches,
   // unknown fields skipped) are protobuf's: Python reads the same values from the same bytes.
-  CHECK(python_reads(merge_example(false)) == "x float 1.0 2.0 3.0\ny int64 -5 6 7\nz bytes ab  cde\n");
+  CHECK(python_reads(merge_example(false)) == "x float 1.0 2.0 3.0\ny int64 -5 6 7\nz bytes abcde\n");
 }
 
 namespace {
@@ -678,7 +698,7 @@ TEST_CASE("tf_example_any: features at run time, types from record 0, the compil
 
 TEST_CASE("tf_example_any: narrowed, widened and merged lists are written as the compiled reader writes them") {
   sluice_test::temp_dir d;
-  // x: float_list in pieces (not contiguous), y: int64s (oneof switched), z: bytes in three values.
+  // x: float_list in pieces (not contiguous), y: int64s (oneof switched), z: one bytes value.
   const std::string p = write_records(d, "m.tfrecord", {merge_example(false), merge_example(false)});
   io::tf_example_any r(p, {{"x", "x", dtype::f64}, {"y", "y", dtype::i16}, {"z"}});
   CHECK(r.schema().describe() == "x (f64, variable), y (i16, variable), z (u8, variable)");
@@ -704,6 +724,31 @@ TEST_CASE("tf_example_any: narrowed, widened and merged lists are written as the
   const auto s0 = r.fields(0);
   CHECK(s0.fields[0].producer != nullptr);
   CHECK(s0.size_of(0) == 3 * sizeof(double));
+}
+
+TEST_CASE("tf_example: a fixed field whose list is empty in record 0 is refused at open, pointing to variable") {
+  // Record 0's count fixes the field: 0 would hold nothing in any record, and record 1's two
+  // values would fail against a count of 0.
+  sluice_test::temp_dir d;
+  const std::string p = write_records(d, "e.tfrecord", {enc::example({enc::entry("ids", enc::feature(3, enc::int64_list({})))}),
+                                                        enc::example({enc::entry("ids", enc::feature(3, enc::int64_list({1, 2})))})});
+  const std::string words = "feature 'ids': holds no values in record 0, which gives fixed field 'ids' its count";
+  auto refused = [&](auto open) {
+    try {
+      open();
+    } catch (const format_error& e) {
+      const std::string t = e.what();
+      return t.find(words) != std::string::npos && t.find("e.tfrecord") != std::string::npos &&
+             t.find("sluice.ragged()") != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(refused([&] { io::tf_example_any r(p, {{"ids", "ids", dtype::i64, extent::fixed}}); }));
+  CHECK(refused([&] { io::tf_example_any r(p, {{"ids", "", std::nullopt, extent::fixed}}); }));
+  CHECK(refused([&] { io::tf_example_reader<schema<field<"ids", std::int64_t>>> r(p); }));
+  // A count given, or a variable field, reads the file.
+  io::tf_example_any ok(p, {{"ids", "ids", dtype::i64, extent::variable}});
+  CHECK(ok.size() == 2);
 }
 
 TEST_CASE("tf_example_any: what does not fit is refused, naming the file, the record and the feature") {
@@ -773,7 +818,7 @@ TEST_CASE("tf_example_any: a decoded feature is one bytes value: a list of sever
       } catch (const stage_error& e) {
         const std::string t = nested_text(e);
         CHECK(t.find("record 1") != std::string::npos);
-        CHECK(t.find("field 'image': not one encoded value as stored (8 bytes in pieces)") != std::string::npos);
+        CHECK(t.find("feature 'image/encoded': a bytes_list of 2 values; a byte field reads one") != std::string::npos);
       }
     } else {
       std::vector<std::string> got;

@@ -101,7 +101,8 @@ bool); with a count the field is fixed at that many elements, without one it is 
                       match in any case, as WebDataset's reader lower-cases them (a.JPG is jpg).
   tfrecord ... --features image/encoded:bytes,image/class/label:int64:1,bbox/xmin:float
                       tf.train.Example records: each listed feature becomes a field (a
-                      bytes_list's values concatenated; int64_list values range-checked into
+                      bytes_list holds one value: several are bad input, their
+                      boundaries would be lost; int64_list values range-checked into
                       the type; float_list as f32 or f64). --label NAME takes the record's
                       label from an int64 feature holding exactly one value (it may also be a
                       field); without it labels are -1.
@@ -135,6 +136,8 @@ options:
                       'NAME'") and their count is printed. Without it the first bad input ends the
                       pack, naming the file, the member and the cause.
   --allow-empty-classes  imagefolder: keep a class folder with no JPEG in it (its index, no samples)
+  --skip-non-jpeg     imagefolder: pack the JPEGs and leave out other images (.png, .bmp, .webp,
+                      ...), counted; without it such an image is bad input naming it
   --no-checksums      do not store per-record CRC-32C in the shard
   --no-jpeg-check     imagefolder: do not check the JPEGs
   --no-verify         --verify none
@@ -284,6 +287,7 @@ struct options {
   bool field_given = false;
   bool checksums = true, jpeg_check = true, quiet = false, skip_bad = false, ignore_zeros = false;
   bool allow_empty_classes = false;
+  bool skip_non_jpeg = false;
   verify_mode verify = verify_mode::crc;
 };
 
@@ -383,6 +387,7 @@ options parse(int argc, char** argv) {
     }
     else if (a == "--skip-bad") o.skip_bad = true;
     else if (a == "--allow-empty-classes") o.allow_empty_classes = true;
+    else if (a == "--skip-non-jpeg") o.skip_non_jpeg = true;
     else if (a == "--ignore-zeros") o.ignore_zeros = true;
     else if (a == "-q" || a == "--quiet") o.quiet = true;
     else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
@@ -462,6 +467,16 @@ bool is_jpeg_name(const fs::path& p) {
   std::string e = p.extension().string();
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return e == ".jpg" || e == ".jpeg";
+}
+
+// The other extensions torchvision's ImageFolder reads (its IMG_EXTENSIONS), in any case.
+bool is_other_image_name(const fs::path& p) {
+  if (p.filename().string().rfind("._", 0) == 0) return false;  // macOS AppleDouble metadata
+  std::string e = p.extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* x : {".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
+    if (e == x) return true;
+  return false;
 }
 
 bool starts_with(std::span<const std::byte> b, std::initializer_list<unsigned> magic) {
@@ -617,7 +632,8 @@ void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) 
   const fs::path root = o.inputs[0];
   std::vector<std::string> classes;
   std::vector<std::pair<fs::path, std::int64_t>> files;
-  std::uint64_t other = 0;
+  std::uint64_t other = 0, other_images = 0;
+  fs::path first_other_image;
   try {
     if (!fs::is_directory(root)) throw input_error(root.string(), "not a directory");
     for (const auto& d : fs::directory_iterator(root)) {
@@ -631,10 +647,20 @@ void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) 
       for (const auto& f : fs::recursive_directory_iterator(root / classes[c])) {
         if (f.is_directory()) continue;
         // Named as a JPEG: packed (or refused, a FIFO included, with its reason). Else counted.
-        if (is_jpeg_name(f.path())) in_class.push_back(f.path());
-        else ++other;
+        if (is_jpeg_name(f.path())) {
+          in_class.push_back(f.path());
+        } else {
+          ++other;
+          // An image torchvision's ImageFolder would take: left out only when asked.
+          if (is_other_image_name(f.path()) && other_images++ == 0) first_other_image = f.path();
+        }
       }
       std::sort(in_class.begin(), in_class.end());
+      if (other_images > 0 && !o.skip_non_jpeg)
+        throw input_error(first_other_image.string(),
+                          "an image that is not named as a JPEG; imagefolder packs JPEG files only (shards are "
+                          "decoded as JPEG), while torchvision's ImageFolder would read this one: convert it to "
+                          "JPEG, or pass --skip-non-jpeg to pack the JPEGs and leave such images out (counted)");
       if (in_class.empty() && !o.allow_empty_classes)
         throw input_error((root / classes[c]).string(),
                           "class " + std::to_string(c) + " of " + std::to_string(classes.size()) +
@@ -648,8 +674,9 @@ void pack_imagefolder(const options& o, sluice::io::shard_writer& w, packed& p) 
   p.class_names = classes;
   w.set_class_names(classes);
   if (!o.quiet)
-    std::fprintf(stderr, "sluice-pack: %zu classes, %zu JPEG files%s\n", classes.size(), files.size(),
-                 other ? (", " + std::to_string(other) + " other files not packed").c_str() : "");
+    std::fprintf(stderr, "sluice-pack: %zu classes, %zu JPEG files%s%s\n", classes.size(), files.size(),
+                 other ? (", " + std::to_string(other) + " other files not packed").c_str() : "",
+                 other_images ? (" (" + std::to_string(other_images) + " of them images: --skip-non-jpeg)").c_str() : "");
   progress bar(files.size(), o.quiet);
   bool first = true;
   for (const auto& [path, label] : files) {

@@ -109,6 +109,24 @@ int main(int argc, char** argv) {
   }
   fs::remove(dir / "tree" / "cow");
 
+  // A PNG among the JPEGs (torchvision's ImageFolder would read it): refused by name, never left
+  // out with only a count; --skip-non-jpeg packs the JPEGs alone. A macOS ._ file is no image.
+  write(dir / "tree" / "dog" / "extra.PNG", std::vector<std::byte>(8));
+  write(dir / "tree" / "dog" / "._img0.png", std::vector<std::byte>(8));
+  const auto out_png = (dir / "png.sluice").string();
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out_png + " -q 2>&1 | grep -q \"" +
+             (dir / "tree" / "dog" / "extra.PNG").string() + "'.*imagefolder packs JPEG files only.*--skip-non-jpeg\"") == 0);
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out_png) == 1);
+  EXPECT(!fs::exists(out_png));
+  EXPECT(run(pack + " imagefolder " + (dir / "tree").string() + " -o " + out_png + " --skip-non-jpeg 2>&1 | grep "  // all read: no SIGPIPE
+             "\"1 of them images\" > /dev/null") == 0);
+  {
+    sluice::io::shard_reader r(out_png);
+    EXPECT(r.size() == expected.size());
+  }
+  fs::remove(dir / "tree" / "dog" / "extra.PNG");
+  fs::remove(dir / "tree" / "dog" / "._img0.png");
+
   // A corrupt JPEG: the pack fails, and neither the output nor the partial file remains.
   auto bad = tiny_jpeg(99);
   bad[0] = std::byte{0};

@@ -79,10 +79,25 @@ class fixed_records {
       labels_ = mapped_file(detail::regular_file_path(o.labels_path), {.advice = access::willneed});
       const std::size_t lb = label_bytes();
       const bool fits = labels_.size() == count_ * lb || (partial_ && labels_.size() == (count_ - 1) * lb);
-      if (!fits)
-        throw format_error(labels_.path(), {.offset = 0},
-                           "labels file holds " + std::to_string(labels_.size() / lb) + " labels (" +
-                               std::to_string(labels_.size()) + " bytes) for " + std::to_string(count_) + " records in '" + p + "'");
+      if (!fits) {
+        const char* type = ltype_ == label_type::i64 ? "int64" : ltype_ == label_type::i32 ? "int32" : "uint8";
+        if (const auto h = detail::npy_header_of(labels_))
+          throw format_error(labels_.path(), {.offset = 0},
+                             detail::npy_misread(*h, "raw labels") + "; write the labels alone (numpy.load(FILE).astype(numpy." +
+                                 type + ").tofile(OUT)), or read the data with io::npy_reader (sluice.npy), which "
+                                 "takes .npy labels");
+        std::string cause = "labels file holds " + std::to_string(labels_.size() / lb) + " labels (" +
+                            std::to_string(labels_.size()) + " bytes) for " + std::to_string(count_) + " records in '" + p + "'";
+        // The labels' own type is a likelier cause than a count off when the sizes match another one.
+        for (const std::size_t other : {std::size_t{8}, std::size_t{4}, std::size_t{2}, std::size_t{1}})
+          if (other != lb && labels_.size() == count_ * other) {
+            cause += ": labels are raw little-endian " + std::string(type) + ", " + std::to_string(lb) +
+                     " bytes each, and this file has " + std::to_string(other) + " a record (write them with "
+                     "labels.astype(numpy." + type + ").tofile(path))";
+            break;
+          }
+        throw format_error(labels_.path(), {.offset = 0}, cause);
+      }
       label_count_ = labels_.size() / lb;
     }
   }

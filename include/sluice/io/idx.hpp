@@ -321,9 +321,18 @@ class idx_reader {
     }
     if (!labels_path.empty()) {
       labels_ = idx_file(std::move(labels_path), opt);
-      if (labels_.dims().size() != 1 || labels_.type() != idx_type::u8) {
+      if (labels_.dims().size() != 1)
+        throw format_error(labels_.path(), {.offset = 3},
+                           "dimensions mismatch: a labels file must be 1-dimensional; this one has " +
+                               std::to_string(labels_.dims().size()) + " dimensions");
+      if (labels_.type() != idx_type::u8) {
+        const auto t = labels_.type();
         throw format_error(labels_.path(), {.offset = 2},
-                           "dimensions mismatch: a labels file must be 1-dimensional unsigned bytes");
+                           std::string("labels of type ") +
+                               (t == idx_type::i8 ? "int8 (0x09)" : t == idx_type::i16 ? "int16 (0x0B)"
+                                : t == idx_type::i32 ? "int32 (0x0C)" : t == idx_type::f32 ? "float32 (0x0D)"
+                                : "float64 (0x0E)") +
+                               "; a labels file holds unsigned bytes (type 0x08), as MNIST's: write the labels as uint8");
       }
       if (labels_.count() != images_.count()) {
         throw format_error(labels_.path(), {.offset = 4},

@@ -337,6 +337,12 @@ inline tf_feature parse_feature(std::span<const std::byte> msg, const int_range&
     }
     parse_list(k, body, f, pieces, range, w);
   }
+  // A byte field reads one string: several would arrive joined, their boundaries lost (a second
+  // encoded image dropped by the decoder, captions run together).
+  if (f.kind == tf_list::bytes && pieces > 1)
+    w.fail(run, "a bytes_list of " + std::to_string(pieces) +
+                    " values; a byte field reads one (several would arrive joined, where each ends lost): store "
+                    "one value a feature (one feature a value, e.g. 'name/0', 'name/1')");
   if (pieces == 1) {
     f.contiguous = true;  // data = that one piece
   } else if (f.kind != tf_list::none) {
@@ -602,6 +608,14 @@ inline void parse_fields(std::span<const std::byte> rec, const where& w, std::sp
   }
 }
 
+// A fixed field whose count comes from record 0, where its list is empty: it would hold nothing
+// in every record, and a record with values would fail with a count of 0 to compare.
+[[noreturn]] inline void empty_in_record_0(const where& w, std::string_view field) {
+  w.fail(nullptr, "holds no values in record 0, which gives fixed field '" + std::string(field) +
+                      "' its count (0: nothing in any record); a list whose length varies is a variable field "
+                      "(Python: collate=sluice.ragged() or sluice.pad()), or give the count (.counts)");
+}
+
 }  // namespace detail::pb
 
 // tf.train.Example records of a TFRecord file as samples with the fields of Schema.
@@ -650,7 +664,11 @@ class tf_example_reader {
     if (learn && records_.size() > 0) {
       const sample_type s = parse(0, false);
       for (std::size_t k = 0; k < Schema::size; ++k)
-        if (!variable_[k] && expected_[k] == no_count) expected_[k] = s.features[k].count;
+        if (!variable_[k] && expected_[k] == no_count) {
+          expected_[k] = s.features[k].count;
+          if (expected_[k] == 0)
+            detail::pb::empty_in_record_0({.file = records_.place(0).path, .feature = features_[k]}, Schema::names[k]);
+        }
     }
   }
 
@@ -949,7 +967,10 @@ class tf_example_any {
       std::array<tf_feature, max_any_fields> f{};
       parse(rec, at0, std::vector<std::uint64_t>(fields_.size(), detail::pb::any_count), f);
       for (std::size_t k = 0; k < fields_.size(); ++k)
-        if (fields_[k].kind == extent::fixed && !fields_[k].count) expected_[k] = f[k].count;
+        if (fields_[k].kind == extent::fixed && !fields_[k].count) {
+          expected_[k] = f[k].count;
+          if (expected_[k] == 0) detail::pb::empty_in_record_0({.file = at0.path, .feature = feature_[k]}, fields_[k].name);
+        }
     }
   }
 
