@@ -61,8 +61,9 @@ sluice::io::shard_reader reads with zero copy). Records keep their bytes (JPEGs 
 kinds:
   imagefolder DIR     DIR/<class>/<image>: one subfolder per class; the class index is the
                       position of the folder in sorted (byte-wise) order. Files ending in .jpg,
-                      .jpeg (any case) are packed, in sorted order within each class; other files
-                      are skipped and counted. Each JPEG is checked while packing (--no-jpeg-check
+                      .jpeg (any case) are packed, in sorted order within each class; another
+                      image (.png, .bmp, .webp, ...: torchvision reads them) is bad input unless
+                      --skip-non-jpeg; other files are skipped and counted. Each JPEG is checked while packing (--no-jpeg-check
                       to skip): not empty, JPEG data (not PNG, not a macOS ._ AppleDouble file),
                       a readable header; with --verify full also decoded in full. The class names
                       are stored inside the shard (shard_reader::class_names()). A class folder
