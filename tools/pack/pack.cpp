@@ -63,8 +63,9 @@ kinds:
                       position of the folder in sorted (byte-wise) order. Files ending in .jpg,
                       .jpeg (any case) are packed, in sorted order within each class; another
                       image (.png, .bmp, .webp, ...: torchvision reads them) is bad input unless
-                      --skip-non-jpeg; other files are skipped and counted. Each JPEG is checked while packing (--no-jpeg-check
-                      to skip): not empty, JPEG data (not PNG, not a macOS ._ AppleDouble file),
+                      --skip-non-jpeg; other files are skipped and counted. Each JPEG is
+                      checked while packing (--no-jpeg-check to skip): not empty, JPEG data
+                      (not PNG, not a macOS ._ AppleDouble file),
                       a readable header; with --verify full also decoded in full. The class names
                       are stored inside the shard (shard_reader::class_names()). A class folder
                       with no JPEG in it is bad input naming it, as torchvision's ImageFolder
