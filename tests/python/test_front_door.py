@@ -739,6 +739,13 @@ def test_files_other_tools_write_where_one_is_expected_are_named(tmp_path):
     with pytest.raises(sluice.FormatError, match=r"an .npy file \(numpy.save; shape \(1000,\)\), not a flat token file "
                                                  r".* numpy.load\(FILE\).astype\(numpy.uint16\).tofile\(OUT\)"):
         sluice.Loader(sluice.tokens(tmp_path / "tok.npy", length=16), workers=0)
+    # uint32 ids (a 100k vocabulary) written with tofile, read with the default dtype='uint16'.
+    np.random.default_rng(0).integers(0, 100277, 4096).astype(np.uint32).tofile(tmp_path / "tok32.bin")
+    with pytest.raises(sluice.FormatError, match=r"every second uint16 token .* is below 8, as when uint32 tokens are read "
+                                                 r"as uint16: .* dtype=\"uint32\""):
+        sluice.Loader(sluice.tokens(tmp_path / "tok32.bin", length=16), workers=0)
+    w = sluice.Loader(sluice.tokens(tmp_path / "tok32.bin", length=16, dtype="uint32"), workers=0, batch_size=2)
+    assert np.asarray(next(iter(w))["input"]).dtype == np.uint32
     np.save(tmp_path / "x.npy", x)
     with pytest.raises(sluice.FormatError, match=r"shape \(4, 3\)\), not raw records: .* header_bytes = 128"):
         sluice.Loader(sluice.records(tmp_path / "x.npy", record_bytes=12), workers=0)

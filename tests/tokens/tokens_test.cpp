@@ -319,6 +319,32 @@ TEST_CASE("bad token files: format_error names the file, the record and the caus
     CHECK(contains(format_error_text([&] { io::token_windows<std::uint32_t>{six, {.length = 1}}; }),
                    "6 bytes is not a whole number of uint32 tokens"));
   }
+  SUBCASE("tokens of the other width are named, never read as other tokens") {
+    // uint32 ids (a 100k vocabulary) read as uint16: every second value would be a 0 or a 1.
+    const std::string wide = dir.file("wide.bin");
+    auto ids = iota_tokens<std::uint32_t>(1000);
+    for (std::size_t k = 0; k < ids.size(); k += 3) ids[k] += 50000;  // past 65535 too: high halves 0 and 1
+    write_tokens(wide, ids);
+    const auto m = format_error_text([&] { io::token_windows<std::uint16_t>{wide, {.length = 8}}; });
+    CHECK(contains(m, "'" + wide + "'"));
+    CHECK(contains(m, "every second uint16 token in the first 2000 tokens is below 8, as when uint32 tokens are read as uint16"));
+    CHECK(contains(m, "dtype=\"uint32\""));
+    write_offsets(op, {0, 1000});
+    CHECK(contains(format_error_text([&] { io::token_documents<std::uint16_t>{wide, op}; }), "read the file as uint32"));
+    // uint16 ids read as uint32: two ids a value, past any vocabulary.
+    const std::string narrow = dir.file("narrow.bin");
+    write_tokens(narrow, iota_tokens<std::uint16_t>(1000, 5));
+    const auto m2 = format_error_text([&] { io::token_windows<std::uint32_t>{narrow, {.length = 8}}; });
+    CHECK(contains(m2, "uint32 tokens in the first 500 tokens are 2^24 or more"));
+    CHECK(contains(m2, "dtype=\"uint16\""));
+    // Either width read as itself is fine, and so are ids that happen to repeat 0 or run large.
+    CHECK(io::token_windows<std::uint32_t>{wide, {.length = 8}}.size() > 0);
+    CHECK(io::token_windows<std::uint16_t>{narrow, {.length = 8}}.size() > 0);
+    std::vector<std::uint16_t> zeros(1000, 0);
+    for (std::size_t k = 0; k < zeros.size(); k += 10) zeros[k] = 7;  // mostly padding: both halves 0
+    write_tokens(dir.file("pad.bin"), zeros);
+    CHECK(io::token_windows<std::uint16_t>{dir.file("pad.bin"), {.length = 8}}.size() > 0);
+  }
   SUBCASE("an .npy of the tokens or of the offsets (numpy.save) is named, its header never read as values") {
     // What numpy.save writes: magic, version 1.0, a header padded to a multiple of 64 bytes (128
     // here), then the values.

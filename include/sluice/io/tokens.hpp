@@ -72,6 +72,37 @@ inline void refuse_npy(const mapped_file& f, const std::string& holds, const std
     throw format_error(f.path(), {.offset = 0}, npy_misread(*h, holds) + "; write the values alone: " + write);
 }
 
+// Tokens of the other width read as these (a headerless file cannot say which it holds), from
+// the first 8192 values: uint32 tokens read as uint16 put their high halves, 0 to 7 for any
+// vocabulary under 2^19, at every second position; uint16 tokens read as uint32 pair two ids into values past 2^24, more than any
+// tokenizer's vocabulary. Either is a format_error naming the width to read with.
+template <class T>
+void check_token_width(const mapped_file& f, std::size_t n) {
+  const std::size_t m = std::min<std::size_t>(n, 8192) & ~std::size_t{1};
+  if (m < 64) return;  // too few to tell
+  std::size_t odd_small = 0, even_large = 0, huge = 0;
+  for (std::size_t k = 0; k < m; ++k) {
+    T v;
+    std::memcpy(&v, f.data() + k * sizeof(T), sizeof(T));
+    if (k % 2 == 1) odd_small += v < 8;
+    else even_large += v >= 8;
+    if constexpr (sizeof(T) == 4) huge += v >= (T{1} << 24);
+  }
+  const std::string first = "in the first " + std::to_string(m) + " tokens";
+  if constexpr (sizeof(T) == 2) {
+    if (odd_small == m / 2 && even_large >= m / 8)
+      throw format_error(f.path(), {.offset = 0},
+                         "every second uint16 token " + first + " is below 8, as when uint32 tokens are read as uint16: "
+                         "those are their high halves; read the file as uint32 (io::token_windows<std::uint32_t>; Python: dtype=\"uint32\")");
+  } else {
+    if (huge >= m / 2)
+      throw format_error(f.path(), {.offset = 0},
+                         std::to_string(huge) + " uint32 tokens " + first + " are 2^24 or more, past any vocabulary, "
+                         "as when uint16 tokens are read as uint32: read the file as uint16 "
+                         "(io::token_windows<std::uint16_t>; Python: dtype=\"uint16\")");
+  }
+}
+
 // The token file's size must be a whole number of tokens.
 template <class T>
 std::size_t token_count(const mapped_file& f) {
@@ -82,7 +113,9 @@ std::size_t token_count(const mapped_file& f) {
                        "file size " + std::to_string(f.size()) + " bytes is not a whole number of " +
                            token_type_name<T> + " tokens (" + std::to_string(f.size() % sizeof(T)) +
                            " trailing bytes; truncated, or written with another dtype?)");
-  return f.size() / sizeof(T);
+  const std::size_t n = f.size() / sizeof(T);
+  check_token_width<T>(f, n);
+  return n;
 }
 
 // The position of the first token in [first, first + n) that is >= vocab, or npos.
