@@ -465,17 +465,21 @@ class progress {
   clock::time_point start_ = clock::now(), last_ = clock::time_point{};
 };
 
-bool is_jpeg_name(const fs::path& p) {
+std::string lower_extension(const fs::path& p) {
   std::string e = p.extension().string();
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return e;
+}
+
+bool is_jpeg_name(const fs::path& p) {
+  const std::string e = lower_extension(p);
   return e == ".jpg" || e == ".jpeg";
 }
 
 // The other extensions torchvision's ImageFolder reads (its IMG_EXTENSIONS), in any case.
 bool is_other_image_name(const fs::path& p) {
   if (p.filename().string().rfind("._", 0) == 0) return false;  // macOS AppleDouble metadata
-  std::string e = p.extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string e = lower_extension(p);
   for (const char* x : {".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
     if (e == x) return true;
   return false;

@@ -74,8 +74,9 @@ inline void refuse_npy(const mapped_file& f, const std::string& holds, const std
 
 // Tokens of the other width read as these (a headerless file cannot say which it holds), from
 // the first 8192 values: uint32 tokens read as uint16 put their high halves, 0 to 7 for any
-// vocabulary under 2^19, at every second position; uint16 tokens read as uint32 pair two ids into values past 2^24, more than any
-// tokenizer's vocabulary. Either is a format_error naming the width to read with.
+// vocabulary under 2^19, at every second position; uint16 tokens read as uint32 pair two ids
+// into values past 2^24, more than any tokenizer's vocabulary. Either is a format_error naming
+// the width to read with.
 template <class T>
 void check_token_width(const mapped_file& f, std::size_t n) {
   const std::size_t m = std::min<std::size_t>(n, 8192) & ~std::size_t{1};
@@ -93,7 +94,8 @@ void check_token_width(const mapped_file& f, std::size_t n) {
     if (odd_small == m / 2 && even_large >= m / 8)
       throw format_error(f.path(), {.offset = 0},
                          "every second uint16 token " + first + " is below 8, as when uint32 tokens are read as uint16: "
-                         "those are their high halves; read the file as uint32 (io::token_windows<std::uint32_t>; Python: dtype=\"uint32\")");
+                         "those are their high halves; read the file as uint32 "
+                         "(io::token_windows<std::uint32_t>; Python: dtype=\"uint32\")");
   } else {
     if (huge >= m / 2)
       throw format_error(f.path(), {.offset = 0},
