@@ -1298,6 +1298,7 @@ class Loader:
         if pin_memory:
             warnings.warn("sluice: pin_memory=True does nothing: this sluice module was built without CUDA "
                           "(batches are in host memory)", stacklevel=3)
+        self._rank_given = rank is not None
         if distributed and rank is None:
             rank, world_size = _process_group_rank() or (None, None)
         kw.update(batch_size=_int("batch_size", batch_size, 1), drop_last=bool(drop_last),
@@ -1340,6 +1341,8 @@ class Loader:
 
     def __iter__(self) -> LoaderIterator:
         """A new iterator over the next epoch (or the resumed one, after load_state_dict)."""
+        if not self._rank_given:
+            _warn_in_dataloader_worker()
         return iter(self._engine)
 
     def __len__(self) -> int:
@@ -1402,6 +1405,18 @@ class Loader:
 
     def __repr__(self) -> str:
         return f"sluice.Loader({self.source!r}, sampler={self.sampler!r})"
+
+
+def _warn_in_dataloader_worker() -> None:
+    """A Loader iterated inside torch's DataLoader workers (an IterableDataset wrapping it, with
+    num_workers > 1) is read whole by every worker: each sample arrives num_workers times."""
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    if info is not None and info.num_workers > 1:
+        warnings.warn(f"sluice: this Loader is iterated in DataLoader worker {info.id} of {info.num_workers}, and "
+                      f"each worker reads the whole epoch: every sample arrives {info.num_workers} times. Iterate "
+                      "the Loader itself (its workers= are threads), or give it rank=info.id, "
+                      "world_size=info.num_workers from torch.utils.data.get_worker_info()", stacklevel=3)
 
 
 # DataLoader attributes a training script reads, where sluice's word for the keyword does not say it.

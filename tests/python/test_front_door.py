@@ -421,6 +421,36 @@ def test_a_forked_child_is_refused_clearly_and_exits_cleanly(tmp_path, when):
     assert out.stdout.split() == ["child", "0", "parent", "True", "True"], (out.stdout, out.stderr)
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_a_loader_wrapped_in_dataloader_workers_warns_that_each_reads_the_epoch(recs, split):
+    # An IterableDataset over a Loader with num_workers=2: each DataLoader worker reads the whole
+    # epoch, so every sample arrives twice. That is said where it happens; with rank=/world_size=
+    # from get_worker_info() the workers split the epoch and nothing is said.
+    torch = pytest.importorskip("torch")
+
+    class Wrapped(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            kw = dict(rank=info.id, world_size=info.num_workers) if split else {}
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                it = iter(loader_of(recs, **kw))
+            yield [(str(w.message), os.path.basename(w.filename)) for w in seen]
+            for b in it:
+                yield ids(b)
+
+    out = list(torch.utils.data.DataLoader(Wrapped(), batch_size=None, num_workers=2, multiprocessing_context="fork"))
+    said = [w for o in out if o and isinstance(o[0], (tuple, list)) for w in o]
+    got = sorted(i for o in out if not (o and isinstance(o[0], (tuple, list))) for i in o)
+    if split:
+        assert said == [] and got == list(range(N))
+    else:
+        assert got == sorted(list(range(N)) * 2)
+        assert len(said) == 2 and all(f == "test_front_door.py" for _, f in said), said
+        assert all("each worker reads the whole epoch: every sample arrives 2 times" in m and "rank=info.id" in m
+                   for m, _ in said), said
+
+
 # --- ranks ----------------------------------------------------------------------------------
 
 RANKED = r"""
