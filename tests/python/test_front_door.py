@@ -421,6 +421,33 @@ def test_a_forked_child_is_refused_clearly_and_exits_cleanly(tmp_path, when):
     assert out.stdout.split() == ["child", "0", "parent", "True", "True"], (out.stdout, out.stderr)
 
 
+def test_two_threads_iterating_one_loader_the_newest_iterator_gets_its_whole_epoch(recs):
+    # Each iter() starts an epoch and ends the iterator before it. A thread still inside next()
+    # of the old iterator (waiting for a batch) must not take the new epoch's batch: it gets the
+    # UsageError, and the other thread's epoch is whole. Repeated: the race is one of timing.
+    import threading
+    for _ in range(20):
+        ld = loader_of(recs, sampler=sluice.sample.sequential())
+        out = {}
+
+        def run(k):
+            got = []
+            try:
+                for b in ld:
+                    got += ids(b)
+                out[k] = got
+            except sluice.UsageError as e:
+                assert "ended by a later iter(loader)" in str(e)
+                out[k] = None
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        whole = [v for v in out.values() if v is not None]
+        assert whole and all(v == list(range(N)) for v in whole), [None if v is None else len(v) for v in out.values()]
+
+
 @pytest.mark.parametrize("split", [False, True])
 def test_a_loader_wrapped_in_dataloader_workers_warns_that_each_reads_the_epoch(recs, split):
     # An IterableDataset over a Loader with num_workers=2: each DataLoader worker reads the whole

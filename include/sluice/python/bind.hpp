@@ -22,6 +22,7 @@
 #include <cxxabi.h>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -415,10 +416,13 @@ struct py_loader {
   std::uint64_t next_epoch = 0;           // what the next iter() starts
   std::optional<std::uint64_t> current;   // the epoch of the running (or last) iteration
   bool finished = false;                  // the current iteration delivered its last batch
-  std::uint64_t generation = 0;           // bumped by iter(), load_state_dict() and close()
+  // Bumped by iter(), load_state_dict() and close() while they hold `iterating`, so that a thread
+  // waiting there in next() for an iterator they ended sees it before taking a batch of the new
+  // epoch; atomic, as next() also reads it with the GIL alone.
+  std::atomic<std::uint64_t> generation = 0;
   std::optional<loader_state> pending;    // load_state_dict's state, for the next iter()
   std::optional<loader_state> at_close;   // where close() left it: state_dict() still answers
-  bool closed = false;
+  std::atomic<bool> closed = false;  // set under `iterating` too (see generation)
   std::vector<tensor_view_spec> views;
 
   [[nodiscard]] std::uint64_t epoch() const noexcept {
@@ -548,9 +552,9 @@ inline void close(py_loader& self) {
       }
     }
     self.handle.reset();
+    self.closed = true;
+    ++self.generation;
   }
-  self.closed = true;
-  ++self.generation;
 }
 
 inline loader_state state_now(py_loader& self) {
@@ -561,12 +565,14 @@ inline loader_state state_now(py_loader& self) {
   return state_locked(self);
 }
 
+inline constexpr const char* ended_iterator =
+    "sluice: this iterator was ended by a later iter(loader) or load_state_dict(); iterate the newest one (each "
+    "iter(loader) starts an epoch)";
+
 inline py::dict next_batch(py_iterator& it) {
   py_loader& self = *it.loader;
   if (self.closed) throw py::stop_iteration();
-  if (it.generation != self.generation)
-    throw usage_error("sluice: this iterator was ended by a later iter(loader) or load_state_dict(); iterate the "
-                      "newest one (each iter(loader) starts an epoch)");
+  if (it.generation != self.generation) throw usage_error(ended_iterator);
   if (self.finished) throw py::stop_iteration();
   std::vector<std::pair<std::string, DLManagedTensor*>> ts;
   std::exception_ptr failed;  // rethrown with the GIL back (see without_gil)
@@ -574,7 +580,9 @@ inline py::dict next_batch(py_iterator& it) {
     detail::without_gil nogil;  // workers run, the trainer's other threads too
     try {
       const std::lock_guard lk(self.iterating);
-      if (self.handle) ts = self.handle->next();  // close() on another thread may have come first
+      // Another thread's iter(), load_state_dict() or close() may have come first: then the batch
+      // here is the new iterator's, never taken by this one.
+      if (self.handle && it.generation == self.generation) ts = self.handle->next();
 #if defined(__GLIBCXX__)
     } catch (abi::__forced_unwind&) {
       throw;
@@ -591,9 +599,11 @@ inline py::dict next_batch(py_iterator& it) {
       throw;
     }
   }
-  if (self.closed) {
+  if (self.closed || it.generation != self.generation) {
+    // Ended meanwhile: a batch taken before that belongs to the abandoned epoch.
     for (auto& [name, m] : ts) m->deleter(m);
-    throw py::stop_iteration();
+    if (self.closed) throw py::stop_iteration();
+    throw usage_error(ended_iterator);
   }
   if (ts.empty()) {
     self.finished = true;
@@ -621,12 +631,14 @@ inline std::shared_ptr<py_iterator> start_iteration(const std::shared_ptr<py_loa
   (void)open_handle(*self);
   std::optional<loader_state> st = std::exchange(self->pending, std::nullopt);
   const std::uint64_t e = st ? st->epoch : self->next_epoch;
+  std::uint64_t generation = 0;
   try {
     detail::without_gil nogil;
     const std::lock_guard lk(self->iterating);
     if (!self->handle) throw usage_error("sluice: the loader is closed (close() or the end of a `with` block)");
     if (st) self->handle->begin_resume(*st);
     else self->handle->begin(e);
+    generation = ++self->generation;
   } catch (...) {
     self->pending = st;  // nothing started: the resume is still to come
     throw;
@@ -634,7 +646,7 @@ inline std::shared_ptr<py_iterator> start_iteration(const std::shared_ptr<py_loa
   self->current = e;
   self->finished = false;
   self->next_epoch = e + 1;
-  return std::make_shared<py_iterator>(py_iterator{self, ++self->generation});
+  return std::make_shared<py_iterator>(py_iterator{self, generation});
 }
 
 }  // namespace detail
@@ -841,12 +853,12 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
               self.handle->end();
               // A state after an epoch's last batch: the next epoch, from its start.
               if (self.handle->batches_from(st) == 0) st = self.handle->state_at(st.epoch + 1, 0);
+              ++self.generation;
             }
             self.pending = st;
             self.current.reset();
             self.finished = false;
             self.next_epoch = st.epoch;
-            ++self.generation;
           },
           py::arg("state_dict"), "The next iter() resumes where state_dict() said the loader stood.")
       .def("stats", [](const py_loader& self) { return detail::json_of(detail::open_handle(self).stats()); },
@@ -863,7 +875,7 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
           "advise", [](const py_loader& self, const py::dict& v) { return detail::advise(detail::open_handle(self), v); },
           py::arg("validation_loss") = py::dict(),
           "The advisor's recommendations on the kept epochs: a list of {rule, severity, message, value}.")
-      .def_property_readonly("closed", [](const py_loader& self) { return self.closed; })
+      .def_property_readonly("closed", [](const py_loader& self) { return self.closed.load(); })
       .def(
           "close",
           [](py_loader& self) { detail::close(self); },
