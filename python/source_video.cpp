@@ -6,6 +6,8 @@
 #include "pipelines.hpp"
 
 #if SLUICE_WITH_VIDEO
+#include <cstdio>
+
 #include "sluice/codec/video.hpp"
 #include "sluice/io/video_clips.hpp"
 #include "sluice/stage/decode.hpp"
@@ -15,6 +17,17 @@ namespace sluice_module {
 
 #if SLUICE_WITH_VIDEO
 namespace {
+
+template <class Clips>
+loader_ptr clips_pipeline(const options& o, const std::shared_ptr<const Clips>& clips,
+                          const sluice::codecs::video& codec, const std::vector<std::int64_t>& labels,
+                          const sluice::batch_options& bo);
+
+std::string fps_text(double fps) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", fps);
+  return buf;
+}
 
 // What every video loader compiles once: the clips reader, the codec that decodes each clip.
 template <class Plan>
@@ -52,6 +65,28 @@ loader_ptr clips_loader(const options& o, Plan plan) {
   }
   const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
   const std::shared_ptr<const sluice::io::video_clips<"video", sluice::io::video_files>> clips(h, &h->clips);
+  loader_ptr l = clips_pipeline(o, clips, codec, labels, bo);
+  if (const auto& few = h->clips.short_video_list(); !few.empty()) {
+    // Left out of every epoch: said, with the first few named (a truncated file is an error).
+    std::string text = "sluice.videos: " + std::to_string(few.size()) + " of " + std::to_string(o.paths.size()) +
+                       " videos are shorter than a clip (" + std::to_string(o.clip_frames) + " frames " +
+                       (o.clip_fps > 0 ? "at " + fps_text(o.clip_fps) + " a second"
+                                       : "every " + std::to_string(o.clip_stride) + (o.clip_stride == 1 ? " frame" : " frames")) +
+                       ") and give no clips: ";
+    for (std::size_t k = 0; k < few.size() && k < 5; ++k)
+      text += (k != 0 ? ", '" : "'") + o.paths[few[k].video] + "' (" + std::to_string(few[k].frames) +
+              (few[k].frames == 1 ? " frame)" : " frames)");
+    if (few.size() > 5) text += ", ...";
+    text += "; they are in no epoch (fewer frames= or a smaller stride= takes them)";
+    l->notes.push_back(std::move(text));
+  }
+  return l;
+}
+
+template <class Clips>
+loader_ptr clips_pipeline(const options& o, const std::shared_ptr<const Clips>& clips,
+                          const sluice::codecs::video& codec, const std::vector<std::int64_t>& labels,
+                          const sluice::batch_options& bo) {
   if (o.output == "float32")
     return with_sampler(o, clips->size(), labels, [&](auto s) {
       return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read_stage(clips) | sluice::decode<"video">(codec) |

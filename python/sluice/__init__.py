@@ -1301,6 +1301,12 @@ class Loader:
         self._rank_given = rank is not None
         if distributed and rank is None:
             rank, world_size = _process_group_rank() or (None, None)
+        if rank is not None:
+            self._ranks: Optional[Tuple[int, int]] = (rank, world_size)
+        elif distributed:
+            self._ranks = tuple(_sluice.rank_from_environment()[:2])
+        else:
+            self._ranks = None
         kw.update(batch_size=_int("batch_size", batch_size, 1), drop_last=bool(drop_last),
                   workers=_int("workers", workers), prefetch=_int("prefetch", prefetch, 1), depth=depth,
                   max_workers=_int("max_workers", max_workers), ram_budget=_int("ram_budget", ram_budget),
@@ -1315,6 +1321,8 @@ class Loader:
         self.source = source
         self.sampler = sampler
         self._engine = _sluice.loader(**kw)
+        for note in self._engine.notes:
+            warnings.warn(note, stacklevel=3)  # past the keyword check that wraps __init__
         self._keywords = kw
         sampler._loaders = [r for r in sampler._loaders if r() is not None] + [weakref.ref(self)]
 
@@ -1365,14 +1373,26 @@ class Loader:
         """Where the loader stands: mid-epoch (also after a ``break`` or an exception left the loop),
         the batches delivered count as consumed; after an epoch, the start of the next. After
         close() (or the end of a ``with`` block) it still answers where the loader stood then, for a
-        checkpoint written in a ``finally``. Pickles (bytes and ints) for torch.save / a checkpoint."""
-        return self._engine.state_dict()
+        checkpoint written in a ``finally``. Pickles (bytes and ints) for torch.save / a checkpoint.
+        A distributed loader's state also says its ``rank`` and ``world_size``: each rank saves and
+        resumes its own."""
+        d = self._engine.state_dict()
+        if self._ranks is not None:
+            d["rank"], d["world_size"] = self._ranks
+        return d
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """The next iter() resumes where ``state_dict`` stood (checked against this pipeline at once:
         another dataset, sampler, seed or batch size is a UsageError naming each difference)."""
         if not isinstance(state_dict, dict):
             raise _usage(f"load_state_dict() takes the dict state_dict() returned, not a {type(state_dict).__name__}")
+        was = (state_dict.get("rank"), state_dict.get("world_size"))
+        if self._ranks is not None and None not in was and tuple(was) != tuple(self._ranks):
+            (r, w), (sr, sw) = self._ranks, was
+            raise _usage(f"load_state_dict: this state was saved by rank {sr} of {sw}, and this loader is rank {r} "
+                         f"of {w}: " + ("each rank resumes from its own state_dict() (save one a rank, e.g. "
+                                        "torch.save(loader.state_dict(), f'loader_rank{rank}.pt'))" if sw == w else
+                                        "a state resumes on the world size it was saved with"))
         self._engine.load_state_dict(state_dict)
 
     def stats(self) -> Dict[str, Any]:

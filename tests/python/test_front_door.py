@@ -528,6 +528,31 @@ def test_explicit_ranks_and_partial_environments(recs):
         sluice.Loader(sluice.records(recs[0], record_bytes=16), rank=4, world_size=4)
 
 
+def test_a_rank_loading_another_ranks_state_is_told_so(recs, monkeypatch):
+    # The usual mistake: only rank 0 saves, every rank loads its file. A distributed loader's
+    # state says its rank and world size, and loading another rank's is a UsageError naming both.
+    a = loader_of(recs, rank=0, world_size=2)
+    next(iter(a))
+    st = a.state_dict()
+    assert (st["rank"], st["world_size"]) == (0, 2)
+    with pytest.raises(sluice.UsageError, match=r"saved by rank 0 of 2, and this loader is rank 1 of 2: each rank "
+                                                r"resumes from its own state_dict\(\)"):
+        loader_of(recs, rank=1, world_size=2).load_state_dict(st)
+    with pytest.raises(sluice.UsageError, match=r"saved by rank 0 of 2, and this loader is rank 0 of 4: a state "
+                                                r"resumes on the world size it was saved with"):
+        loader_of(recs, rank=0, world_size=4).load_state_dict(st)
+    for k, v in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(k, v)
+    from_env = loader_of(recs, distributed=True)
+    with pytest.raises(sluice.UsageError, match=r"saved by rank 0 of 2, and this loader is rank 1 of 2"):
+        from_env.load_state_dict(st)
+    assert (from_env.state_dict()["rank"], from_env.state_dict()["world_size"]) == (1, 2)
+    b = loader_of(recs, rank=0, world_size=2)
+    b.load_state_dict(st)                  # its own rank's state resumes
+    assert len([1 for _ in b]) == len(a) - 1
+    assert "rank" not in loader_of(recs).state_dict()
+
+
 SPAWNED = r"""
 import sys, warnings, numpy as np
 sys.path.insert(0, sys.argv[1])

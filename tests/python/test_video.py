@@ -127,3 +127,34 @@ def test_mistakes_are_named(files, tmp_path):
                     sampler=sluice.sample.sequential(), errors="skip")
     assert sum(as_np(b["video"]).shape[0] for b in skipping) == 1
     assert skipping.stats()["skipped"] == 1
+
+
+def test_videos_shorter_than_a_clip_are_named_in_a_warning_and_a_truncated_one_is_an_error(files, tmp_path):
+    # clips="every": a video with fewer frames than a clip has no clips. That is said when the
+    # loader is made (pointing at that line), naming the videos; a file cut short is an error
+    # naming it, also when its index was written first (-movflags +faststart).
+    import warnings
+    short = encode(tmp_path / "short.mp4", 5)
+    src = dict(decode=sluice.image((H, W)), frames=8, clips="every")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        loader = make([files[1], short], src=src, batch_size=4, sampler=sluice.sample.sequential())
+    said = [w for w in seen if "shorter than a clip" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__, [(str(w.message), w.filename) for w in seen]
+    said = [str(said[0].message)]
+    assert "1 of 2 videos are shorter than a clip (8 frames every 1 frame)" in said[0] and "short.mp4' (5 frames)" in said[0]
+    assert sum(as_np(b["video"]).shape[0] for b in loader) == 20 // 8
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make([files[1]], src=src, batch_size=4)
+    assert not [w for w in seen if "shorter than a clip" in str(w.message)]
+
+    raw = np.stack([frame(i) for i in range(30)]).tobytes()
+    whole = tmp_path / "fast.mp4"
+    subprocess.run(["ffmpeg", "-y", "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+                    "-s", f"{W}x{H}", "-r", "25", "-i", "-", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags",
+                    "+faststart", str(whole)], input=raw, check=True)
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole.read_bytes()[:whole.stat().st_size * 6 // 10])
+    with pytest.raises(sluice.FormatError, match=r"cut\.mp4.*truncated: the container's index places frame data"):
+        make([files[0], str(cut)], src=src, batch_size=4)

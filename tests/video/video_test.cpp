@@ -216,6 +216,34 @@ TEST_CASE("video: other codecs and containers: MPEG-4 part 2 in AVI, VP9 in WebM
   }
 }
 
+TEST_CASE("video: widths off swscale's pixel groups (34, 100, 426) decode whole, exactly as ffmpeg converts them") {
+  // swscale's vector YUV-to-RGB paths write rows in groups of pixels past the frame's width; a
+  // 34-pixel yuv420p frame once overran the RGB buffer's last row (heap corruption in
+  // AddressSanitizer's and glibc's eyes). Every pixel is checked against the ffmpeg tool's
+  // bilinear RGB of the same file (the same libswscale).
+  need_ffmpeg();
+  temp_dir dir;
+  struct size_case {
+    int w, h;
+    const char* format;
+  };
+  for (const size_case c : {size_case{34, 18, "yuv420p"}, size_case{100, 20, "yuv422p"}, size_case{426, 24, "yuv420p"}}) {
+    const std::string name = "w" + std::to_string(c.w) + c.format + ".mp4";
+    CAPTURE(name);
+    run("ffmpeg -y -hide_banner -f lavfi -i testsrc=size=" + std::to_string(c.w) + "x" + std::to_string(c.h) +
+        ":rate=25 -frames:v 4 -c:v libx264 -bf 0 -pix_fmt " + c.format + " " + dir.file(name));
+    run("ffmpeg -y -hide_banner -i " + dir.file(name) + " -sws_flags bilinear -f rawvideo -pix_fmt rgb24 " +
+        dir.file(name + ".rgb"));
+    const auto want = sluice_test::read_file(dir.file(name + ".rgb"));
+    const video v({.width = c.w, .height = c.h, .mode = fit::stretch}, {.frames = 4, .stride = 1, .pick = clip_pick::first});
+    const auto got = decode_clip(v, sluice_test::read_file(dir.file(name)), {.id = 0});
+    REQUIRE(got.size() == want.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != static_cast<std::uint8_t>(want[i]);
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("video: a variable-frame-rate video gives the frames by timestamp: by stride in presentation order, and by fps") {
   need_ffmpeg();
   temp_dir dir;
@@ -405,6 +433,19 @@ TEST_CASE("video: bad input is a format_error with the cause, never a crash or a
   // Truncated: the MP4's index (moov) is written at its end, so a cut file has none.
   const std::span<const std::byte> cut(good.data(), good.size() / 2);
   CHECK(!cause(cut).empty());
+  // Truncated with the index first (-movflags +faststart, as streaming sites write MP4s): the
+  // packets end early at a clean EOF; the index says the file was longer, and that is the error
+  // (read on, it was a shorter video, or one with no clips, without a word).
+  const auto faststart = sluice_test::read_file(encode_cfr(dir, "f.mp4", 40, h264 + " -movflags +faststart"));
+  for (const std::size_t keep : {faststart.size() * 6 / 10, faststart.size() - 1}) {
+    const std::span<const std::byte> cut_fast(faststart.data(), keep);
+    CAPTURE(keep);
+    const std::string why = cause(cut_fast);
+    CHECK(why.find("truncated: the container's index places frame data up to byte") != std::string::npos);
+    CHECK(why.find("the file ends at byte " + std::to_string(keep)) != std::string::npos);
+    CHECK_THROWS_AS(probe_video(cut_fast), format_error);
+  }
+  CHECK(probe_video(faststart).frames() == 40);
   // Too short for the clip.
   const video long_clip(same_size, {.frames = 30, .stride = 2});
   const auto e = sluice_test::expect_format_error([&] { decode_clip(long_clip, good, {}); });

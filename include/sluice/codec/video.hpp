@@ -207,6 +207,7 @@ class demuxer {
   [[nodiscard]] AVStream* stream() const noexcept { return fmt_->streams[stream_]; }
   [[nodiscard]] const AVCodec* decoder() const noexcept { return decoder_; }
   [[nodiscard]] AVFormatContext* format() const noexcept { return fmt_; }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return src_.size; }
   // The next packet of the video stream into `pkt` (unreferenced first); false at the end.
   bool next(AVPacket* pkt) {
     for (;;) {
@@ -335,6 +336,18 @@ void scan_packets(demuxer& d, video_info& info, Slot&& slot) {
     info.pts.push_back(t);
     if ((p->flags & AV_PKT_FLAG_KEY) != 0) info.keyframes.push_back({t, p->dts != AV_NOPTS_VALUE ? p->dts : t});
   }
+  // An index (an MP4's, written first with -movflags +faststart, or a Matroska's cues) that places
+  // frames past the end of the bytes: the file was cut short, and its packets ended early at a
+  // clean EOF. Read on, it would be a shorter video (or one with no clips) and nothing said.
+  const int entries = avformat_index_get_entries_count(d.stream());
+  std::int64_t end = 0;
+  for (int i = 0; i < entries; ++i)
+    if (const AVIndexEntry* e = avformat_index_get_entry(d.stream(), i); e != nullptr && e->pos >= 0)
+      end = std::max(end, e->pos + e->size);
+  if (end > d.bytes())
+    video_fail("truncated: the container's index places frame data up to byte " + std::to_string(end) +
+               " and the file ends at byte " + std::to_string(d.bytes()) + " (" + std::to_string(info.pts.size()) +
+               " frames read)");
   if (info.pts.empty()) video_fail("the video stream has no frames");
   finish_pts(info.pts);
 }
@@ -963,8 +976,12 @@ class video {
                          std::to_string(f->height) + ", the stream says " + std::to_string(w.info.width) + "x" +
                          std::to_string(w.info.height) + " (a size change inside a video is not supported)");
     const int W = f->width, H = f->height;
-    const std::size_t pitch = (static_cast<std::size_t>(W) * channels + 63) & ~std::size_t{63};  // rows 64-byte aligned for swscale's SIMD
-    const std::size_t need = pitch * static_cast<std::size_t>(H);
+    // Rows 64-byte aligned for swscale's SIMD, and wide enough for what it writes: its vector
+    // YUV-to-RGB paths store whole groups of up to 32 pixels a row, past W (a 34-pixel row of 102
+    // bytes is written as 144), so the row is sized for W rounded up to 32 pixels, and the
+    // buffer keeps a row of that slack after the last one.
+    const std::size_t pitch = ((static_cast<std::size_t>(W) + 31) / 32 * 32 * channels + 63) & ~std::size_t{63};
+    const std::size_t need = pitch * (static_cast<std::size_t>(H) + 1);
     if (w.rgb.size() < need) w.rgb.resize(need);
     SwsContext* before = w.sws;
     w.sws = sws_getCachedContext(w.sws, W, H, static_cast<AVPixelFormat>(f->format), W, H, AV_PIX_FMT_RGB24, SWS_BILINEAR,

@@ -12,7 +12,7 @@
 //                             clip's span, so clips do not overlap); every video is probed once
 //                             here (its packets demuxed, nothing decoded, its timestamps and
 //                             keyframes kept, compact); a video shorter than a
-//                             clip has none and is counted (short_videos()), one that cannot be
+//                             clip has none and is listed (short_video_list()), one that cannot be
 //                             read is an error naming it, or with `.skip_bad` counted and listed
 //                             (bad_videos());
 //   random_clips{.per_video = k}  k clips of each video per epoch, each drawn from (seed, epoch,
@@ -148,6 +148,10 @@ class video_clips {
     std::size_t video;
     std::string why;
   };
+  struct short_video {  // shorter than a clip: no clips
+    std::size_t video;
+    std::size_t frames;
+  };
 
   video_clips(const R& videos, codecs::clip_options c, every_clip plan) : videos_(&videos), clip_(c) {
     auto p = std::make_shared<detail::clip_plan>();
@@ -158,10 +162,11 @@ class video_clips {
     for (std::size_t v = 0; v < videos.size(); ++v) {
       const auto s = videos.fields(v);
       const auto bytes = s.template bytes_of<Field>();
-      std::size_t starts = 0;
+      std::size_t starts = 0, frames = 0;
       try {
         const codecs::video_info info = codecs::probe_video(bytes);
         starts = codecs::clip_starts(info, c);
+        frames = info.frames();
         if (starts != 0) {  // kept: the codec's clips of this video seek instead of reading it again
           const std::uint64_t identity = codecs::detail::video_identity(bytes);
           p->indexes().keep(v, std::make_shared<const codecs::detail::video_index>(info, identity));
@@ -172,7 +177,7 @@ class video_clips {
         continue;
       }
       if (starts == 0) {
-        ++short_;
+        short_.push_back({v, frames});
         continue;
       }
       p->offsets.push_back(total);
@@ -196,7 +201,8 @@ class video_clips {
   [[nodiscard]] std::string_view path() const noexcept { return videos_->path(); }
   // The video clip i comes from, and its index among that video's clips.
   [[nodiscard]] std::pair<std::size_t, std::size_t> locate(std::size_t i) const { return plan_->locate(i); }
-  [[nodiscard]] std::size_t short_videos() const noexcept { return short_; }
+  [[nodiscard]] std::size_t short_videos() const noexcept { return short_.size(); }
+  [[nodiscard]] const std::vector<short_video>& short_video_list() const noexcept { return short_; }
   [[nodiscard]] const std::vector<bad_video>& bad_videos() const noexcept { return bad_; }
   [[nodiscard]] const codecs::clip_options& clip_options() const noexcept { return clip_; }
 
@@ -217,7 +223,7 @@ class video_clips {
   codecs::clip_options clip_;
   std::shared_ptr<const detail::clip_plan> plan_;
   std::size_t size_ = 0;
-  std::size_t short_ = 0;
+  std::vector<short_video> short_;
   std::vector<bad_video> bad_;
 };
 

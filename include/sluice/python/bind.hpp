@@ -424,6 +424,9 @@ struct py_loader {
   std::optional<loader_state> at_close;   // where close() left it: state_dict() still answers
   std::atomic<bool> closed = false;  // set under `iterating` too (see generation)
   std::vector<tensor_view_spec> views;
+  // What the source found when it was made and the user should hear (a video too short for any
+  // clip, ...): the Python layer warns each, pointing at the line that built the loader.
+  std::vector<std::string> notes;
 
   [[nodiscard]] std::uint64_t epoch() const noexcept {
     if (pending) return pending->epoch;
@@ -876,6 +879,8 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
           py::arg("validation_loss") = py::dict(),
           "The advisor's recommendations on the kept epochs: a list of {rule, severity, message, value}.")
       .def_property_readonly("closed", [](const py_loader& self) { return self.closed.load(); })
+      .def_property_readonly("notes", [](const py_loader& self) { return self.notes; },
+                             "What the source found when it was made and the user should hear (warned by sluice.Loader).")
       .def(
           "close",
           [](py_loader& self) { detail::close(self); },
