@@ -505,6 +505,14 @@ TEST_CASE("video: bad input is a format_error with the cause, never a crash or a
   CHECK(listed.bad_videos().size() == 1);
   CHECK(listed.short_videos() == 1);
   CHECK(listed.size() == (40 - 4) / 4 + 1);  // starts 0..36, every 4th (a clip's span)
+  REQUIRE(listed.short_video_list().size() == 1);
+  CHECK(listed.short_video_list()[0].video == 2);
+  CHECK(listed.short_video_list()[0].frames == 3);
+  // Paths that cannot be read, each with its cause.
+  const std::string unreadable = "2 of the 3 videos cannot be read: " + dir.file("nope.mp4") +
+                                 " (No such file or directory), " + dir.file("") + " (a directory)";
+  CHECK_THROWS_WITH_AS(io::video_files({{dir.file("a.mp4"), 0}, {dir.file("nope.mp4"), 1}, {dir.file(""), 2}}),
+                       doctest::Contains(unreadable.c_str()), usage_error);
 }
 
 TEST_CASE("video: normalized<> turns clips into floats per channel, channels last (thwc) and first (cthw)") {

@@ -28,8 +28,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -65,12 +67,18 @@ class video_files {
     std::size_t n_missing = 0;
     for (const auto& f : files_) {
       struct stat st {};
-      if (::stat(f.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) continue;
-      if (n_missing++ < 5) missing += (missing.empty() ? "" : ", ") + f.path;
+      const bool found = ::stat(f.path.c_str(), &st) == 0;
+      if (found && S_ISREG(st.st_mode)) continue;
+      const int err = found ? 0 : errno;
+      if (n_missing++ < 5)
+        missing += (missing.empty() ? "" : ", ") + f.path +
+                   (err == 0 && S_ISDIR(st.st_mode) ? " (a directory)"
+                    : err == 0                      ? " (not a regular file)"
+                                                    : " (" + std::string(std::strerror(err)) + ")");
     }
     if (n_missing != 0)
       throw usage_error("sluice: video_files: " + std::to_string(n_missing) + " of the " + std::to_string(files_.size()) +
-                        " videos are not regular files: " + missing + (n_missing > 5 ? ", ..." : ""));
+                        " videos cannot be read: " + missing + (n_missing > 5 ? ", ..." : ""));
     maps_ = std::make_unique<slot[]>(files_.size());
   }
 
