@@ -1347,6 +1347,12 @@ class Loader:
             raise AttributeError(f"'Loader' object has no attribute {name!r}")
         raise AttributeError(f"'Loader' object has no attribute {name!r} (DataLoader's {name}: in sluice, {hint})")
 
+    def __getitem__(self, index: Any):
+        # What torch.utils.data.DataLoader(loader) asks first: a Loader is not a dataset.
+        raise TypeError("'Loader' object is not subscriptable: a sluice Loader is itself the DataLoader (it batches, "
+                        "samples and runs its workers): iterate it (for batch in loader) rather than wrapping it in "
+                        "torch.utils.data.DataLoader; its batches are dicts of tensors through DLPack")
+
     def __iter__(self) -> LoaderIterator:
         """A new iterator over the next epoch (or the resumed one, after load_state_dict)."""
         if not self._rank_given:

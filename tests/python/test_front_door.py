@@ -672,6 +672,8 @@ def test_dataloader_habits_in_attributes_sampler_set_epoch_and_attribute_hints(r
     with pytest.raises(AttributeError, match=r"DataLoader's collate_fn: in sluice, a source's own collate"):
         ld.collate_fn
     assert not hasattr(ld, "no_such_thing") and not hasattr(ld, "dataset")
+    with pytest.raises(TypeError, match=r"a sluice Loader is itself the DataLoader .* iterate it"):
+        ld[0]                                # what torch.utils.data.DataLoader(loader) asks first
     del ld
     import gc
     gc.collect()
