@@ -337,3 +337,64 @@ TEST_CASE("decode<img> with boxes: bad box fields and bad images name the file, 
   CHECK(e.find("field 'img'") != std::string::npos);
   CHECK(e.find("decode") != std::string::npos);
 }
+
+namespace {
+// `jpeg` with an APP1 "Exif" segment after its SOI whose IFD0 holds Orientation `o` (a SHORT),
+// little- or big-endian; `cut` bytes dropped from the TIFF block's end (a damaged EXIF).
+std::vector<std::byte> with_orientation(const std::vector<std::byte>& jpeg, int o, bool little, std::size_t cut = 0) {
+  std::vector<std::uint8_t> tiff = little ? std::vector<std::uint8_t>{'I', 'I', 42, 0, 8, 0, 0, 0}
+                                          : std::vector<std::uint8_t>{'M', 'M', 0, 42, 0, 0, 0, 8};
+  const auto put16 = [&](int v) {
+    if (little) tiff.insert(tiff.end(), {std::uint8_t(v & 0xFF), std::uint8_t(v >> 8)});
+    else tiff.insert(tiff.end(), {std::uint8_t(v >> 8), std::uint8_t(v & 0xFF)});
+  };
+  const auto put32 = [&](std::uint32_t v) {
+    if (little) { put16(static_cast<int>(v & 0xFFFF)); put16(static_cast<int>(v >> 16)); }
+    else { put16(static_cast<int>(v >> 16)); put16(static_cast<int>(v & 0xFFFF)); }
+  };
+  put16(2);                                   // two entries: a Make tag first, then Orientation
+  put16(0x010F); put16(2); put32(4); put32(0x53434E45);
+  put16(0x0112); put16(3); put32(1); put16(o); put16(0);
+  put32(0);                                   // no next IFD
+  tiff.resize(tiff.size() - cut);
+  std::vector<std::uint8_t> seg = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
+  seg.insert(seg.end(), tiff.begin(), tiff.end());
+  const std::size_t len = seg.size() - 2;
+  seg[2] = static_cast<std::uint8_t>(len >> 8);
+  seg[3] = static_cast<std::uint8_t>(len & 0xFF);
+  std::vector<std::byte> out(jpeg.begin(), jpeg.begin() + 2);
+  for (const auto b : seg) out.push_back(static_cast<std::byte>(b));
+  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("decode<img> with boxes: a JPEG turned by its EXIF orientation is refused, naming it; upright ones pass") {
+  // A phone's photo is stored sideways with Orientation 6; its boxes were drawn on the image as
+  // shown. Decoded as stored (as torchvision and PIL decode it), the boxes would fall on other
+  // pixels without a word: with fields following the image it is a format_error instead.
+  const scenes data(1);
+  for (const bool little : {true, false}) {
+    CAPTURE(little);
+    for (int o = 1; o <= 8; ++o) CHECK(scan_jpeg_frame(with_orientation(data.jpegs[0], o, little)).orientation == o);
+    CHECK(scan_jpeg_frame(with_orientation(data.jpegs[0], 6, little, 8)).orientation == 1);  // cut: ignored
+    CHECK(scan_jpeg_frame(with_orientation(data.jpegs[0], 9, little)).orientation == 1);     // out of range
+  }
+  CHECK(scan_jpeg_frame(data.jpegs[0]).orientation == 1);
+  one_record r{with_orientation(data.jpegs[0], 6, true), data.all[0].boxes, data.all[0].classes};
+  const std::string e = first_error(r);
+  CHECK(e.find("broken.tar") != std::string::npos);
+  CHECK(e.find("field 'img'") != std::string::npos);
+  CHECK(e.find("EXIF Orientation 6 (shown rotated 90 degrees clockwise): the pixels decode as stored") !=
+        std::string::npos);
+  r.img = with_orientation(data.jpegs[0], 1, false);
+  CHECK(first_error(r).empty());
+  r.img = with_orientation(data.jpegs[0], 3, false, 8);  // a damaged EXIF is no orientation
+  CHECK(first_error(r).empty());
+  // Without followers the image decodes as stored, as before (classification is unaffected).
+  const auto turned = with_orientation(data.jpegs[0], 8, true);
+  std::vector<std::byte> a(jpeg(rrc).output_bytes()), b(a.size());
+  jpeg(rrc).decode(turned, a, {.id = 3});
+  jpeg(rrc).decode(data.jpegs[0], b, {.id = 3});
+  CHECK(a == b);
+}

@@ -263,6 +263,27 @@ def test_yolo_bad_input_is_named(tmp_path):
         sluice.yolo(images, decode=img, format="yolo")
 
 
+def test_a_photo_turned_by_its_exif_orientation_is_refused_where_boxes_follow_it(tmp_path):
+    # A phone's photo is stored sideways with EXIF Orientation 6; Ultralytics (and every labelling
+    # tool) reads and labels it upright, sluice decodes the stored pixels as PIL and torchvision
+    # do: its boxes would mark other pixels. It is a FormatError naming the file, skipped and
+    # counted with errors="skip"; the same file without followers decodes as stored.
+    write_yolo(tmp_path, n=4)
+    images = tmp_path / "images" / "train"
+    im = Image.open(images / "000001.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    im.save(images / "000001.jpg", format="JPEG", quality=92, exif=exif.tobytes())
+    src = sluice.yolo(images, decode=sluice.image((64, 64)))
+    with pytest.raises(sluice.FormatError, match=r"000001.jpg.*EXIF Orientation 6 \(shown rotated 90 degrees "
+                                                 r"clockwise\).*exif_transpose"):
+        for _ in sluice.Loader(src, batch_size=4, sampler=sluice.sample.sequential()):
+            pass
+    with sluice.Loader(src, batch_size=4, errors="skip") as ld:
+        assert sum(np.from_dlpack(b["image"]).shape[0] for b in ld) == 3
+        assert ld.stats()["skipped"] == 1
+
+
 def test_yolo_labels_found_nowhere_are_an_error_not_background(tmp_path):
     write_yolo(tmp_path, n=4)
     (tmp_path / "elsewhere").mkdir()

@@ -404,6 +404,7 @@ class any_decode_stage {
                           "decoded by an earlier stage); a sample keeps one image's plan");
       detail::follow_plan plan;
       try {
+        check_upright_for_followers(s.fields[image_].bytes);
         plan.transform = planner_->plan(s.fields[image_].bytes, ctx);
       } catch (const format_error& e) {
         throw format_error(std::string(s.origin), {.record = s.id}, "field '" + out_[image_].name + "': " + e.cause());

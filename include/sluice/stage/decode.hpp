@@ -33,6 +33,7 @@
 #include "sluice/core/fixed_string.hpp"
 #include "sluice/core/schema.hpp"
 #include "sluice/core/stats.hpp"
+#include "sluice/codec/jpeg_frame.hpp"
 #include "sluice/codec/transform.hpp"
 
 namespace sluice {
@@ -337,7 +338,9 @@ struct decoded_field_sample {
   void prepare(const sample_context& ctx) {
     try {
       try {
-        transform = codec->plan(encoded<Name>(ctx), ctx);
+        const std::span<const std::byte> image = encoded<Name>(ctx);
+        check_upright_for_followers(image);
+        transform = codec->plan(image, ctx);
       } catch (const format_error& e) {
         throw format_error(std::string(origin), {.record = id}, "field '" + std::string(Name.view()) + "': " + e.cause());
       }
