@@ -1410,8 +1410,12 @@ class Loader:
         return self._engine.epoch_stats(_int("epoch", epoch))
 
     def advise(self, validation_loss: Optional[Dict[int, float]] = None) -> list:
-        """The advisor's recommendations on the kept epochs: ``[{rule, severity, message, value}]``.
-        ``validation_loss={epoch: loss}`` lets it tell a data problem from a model one."""
+        """The advisor's recommendations on the kept epochs: ``[{rule, severity, message, value}]``,
+        from the loader's own figures: stall, step time and its spread, worker time, the limiting
+        stage (rules R1, R2, R3's worker count, R5, R7 of docs/advisor.md). ``validation_loss=
+        {epoch: loss}`` is passed on, but the rules that weigh it against class balance and drift
+        need C++'s monitors (diag/monitors.hpp), which this module does not run: from Python it
+        changes no recommendation today."""
         return self._engine.advise(validation_loss or {})
 
     def close(self) -> None:

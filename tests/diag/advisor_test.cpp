@@ -258,6 +258,31 @@ TEST_CASE("observe(): an observation from one epoch's stats, bottleneck included
   CHECK(r->message.rfind("decode is 83.0 % of worker time", 0) == 0);
 }
 
+TEST_CASE("observe(): an epoch's step spread reaches R7, which then holds a change within the noise") {
+  // Two epochs as the loader reports them (epoch_stats: steps and their spread), 1-15 ms steps
+  // with a 4.3 ms spread and the second 1.2 ms slower on average: noise, not a slowdown. The same
+  // growth with a spread of 0.1 ms is one.
+  auto epoch = [](std::uint64_t n, double mean_ms, double std_ms) {
+    sluice::epoch_stats e;
+    e.epoch = n;
+    e.batches = 61;
+    e.steps = 60;
+    e.step_std_ns = std_ms * 1e6;
+    e.consumer_busy_ns = static_cast<std::uint64_t>(60 * mean_ms * 1e6);
+    e.stall_fraction = 0.0;
+    e.wall_ns = e.consumer_busy_ns;
+    return e;
+  };
+  const std::vector<epoch_observation> noisy = {observe(epoch(0, 8.0, 4.3), 2), observe(epoch(1, 9.2, 4.3), 2)};
+  CHECK(noisy[1].step_time_std_s == doctest::Approx(4.3e-3));
+  CHECK(!rule_slowdown_cause(noisy));
+  const std::vector<epoch_observation> steady = {observe(epoch(0, 8.0, 0.1), 2), observe(epoch(1, 9.2, 0.1), 2)};
+  CHECK(rule_slowdown_cause(steady));
+  sluice::epoch_stats one = epoch(2, 8.0, 0.0);
+  one.steps = 1;                              // one step has no spread: unmeasured, as before
+  CHECK(std::isnan(observe(one, 2).step_time_std_s));
+}
+
 // ---- Replays of traces recorded from sluice-demo runs (tests/data/diag/README.md). ----------
 
 namespace {

@@ -223,3 +223,49 @@ TEST_CASE("two deferred decodes of one pipeline are each credited their own time
   const auto b = bottleneck(*st);
   CHECK(b.stage == "decode<\"a\">");
 }
+
+TEST_CASE("an epoch ends with its last batch: a trainer that never asks past it is not timed through what follows") {
+  // for i in range(len(loader)): next(it) — the trainer takes every batch and never sees the
+  // end; what it does next (validation) is not the epoch's time, and the epoch is complete.
+  sluice_test::mem_reader r(64, 8);
+  auto loader = from(sample::sequential(64)) | read(r) | collate({.batch = 16}) | prefetch(2, {.workers = 1});
+  {
+    auto range = loader.epoch(0);
+    auto it = range.begin();
+    for (int k = 1; k < 4; ++k) {
+      std::this_thread::sleep_for(1ms);
+      ++it;
+    }
+    const auto taken = loader.epoch_stats(0);
+    REQUIRE(taken);
+    CHECK(taken->complete);
+    CHECK(taken->batches == 4);
+    CHECK(taken->steps == 3);
+    std::this_thread::sleep_for(30ms);  // "validation"
+    CHECK(loader.epoch_stats(0)->wall_ns == taken->wall_ns);
+  }  // the range goes (a new epoch would start here): the run is filed as it ended
+  const auto filed = loader.epoch_stats(0);
+  REQUIRE(filed);
+  CHECK(filed->complete);
+  CHECK(filed->batches == 4);
+  for (auto& b : loader.epoch(1)) (void)b;
+  CHECK(loader.epoch_stats(0)->wall_ns == filed->wall_ns);
+  CHECK(loader.recent_epochs().size() == 2);
+}
+
+TEST_CASE("an epoch's step spread is its own steps' standard deviation") {
+  // One epoch: its spread equals the run's (stats().step_std_ns, kept by Welford's method).
+  sluice_test::mem_reader r(96, 8);
+  auto loader = from(sample::sequential(96)) | read(r) | collate({.batch = 8}) | prefetch(2, {.workers = 1});
+  int k = 0;
+  for (auto& b : loader.epoch(0)) {
+    (void)b;
+    std::this_thread::sleep_for(std::chrono::microseconds(k++ % 2 == 0 ? 300 : 2000));
+  }
+  const auto e = loader.epoch_stats(0);
+  REQUIRE(e);
+  CHECK(e->steps == 11);
+  const auto s = loader.stats();
+  CHECK(s.step_std_ns > 0);
+  CHECK(e->step_std_ns == doctest::Approx(s.step_std_ns).epsilon(1e-6));
+}

@@ -282,6 +282,7 @@ def test_a_photo_turned_by_its_exif_orientation_is_refused_where_boxes_follow_it
     with sluice.Loader(src, batch_size=4, errors="skip") as ld:
         assert sum(np.from_dlpack(b["image"]).shape[0] for b in ld) == 3
         assert ld.stats()["skipped"] == 1
+        assert "000001.jpg" in ld.stats()["skip_causes"][0] and "EXIF Orientation 6" in ld.stats()["skip_causes"][0]
 
 
 def test_yolo_labels_found_nowhere_are_an_error_not_background(tmp_path):

@@ -166,6 +166,31 @@ def test_stats_epoch_stats_and_advice_are_dicts(records):
         assert set(r) == {"rule", "severity", "message", "value"} and r["message"]
 
 
+
+def test_an_epoch_taken_by_count_ends_with_its_last_batch_and_a_rerun_is_reported(records):
+    # for _ in range(len(loader)): next(it), then validation: the epoch is complete with its last
+    # batch and its time stops there. An epoch run again (load_state_dict back to its start) is
+    # reported as its latest run, with its own step spread.
+    import time
+    ld = make(records, workers=1)
+    start = ld.state_dict()
+    it = iter(ld)
+    for _ in range(len(ld)):
+        next(it)
+    first = ld.epoch_stats(0)
+    assert first["complete"] and first["batches"] == len(ld) and first["steps"] == len(ld) - 1
+    time.sleep(0.05)
+    assert ld.epoch_stats(0)["wall_ns"] == first["wall_ns"]
+    iter(ld)
+    assert ld.epoch_stats(0)["wall_ns"] == first["wall_ns"]
+    ld.load_state_dict(start)
+    for _ in ld:
+        time.sleep(0.003)
+    again = ld.epoch_stats(0)
+    assert again["consumer_busy_ns"] >= (len(ld) - 1) * 3_000_000 > first["consumer_busy_ns"]
+    assert again["step_std_ns"] >= 0 and again["steps"] == len(ld) - 1
+
+
 CHILD = r"""
 import sys, numpy as np
 sys.path.insert(0, sys.argv[1])

@@ -127,6 +127,8 @@ def test_mistakes_are_named(files, tmp_path):
                     sampler=sluice.sample.sequential(), errors="skip")
     assert sum(as_np(b["video"]).shape[0] for b in skipping) == 1
     assert skipping.stats()["skipped"] == 1
+    causes = skipping.stats()["skip_causes"]       # why, for the first 16 skipped
+    assert len(causes) == 1 and "bad.mp4" in causes[0], causes
 
 
 def test_videos_shorter_than_a_clip_are_named_in_a_warning_and_a_truncated_one_is_an_error(files, tmp_path):

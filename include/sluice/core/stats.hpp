@@ -124,6 +124,8 @@ struct epoch_stats {
   std::uint64_t consumer_busy_ns = 0;
   std::uint64_t warmup_wait_ns = 0;      // wait for the first batch
   double stall_fraction = 0.0;           // wait / (wait + busy), warm-up apart
+  std::uint64_t steps = 0;               // timed steps (wait + busy between two batches)
+  double step_std_ns = 0.0;              // their standard deviation: this epoch's step jitter
   std::uint64_t worker_busy_ns = 0;
   std::uint64_t worker_wait_ns = 0;
   std::vector<stage_stats> stages;       // as pipeline_stats::stages
@@ -231,6 +233,7 @@ class consumer_clock {
       busy_ns_ += pending_busy_;
       double step = static_cast<double>(wait + pending_busy_);
       ++steps_;
+      step_sq_s2_ += (step / 1e9) * (step / 1e9);
       double d = step - mean_;
       mean_ += d / static_cast<double>(steps_);
       m2_ += d * (step - mean_);
@@ -261,6 +264,10 @@ class consumer_clock {
   [[nodiscard]] std::uint64_t wait_ns() const noexcept { return wait_ns_; }
   [[nodiscard]] std::uint64_t busy_ns() const noexcept { return busy_ns_; }
   [[nodiscard]] std::uint64_t warmup_wait_ns() const noexcept { return warmup_wait_ns_; }
+  // Steps timed so far (every batch but each epoch's first) and the sum of their squares (s²):
+  // with wait_ns() + busy_ns(), an epoch's step spread from two snapshots.
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] double step_sq_s2() const noexcept { return step_sq_s2_; }
 
  private:
   std::vector<std::uint64_t> waits_;  // this epoch's per-batch waits
@@ -268,7 +275,7 @@ class consumer_clock {
   std::uint64_t last_return_ns_ = 0, pending_busy_ = 0;
   std::uint64_t wait_ns_ = 0, busy_ns_ = 0, warmup_wait_ns_ = 0, all_waits_max_ = 0;
   std::uint64_t steps_ = 0;
-  double mean_ = 0, m2_ = 0;
+  double mean_ = 0, m2_ = 0, step_sq_s2_ = 0;
 };
 
 // The loader's cumulative counters at one moment: an epoch's figures are the difference of two.
@@ -277,6 +284,8 @@ struct counter_snapshot {
   std::uint64_t epoch = 0, t_ns = 0;
   std::uint64_t batches = 0, samples = 0, skipped = 0;
   std::uint64_t consumer_wait_ns = 0, consumer_busy_ns = 0, warmup_wait_ns = 0;
+  std::uint64_t steps = 0;
+  double step_sq_s2 = 0;
   std::uint64_t worker_busy_ns = 0, worker_wait_ns = 0;
   std::uint64_t stage_ns[Stages + 1] = {}, stage_calls[Stages + 1] = {};
 };
@@ -303,6 +312,12 @@ epoch_stats epoch_difference(const counter_snapshot<Stages>& a, const counter_sn
   e.warmup_wait_ns = b.warmup_wait_ns - a.warmup_wait_ns;
   const double total = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns);
   e.stall_fraction = total > 0 ? static_cast<double>(e.consumer_wait_ns) / total : 0.0;
+  e.steps = b.steps - a.steps;
+  if (e.steps > 1) {  // the sample standard deviation, from the sums of the steps and their squares
+    const double n = static_cast<double>(e.steps), mean_s = total / n / 1e9;
+    const double var = std::max(0.0, (b.step_sq_s2 - a.step_sq_s2) / n - mean_s * mean_s) * n / (n - 1);
+    e.step_std_ns = std::sqrt(var) * 1e9;
+  }
   e.worker_busy_ns = b.worker_busy_ns - a.worker_busy_ns;
   e.worker_wait_ns = b.worker_wait_ns - a.worker_wait_ns;
   e.stages.resize(Stages + 1);

@@ -301,6 +301,7 @@ inline epoch_observation observe(const epoch_stats& e, std::size_t workers) {
     o.step_time_s = static_cast<double>(e.consumer_wait_ns + e.consumer_busy_ns) / static_cast<double>(steps) / 1e9;
     o.steps = static_cast<double>(steps);
   }
+  if (e.steps > 1) o.step_time_std_s = e.step_std_ns / 1e9;  // R7's noise band
   if (e.consumer_wait_ns + e.consumer_busy_ns > 0) o.wait_fraction = e.stall_fraction;
   o.workers = static_cast<double>(workers);
   if (workers > 0 && e.wall_ns > 0)

@@ -49,7 +49,8 @@ inline void to_json(json_writer& w, const bottleneck_stage& b) {
 inline void to_json(json_writer& w, const pipeline_stats& s) {
   w.begin_object()
       .field("epochs", s.epochs).field("batches", s.batches).field("samples", s.samples)
-      .field("skipped", s.skipped).field("consumer_wait_ns", s.consumer_wait_ns)
+      .field("skipped", s.skipped).array("skip_causes", s.skip_causes)
+      .field("consumer_wait_ns", s.consumer_wait_ns)
       .field("consumer_busy_ns", s.consumer_busy_ns).field("warmup_wait_ns", s.warmup_wait_ns)
       .field("stall_fraction", s.stall_fraction).field("step_mean_ns", s.step_mean_ns)
       .field("step_std_ns", s.step_std_ns).field("wait_p50_ns", s.wait_p50_ns)
@@ -96,6 +97,7 @@ inline void to_json(json_writer& w, const epoch_stats& e) {
       .field("batches", e.batches).field("samples", e.samples).field("skipped", e.skipped)
       .field("consumer_wait_ns", e.consumer_wait_ns).field("consumer_busy_ns", e.consumer_busy_ns)
       .field("warmup_wait_ns", e.warmup_wait_ns).field("stall_fraction", e.stall_fraction)
+      .field("steps", e.steps).field("step_std_ns", e.step_std_ns)
       .field("worker_busy_ns", e.worker_busy_ns).field("worker_wait_ns", e.worker_wait_ns);
   w.key("stages").begin_array();
   for (std::size_t i = 0; i < e.stages.size(); ++i) {

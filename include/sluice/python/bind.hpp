@@ -869,8 +869,9 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
       .def(
           "epoch_stats",
           [](const py_loader& self, std::uint64_t e) -> py::object {
-            for (const auto& s : detail::open_handle(self).recent_epochs())
-              if (s.epoch == e) return detail::json_of(s);
+            const auto runs = detail::open_handle(self).recent_epochs();  // oldest first: the latest run of e
+            for (auto s = runs.rbegin(); s != runs.rend(); ++s)
+              if (s->epoch == e) return detail::json_of(*s);
             return py::none();
           },
           py::arg("epoch"), "One epoch's figures (per stage, stall, bottleneck), or None when no longer kept.")

@@ -210,7 +210,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     if (owner_.forked_away()) return;
     std::lock_guard lk(m_);
     if (!active_) return;
-    history_.mark_end(now_ns());
+    if (!history_.ended()) history_.mark_end(now_ns());  // (its last batch may have ended it)
     generation_.fetch_add(1, std::memory_order_relaxed);
     active_ = false;
     for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -240,7 +240,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::uint64_t k = 0;
     for (;;) {
       if (!active_ || delivered_ >= num_batches_) {
-        if (active_ || !history_.ended()) history_.mark_end(now_ns());
+        if (!history_.ended()) history_.mark_end(now_ns());
         active_ = false;
         return {};
       }
@@ -308,6 +308,9 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     s->holders.store(1, std::memory_order_relaxed);
     ++consumer_held_;
     ++delivered_;
+    // The last batch handed over ends the run: a trainer that takes len(loader) batches and never
+    // asks past the end (zip, range) must not have its validation counted as the epoch's time.
+    if (delivered_ >= num_batches_) history_.mark_end(t_receive);
     delivered_total_ += 1;
     samples_total_ += s->count;
     skipped_total_ += s->skipped;
@@ -509,6 +512,8 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     c.consumer_wait_ns = clock_.wait_ns();
     c.consumer_busy_ns = clock_.busy_ns();
     c.warmup_wait_ns = clock_.warmup_wait_ns();
+    c.steps = clock_.steps();
+    c.step_sq_s2 = clock_.step_sq_s2();
     for (std::size_t w = 0; w < lanes_; ++w) {
       const auto& k = counters_[w];
       c.worker_busy_ns += k.busy_ns.get();
@@ -522,7 +527,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
   }
   // The running (or last, not yet closed) run's counters now, and whether it is complete.
   std::pair<counter_snapshot<n_last>, bool> running_now_locked() const {
-    return {snapshot_locked(), !active_ && delivered_ >= num_batches_ && history_.ended()};
+    return {snapshot_locked(), delivered_ >= num_batches_ && history_.ended()};
   }
 
   // Adds a batch-stage hook's time to its counter when stage timing is on (two clock reads a
