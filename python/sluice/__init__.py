@@ -300,9 +300,14 @@ def image(size: Union[int, Tuple[int, int]], *, crop: str = "center", flip: bool
     (one int is a square: ``224`` is ``(224, 224)``, as torchvision's ``RandomResizedCrop(224)``).
 
     crop:   ``"center"`` (the default): scaled to cover the output, keeping the aspect ratio, then
-            the centre cut out; ``"random_resized"``: torchvision's RandomResizedCrop (area
-            fraction uniform in [0.08, 1], aspect ratio log-uniform in [3/4, 4/3]), drawn from
-            (seed, epoch, sample), so the same every run.
+            the centre cut out: torchvision's ``Resize(min(size)) + CenterCrop(size)`` (ImageNet's
+            evaluation ``Resize(256) + CenterCrop(224)``, a wider margin, is C++'s
+            ``geometry_options::resize_scale``, not offered here yet); ``"random_resized"``:
+            torchvision's RandomResizedCrop (area fraction uniform in [0.08, 1], aspect ratio
+            log-uniform in [3/4, 4/3]), drawn from (seed, epoch, sample), so the same every run.
+            Resampling is bilinear without antialiasing (JPEGs are first reduced by DCT scaling
+            up to 8x): a downscale by more than ~1.5x looks sharper than torchvision's default
+            ``antialias=True``, so evaluate with the same loader you trained with.
     flip:   a random horizontal flip (drawn the same way).
     layout: ``"hwc"`` (the default, as C++'s ``codecs::jpeg``) or ``"chw"`` (what torchvision
             models take).

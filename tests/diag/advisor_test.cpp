@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 using namespace sluice::diag;
@@ -256,6 +257,24 @@ TEST_CASE("observe(): an observation from one epoch's stats, bottleneck included
   auto r = rule_limiting_stage(o);
   REQUIRE(r);
   CHECK(r->message.rfind("decode is 83.0 % of worker time", 0) == 0);
+}
+
+TEST_CASE("advisor R3: more workers than the machine's cores is not advised as a count") {
+  // A trainer that takes no time (utilisation 0.1 %) asks for thousands of workers: the advice
+  // says the loader cannot keep up by threads, naming the cores. A modest shortfall gets a count.
+  epoch_observation o;
+  o.workers = 2;
+  o.wait_fraction = 0.999;
+  auto r = rule_balance_or_workers(std::span<const epoch_observation>(&o, 1));
+  REQUIRE(r);
+  CHECK(r->message.find("cannot keep up by threads alone") != std::string::npos);
+  CHECK(r->message.find("cores") != std::string::npos);
+  o.workers = 1;
+  o.wait_fraction = 0.2;  // utilisation 80 %: ceil(1 x 0.885 / 0.8) = 2 workers
+  r = rule_balance_or_workers(std::span<const epoch_observation>(&o, 1));
+  REQUIRE(r);
+  CHECK(r->message.find("about 2 workers bring it to") != std::string::npos);  // 2 <= 2 x cores anywhere
+  CHECK(r->message.find("(if the cores are there)") != std::string::npos);
 }
 
 TEST_CASE("observe(): an epoch's step spread reaches R7, which then holds a change within the noise") {

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "sluice/core/error.hpp"
@@ -183,10 +184,19 @@ inline std::optional<recommendation> rule_balance_or_workers(std::span<const epo
   if (std::isnan(u) || std::isnan(o.workers) || o.workers < 1) return std::nullopt;
   if (u < t.util_low) {
     const double w = std::ceil(o.workers * t.util_target / std::max(u, 1e-3));
+    // More workers than the machine has cores cannot run at once: then say so, not a count.
+    const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    const std::string head = "consumer utilisation " + detail::pct(u) + " is below " + detail::pct(t.util_low) +
+                             " with " + detail::num(o.workers, "%.0f") + " workers: ";
+    if (w > 2 * cores)
+      return recommendation{"R3 balance-or-workers", severity::suggestion,
+                            head + "about " + detail::num(w, "%.0f") + " workers would bring it to " +
+                                detail::pct(t.util_target) + ", and this machine has " + detail::num(cores, "%.0f") +
+                                " cores: the loader cannot keep up by threads alone; a cheaper sample (smaller "
+                                "decode, a cache, data prepared offline) or a longer step will (see R5)",
+                            w};
     return recommendation{"R3 balance-or-workers", severity::suggestion,
-                          "consumer utilisation " + detail::pct(u) + " is below " + detail::pct(t.util_low) +
-                              " with " + detail::num(o.workers, "%.0f") + " workers: about " +
-                              detail::num(w, "%.0f") + " workers bring it to " + detail::pct(t.util_target) +
+                          head + "about " + detail::num(w, "%.0f") + " workers bring it to " + detail::pct(t.util_target) +
                               " (if the cores are there)",
                           w};
   }

@@ -885,8 +885,9 @@ inline void register_types(py::module_& m, std::string qualified = {}) {
       .def(
           "close",
           [](py_loader& self) { detail::close(self); },
-          "Ends the epoch and joins the workers; iterators end (StopIteration), and iter(), len(), state_dict() "
-          "and stats() raise UsageError. Batches already taken stay valid. Closing twice is harmless.")
+          "Ends the epoch and joins the workers; iterators end (StopIteration), and iter(), len(), stats() and "
+          "advise() raise UsageError; state_dict() still says where the loader stood. Batches already taken stay "
+          "valid. Closing twice is harmless.")
       .def("__enter__", [](std::shared_ptr<py_loader> self) { return self; })
       .def("__exit__", [](py_loader& self, py::args) {
         detail::close(self);
