@@ -369,7 +369,7 @@ std::vector<std::byte> with_orientation(const std::vector<std::byte>& jpeg, int 
 }
 }  // namespace
 
-TEST_CASE("decode<img> with boxes: a JPEG turned by its EXIF orientation is refused, naming it; upright ones pass") {
+TEST_CASE("decode<img> with boxes: a JPEG turned by its EXIF orientation is refused, naming it, and upright ones pass") {
   // A phone's photo is stored sideways with Orientation 6; its boxes were drawn on the image as
   // shown. Decoded as stored (as torchvision and PIL decode it), the boxes would fall on other
   // pixels without a word: with fields following the image it is a format_error instead.
