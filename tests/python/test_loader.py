@@ -191,6 +191,21 @@ def test_an_epoch_taken_by_count_ends_with_its_last_batch_and_a_rerun_is_reporte
     assert again["step_std_ns"] >= 0 and again["steps"] == len(ld) - 1
 
 
+
+def test_prefetch_advice_names_the_depth_the_loader_runs_at(records):
+    # A loader far faster than its trainer: R2 advises depth 1; given prefetch=16 it says "(now 16)"
+    # as a suggestion, as C++'s advisor does when it knows the depth.
+    import time
+    for prefetch, level, now in ((16, "suggestion", "(now 16)"), (1, "info", None)):
+        ld = sluice.Loader(sluice.records(records[0], record_bytes=RB), batch_size=100, workers=1,
+                           prefetch=prefetch)
+        for _ in ld:
+            time.sleep(0.004)
+        r2 = [r for r in ld.advise() if r["rule"].startswith("R2")]
+        assert len(r2) == 1 and r2[0]["value"] == 1, ld.advise()
+        assert r2[0]["severity"] == level and (now is None or now in r2[0]["message"]), r2
+
+
 CHILD = r"""
 import sys, numpy as np
 sys.path.insert(0, sys.argv[1])

@@ -507,11 +507,13 @@ py::object json_of(const T& s) {
 // The advisor on the loader's kept epochs (complete ones, oldest first), with the trainer's
 // validation losses by epoch where it gives them; recommendations as dicts.
 inline py::list advise(const loader_handle& h, const py::dict& validation_loss) {
-  const std::size_t workers = h.stats().workers;
+  const pipeline_stats now = h.stats();
+  const std::size_t workers = now.workers;
   std::vector<diag::epoch_observation> history;
   for (const auto& e : h.recent_epochs()) {
     if (!e.complete) continue;
     auto o = diag::observe(e, workers);
+    o.prefetch_depth = static_cast<double>(now.depth);  // R2 then says "(now N)" where it differs
     const py::int_ key(e.epoch);
     if (validation_loss.contains(key)) o.validation_loss = validation_loss[key].cast<double>();
     history.push_back(std::move(o));
