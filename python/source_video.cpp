@@ -18,18 +18,45 @@ namespace sluice_module {
 #if SLUICE_WITH_VIDEO
 namespace {
 
-template <class Clips>
-loader_ptr clips_pipeline(const options& o, const std::shared_ptr<const Clips>& clips,
-                          const sluice::codecs::video& codec, const std::vector<std::int64_t>& labels,
-                          const sluice::batch_options& bo);
+using clips_type = sluice::io::video_clips<"video", sluice::io::video_files>;
 
-std::string fps_text(double fps) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", fps);
-  return buf;
+// What sluice.Loader warns of when videos are shorter than a clip: they are in no epoch (a
+// truncated file is an error instead), the first five named with their frames.
+std::string short_videos_note(const options& o, const std::vector<clips_type::short_video>& few) {
+  char fps[32];
+  std::snprintf(fps, sizeof fps, "%g", o.clip_fps);
+  std::string text = "sluice.videos: " + std::to_string(few.size()) + " of " + std::to_string(o.paths.size()) +
+                     " videos are shorter than a clip (" + std::to_string(o.clip_frames) + " frames " +
+                     (o.clip_fps > 0 ? "at " + std::string(fps) + " a second"
+                                     : "every " + std::to_string(o.clip_stride) + (o.clip_stride == 1 ? " frame" : " frames")) +
+                     ") and give no clips: ";
+  for (std::size_t k = 0; k < few.size() && k < 5; ++k)
+    text += (k != 0 ? ", '" : "'") + o.paths[few[k].video] + "' (" + std::to_string(few[k].frames) +
+            (few[k].frames == 1 ? " frame)" : " frames)");
+  if (few.size() > 5) text += ", ...";
+  return text + "; they are in no epoch (fewer frames= or a smaller stride= takes them)";
 }
 
-// What every video loader compiles once: the clips reader, the codec that decodes each clip.
+// The pipeline over the clips: decode each, collate to uint8 or normalised float32.
+loader_ptr clips_pipeline(const options& o, const std::shared_ptr<const clips_type>& clips,
+                          const sluice::codecs::video& codec, const std::vector<std::int64_t>& labels,
+                          const sluice::batch_options& bo) {
+  if (o.output == "float32")
+    return with_sampler(o, clips->size(), labels, [&](auto s) {
+      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read_stage(clips) | sluice::decode<"video">(codec) |
+                                  sluice::collate(bo, sluice::normalized<"video">{.mean = o.mean, .std = o.std},
+                                                  sluice::stack<"label">{}) |
+                                  sluice::prefetch(depth_of(o), loader_opts(o)));
+    });
+  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
+  return with_sampler(o, clips->size(), labels, [&](auto s) {
+    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read_stage(clips) | sluice::decode<"video">(codec) |
+                                sluice::collate(bo, sluice::stack<"video">{}, sluice::stack<"label">{}) |
+                                sluice::prefetch(depth_of(o), loader_opts(o)));
+  });
+}
+
+// The clips reader and its codec for a plan (every clip, or k random ones), over the one pipeline.
 template <class Plan>
 loader_ptr clips_loader(const options& o, Plan plan) {
   if (o.paths.empty()) throw sluice::usage_error("sluice: source='video' needs paths= (the video files)");
@@ -45,7 +72,7 @@ loader_ptr clips_loader(const options& o, Plan plan) {
   // Owned by the loader: the clips reader references the files reader, so both live in one holder.
   struct holder {
     sluice::io::video_files videos;
-    sluice::io::video_clips<"video", sluice::io::video_files> clips;
+    clips_type clips;
     holder(std::vector<sluice::io::video_file> f, const sluice::codecs::clip_options& c, Plan p)
         : videos(std::move(f)), clips(videos, c, p) {}
   };
@@ -64,42 +91,9 @@ loader_ptr clips_loader(const options& o, Plan plan) {
     for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = o.video_labels[h->clips.locate(i).first];
   }
   const sluice::batch_options bo{.batch = o.batch_size, .drop_last = o.drop_last};
-  const std::shared_ptr<const sluice::io::video_clips<"video", sluice::io::video_files>> clips(h, &h->clips);
-  loader_ptr l = clips_pipeline(o, clips, codec, labels, bo);
-  if (const auto& few = h->clips.short_video_list(); !few.empty()) {
-    // Left out of every epoch: said, with the first few named (a truncated file is an error).
-    std::string text = "sluice.videos: " + std::to_string(few.size()) + " of " + std::to_string(o.paths.size()) +
-                       " videos are shorter than a clip (" + std::to_string(o.clip_frames) + " frames " +
-                       (o.clip_fps > 0 ? "at " + fps_text(o.clip_fps) + " a second"
-                                       : "every " + std::to_string(o.clip_stride) + (o.clip_stride == 1 ? " frame" : " frames")) +
-                       ") and give no clips: ";
-    for (std::size_t k = 0; k < few.size() && k < 5; ++k)
-      text += (k != 0 ? ", '" : "'") + o.paths[few[k].video] + "' (" + std::to_string(few[k].frames) +
-              (few[k].frames == 1 ? " frame)" : " frames)");
-    if (few.size() > 5) text += ", ...";
-    text += "; they are in no epoch (fewer frames= or a smaller stride= takes them)";
-    l->notes.push_back(std::move(text));
-  }
+  loader_ptr l = clips_pipeline(o, std::shared_ptr<const clips_type>(h, &h->clips), codec, labels, bo);
+  if (const auto& few = h->clips.short_video_list(); !few.empty()) l->notes.push_back(short_videos_note(o, few));
   return l;
-}
-
-template <class Clips>
-loader_ptr clips_pipeline(const options& o, const std::shared_ptr<const Clips>& clips,
-                          const sluice::codecs::video& codec, const std::vector<std::int64_t>& labels,
-                          const sluice::batch_options& bo) {
-  if (o.output == "float32")
-    return with_sampler(o, clips->size(), labels, [&](auto s) {
-      return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read_stage(clips) | sluice::decode<"video">(codec) |
-                                  sluice::collate(bo, sluice::normalized<"video">{.mean = o.mean, .std = o.std},
-                                                  sluice::stack<"label">{}) |
-                                  sluice::prefetch(depth_of(o), loader_opts(o)));
-    });
-  if (!o.output.empty() && o.output != "uint8") bad_value("output", "'" + o.output + "'", "'uint8' or 'float32'");
-  return with_sampler(o, clips->size(), labels, [&](auto s) {
-    return sluice::python::wrap(sluice::from(std::move(s)) | sluice::read_stage(clips) | sluice::decode<"video">(codec) |
-                                sluice::collate(bo, sluice::stack<"video">{}, sluice::stack<"label">{}) |
-                                sluice::prefetch(depth_of(o), loader_opts(o)));
-  });
 }
 
 }  // namespace

@@ -59,6 +59,7 @@ TEST_CASE("epoch history: the running run, its end time, closed runs newest firs
   // It ends at t=150: later snapshots do not move its end.
   h.mark_end(150);
   CHECK(h.ended());
+  h.mark_end(170);  // a later mark (the trainer leaving after the last batch) keeps the first
   auto later = [] { return std::pair{snap(0, 900, 6), true}; };
   e0 = h.of_epoch(0, kNames, later);
   CHECK(e0->wall_ns == 50);

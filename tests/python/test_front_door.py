@@ -436,16 +436,18 @@ def test_two_threads_iterating_one_loader_the_newest_iterator_gets_its_whole_epo
                 for b in ld:
                     got += ids(b)
                 out[k] = got
-            except sluice.UsageError as e:
-                assert "ended by a later iter(loader)" in str(e)
-                out[k] = None
+            except Exception as e:  # judged below, in this thread
+                out[k] = e
         threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        whole = [v for v in out.values() if v is not None]
-        assert whole and all(v == list(range(N)) for v in whole), [None if v is None else len(v) for v in out.values()]
+        assert len(out) == 2, out
+        ended = [v for v in out.values() if isinstance(v, Exception)]
+        assert all(isinstance(e, sluice.UsageError) and "ended by a later iter(loader)" in str(e) for e in ended), ended
+        whole = [v for v in out.values() if not isinstance(v, Exception)]
+        assert whole and all(v == list(range(N)) for v in whole), [len(v) for v in whole]
 
 
 @pytest.mark.parametrize("split", [False, True])

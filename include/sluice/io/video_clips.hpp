@@ -209,7 +209,6 @@ class video_clips {
   [[nodiscard]] std::string_view path() const noexcept { return videos_->path(); }
   // The video clip i comes from, and its index among that video's clips.
   [[nodiscard]] std::pair<std::size_t, std::size_t> locate(std::size_t i) const { return plan_->locate(i); }
-  [[nodiscard]] std::size_t short_videos() const noexcept { return short_.size(); }
   [[nodiscard]] const std::vector<short_video>& short_video_list() const noexcept { return short_; }
   [[nodiscard]] const std::vector<bad_video>& bad_videos() const noexcept { return bad_; }
   [[nodiscard]] const codecs::clip_options& clip_options() const noexcept { return clip_; }

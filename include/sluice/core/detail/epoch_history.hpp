@@ -35,8 +35,11 @@ class epoch_history {
     running_ = true;
     end_ns_ = 0;
   }
-  // The running run ended at t_ns (the trainer left it, or saw its end).
-  void mark_end(std::uint64_t t_ns) noexcept { end_ns_ = t_ns; }
+  // The running run ended at t_ns (its last batch was handed over, the trainer left it, or saw
+  // its end); the first mark is its end, later ones are ignored.
+  void mark_end(std::uint64_t t_ns) noexcept {
+    if (end_ns_ == 0) end_ns_ = t_ns;
+  }
   [[nodiscard]] bool ended() const noexcept { return end_ns_ != 0; }
   [[nodiscard]] bool running() const noexcept { return running_; }
 

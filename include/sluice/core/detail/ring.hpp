@@ -210,7 +210,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     if (owner_.forked_away()) return;
     std::lock_guard lk(m_);
     if (!active_) return;
-    if (!history_.ended()) history_.mark_end(now_ns());  // (its last batch may have ended it)
+    history_.mark_end(now_ns());  // (its last batch may have ended it: the first mark stays)
     generation_.fetch_add(1, std::memory_order_relaxed);
     active_ = false;
     for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -240,7 +240,7 @@ class ring<batch_chain<SampleChain, Collate, BatchStages...>, Depth> final
     std::uint64_t k = 0;
     for (;;) {
       if (!active_ || delivered_ >= num_batches_) {
-        if (!history_.ended()) history_.mark_end(now_ns());
+        history_.mark_end(now_ns());
         active_ = false;
         return {};
       }
